@@ -1,0 +1,37 @@
+"""Monte Carlo ledger throughput: conversations per second on bundled distribution workloads.
+
+Run by hand (not in CI): ``python benchmarks/bench_ledger.py [--conversations 100000]``.
+The target in the foundation issue is a 100,000-conversation ledger "well under a second".
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from capplan.ledger import compute_ledger
+from capplan.workload import load_workload
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--conversations", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    for name in ("reasoning-rl-olmo3-7b", "agentic-tool-rl", "chat-serving"):
+        w = load_workload(name)
+        compute_ledger(w, conversations=1000)  # warm up imports
+        best = float("inf")
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            compute_ledger(w, conversations=args.conversations)
+            best = min(best, time.perf_counter() - t0)
+        turns = w.conversation.max_turns
+        print(
+            f"{name:24s} {args.conversations:>9,} conversations (up to {turns} turns): "
+            f"best {best:.3f} s = {args.conversations / best:,.0f} conversations/s"
+        )
+
+
+if __name__ == "__main__":
+    main()

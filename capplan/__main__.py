@@ -1,0 +1,5 @@
+"""``python -m capplan`` runs the command-line interface."""
+
+from capplan.cli import main
+
+main()

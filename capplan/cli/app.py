@@ -1,0 +1,83 @@
+"""The ``capplan`` application: the root typer app and its command groups."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from capplan import __version__
+
+
+class DefaultCommandGroup(TyperGroup):
+    """A group that runs its ``show`` command when the first argument is not a subcommand.
+
+    This makes ``capplan ledger W.yaml`` and ``capplan ledger reconcile FILE`` both work.
+    """
+
+    default_command = "show"
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = [self.default_command, *args]
+        elif not args:
+            args = [self.default_command]
+        return super().parse_args(ctx, args)
+
+
+app = typer.Typer(
+    name="capplan",
+    help=(
+        "Workload accounting and capacity planning for LLM inference and RL post-training.\n\n"
+        "Examples:\n\n\b\n"
+        "  capplan ledger seed-replay              # per-token-class ledger of a bundled workload\n"
+        "  capplan ledger my-workload.yaml --check # CI gate: exit 1 on a broken identity\n"
+        "  capplan map agentic-tool-rl --format mermaid\n"
+        "  capplan validate workloads/*.yaml"
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+ledger_app = typer.Typer(
+    cls=DefaultCommandGroup,
+    help=(
+        "Per-token-class ledger of a workload (recorded, sampled, prefill/decode-forwarded, cache-hit, "
+        "trained, scored positions) with reconciliation checks.\n\n"
+        "Examples:\n\n\b\n"
+        "  capplan ledger seed-replay\n"
+        "  capplan ledger workloads/seed-replay-auto.yaml --format json\n"
+        "  capplan ledger my.yaml --check   # exit 1 when an identity breaks"
+    ),
+    no_args_is_help=False,
+    rich_markup_mode=None,
+)
+app.add_typer(ledger_app, name="ledger")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"capplan {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Workload accounting and capacity planning for LLM inference and RL post-training."""
+
+
+from capplan.cli import ledger_cmd as _ledger_cmd  # noqa: E402,F401  (registers commands)
+from capplan.cli import map_cmd as _map_cmd  # noqa: E402,F401
+from capplan.cli import misc_cmd as _misc_cmd  # noqa: E402,F401
+
+
+def run() -> None:
+    """Run the app (console-script entry point)."""
+    app()

@@ -1,0 +1,83 @@
+"""Helpers shared by every command: options, error conversion, output."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Callable, TypeVar
+
+import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+T = TypeVar("T")
+
+
+class Format(str, Enum):
+    """Output formats shared by the tabular commands."""
+
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+FormatOpt = Annotated[
+    Format, typer.Option("--format", "-f", help="Output format: a rich table, CSV (long format) or JSON.")
+]
+OutputOpt = Annotated[
+    Path | None,
+    typer.Option("--output", "-o", help="Write to this file (atomically) instead of standard output.", dir_okay=False),
+]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite an existing --output file.")]
+
+
+def console(stderr: bool = False) -> "Console":
+    """A rich console (lazy import)."""
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def file_console(width: int = 120) -> "Console":
+    """A plain-text rich console that renders into a string buffer (for ``--output``)."""
+    import io
+
+    from rich.console import Console
+
+    return Console(file=io.StringIO(), width=width, highlight=False, color_system=None)
+
+
+def fail(message: str, code: int = 2) -> "typer.Exit":
+    """Print ``Error: message`` on standard error and return the exit to raise."""
+    typer.echo(f"Error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def call(fn: Callable[[], T]) -> T:
+    """Run a library call, turning capplan's expected errors into one line and exit code 2."""
+    from capplan.errors import CapplanError
+
+    try:
+        return fn()
+    except CapplanError as exc:
+        raise fail(str(exc)) from None
+
+
+def emit(text: str, output: Path | None, force: bool) -> None:
+    """Send rendered CSV/JSON/text to ``output`` (atomically) or standard output."""
+    from capplan.output import write_atomic
+
+    if output is None:
+        sys.stdout.write(text)
+        return
+    path = call(lambda: write_atomic(output, text, force=force))
+    typer.echo(f"wrote {path}", err=True)
+
+
+def fmt_num(value: float | int, digits: int = 1) -> str:
+    """Thousands-separated integer, or a float with ``digits`` decimals."""
+    if isinstance(value, int) or float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.{digits}f}"

@@ -1,0 +1,75 @@
+"""``capplan map``: the workload map of seed 000."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated
+
+import typer
+
+from capplan.cli.app import app
+from capplan.cli.common import ForceOpt, OutputOpt, call, console, emit
+
+
+class MapFormat(str, Enum):
+    table = "table"
+    mermaid = "mermaid"
+    dot = "dot"
+    json = "json"
+
+
+@app.command(
+    "map",
+    help=(
+        "Draw the workload map: the components a method needs (absent ones with the reason), who owns "
+        "generation, tool execution, scoring, the ready queue and the parameter update, and for each "
+        "arrow the record it transfers and the ledger counter that measures it.\n\n"
+        "Examples:\n\n\b\n"
+        "  capplan map seed-replay\n"
+        "  capplan map sft --format mermaid > map.mmd\n"
+        "  capplan map distillation --format dot | dot -Tsvg > map.svg"
+    ),
+)
+def map_(
+    workload: Annotated[str, typer.Argument(help="Workload file, or the name of a bundled workload.")],
+    format: Annotated[MapFormat, typer.Option("--format", "-f", help="table, mermaid, dot or json.")] = MapFormat.table,
+    output: OutputOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    from capplan.workload import load_workload
+    from capplan.workload_map import build_map, to_dot, to_mermaid
+
+    m = build_map(call(lambda: load_workload(workload)))
+    if format is MapFormat.mermaid:
+        emit(to_mermaid(m), output, force)
+        return
+    if format is MapFormat.dot:
+        emit(to_dot(m), output, force)
+        return
+    if format is MapFormat.json:
+        from capplan.output import to_json
+
+        emit(to_json(m.as_dict()), output, force)
+        return
+    from rich.table import Table
+
+    con = console()
+    comps = Table(title=f"{m.workload} ({m.method}): components", title_justify="left")
+    for col in ("component", "in the loop", "why"):
+        comps.add_column(col)
+    for c in m.components:
+        comps.add_row(c.label, "yes" if c.present else "absent", c.reason, style=None if c.present else "dim")
+    con.print(comps)
+    owners = Table(title="Who owns what", title_justify="left")
+    owners.add_column("responsibility")
+    owners.add_column("owner")
+    for k, v in m.owners.items():
+        owners.add_row(k.replace("_", " "), v)
+    con.print(owners)
+    labels = {c.id: c.label for c in m.components}
+    arrows = Table(title="Arrows", title_justify="left")
+    for col in ("from", "to", "record transferred", "measured by"):
+        arrows.add_column(col)
+    for a in m.arrows:
+        arrows.add_row(labels[a.source], labels[a.target], a.record, a.counter)
+    con.print(arrows)

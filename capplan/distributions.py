@@ -1,0 +1,204 @@
+"""Token-count and wait-time distributions used by workload files.
+
+A workload field that takes a count or a wait accepts either a plain number (fixed) or a
+mapping with a ``dist`` key::
+
+    action_tokens: 4                                   # fixed
+    action_tokens: {dist: uniform, low: 100, high: 400}
+    action_tokens: {dist: lognormal, mean: 14628, p95: 30000, max: 32768}
+    action_tokens: {dist: lognormal, mean: 900, sigma: 0.8}
+    action_tokens: {dist: empirical, samples: [120, 340, 95, 1200]}
+
+Sampling is vectorised and seeded (``numpy.random.Generator``); integer fields are rounded to
+the nearest integer and clipped to ``[min, max]`` where given.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from capplan import yamlio
+
+if TYPE_CHECKING:  # numpy is imported lazily so that ``capplan --help`` stays fast
+    import numpy as np
+
+#: z-score of the 95th percentile of a standard normal distribution.
+Z95 = 1.6448536269514722
+
+
+class _Dist(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min: float | None = Field(default=None, ge=0)
+    """Lower clip applied to every sample (optional)."""
+    max: float | None = Field(default=None, ge=0)
+    """Upper clip applied to every sample (optional), e.g. a generation-length limit."""
+
+    @property
+    def is_fixed(self) -> bool:
+        return False
+
+    def _clip(self, x: "np.ndarray") -> "np.ndarray":
+        import numpy as np
+
+        if self.min is not None or self.max is not None:
+            x = np.clip(x, self.min if self.min is not None else -np.inf, self.max if self.max is not None else np.inf)
+        return x
+
+    def upper_bound(self) -> float:
+        """Largest value a sample can take (``inf`` when unbounded)."""
+        return self.max if self.max is not None else math.inf
+
+
+class Fixed(_Dist):
+    """Always the same value."""
+
+    dist: Literal["fixed"] = "fixed"
+    value: float = Field(ge=0)
+    """The value [tokens or seconds]."""
+
+    @property
+    def is_fixed(self) -> bool:
+        return True
+
+    def mean(self) -> float:
+        return self.value
+
+    def upper_bound(self) -> float:
+        return self.value
+
+    def sample(self, rng: "np.random.Generator", n: int) -> "np.ndarray":
+        import numpy as np
+
+        return np.full(n, self.value, dtype=float)
+
+
+class Uniform(_Dist):
+    """Uniform on ``[low, high]`` (integers are rounded after sampling)."""
+
+    dist: Literal["uniform"] = "uniform"
+    low: float = Field(ge=0)
+    """Lower end [tokens or seconds]."""
+    high: float = Field(ge=0)
+    """Upper end [tokens or seconds]."""
+
+    @model_validator(mode="after")
+    def _order(self) -> "Uniform":
+        if self.high < self.low:
+            raise ValueError(f"uniform high ({self.high:g}) must be >= low ({self.low:g})")
+        return self
+
+    def mean(self) -> float:
+        return (self.low + self.high) / 2
+
+    def upper_bound(self) -> float:
+        return min(self.high, self.max) if self.max is not None else self.high
+
+    def sample(self, rng: "np.random.Generator", n: int) -> "np.ndarray":
+        return self._clip(rng.uniform(self.low, self.high, n))
+
+
+class Lognormal(_Dist):
+    """Lognormal given its mean and either its 95th percentile or the log-space sigma.
+
+    With mean ``m`` and p95 ``q``: ``ln q = mu + 1.645 sigma`` and ``ln m = mu + sigma^2 / 2``,
+    so ``sigma^2 / 2 - 1.645 sigma + ln(q / m) = 0``; the smaller root is taken (it exists when
+    ``ln(q/m) <= 1.645^2 / 2``, i.e. ``q <= 3.87 m``). The mean and p95 describe the
+    distribution *before* clipping to ``max``.
+    """
+
+    dist: Literal["lognormal"] = "lognormal"
+    mean_: float = Field(alias="mean", gt=0)
+    """Mean of the distribution before clipping [tokens or seconds]."""
+    p95: float | None = Field(default=None, gt=0)
+    """95th percentile before clipping [tokens or seconds]; give this or ``sigma``."""
+    sigma: float | None = Field(default=None, gt=0)
+    """Standard deviation of the log [dimensionless]; give this or ``p95``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _shape(self) -> "Lognormal":
+        if (self.p95 is None) == (self.sigma is None):
+            raise ValueError("lognormal needs exactly one of p95 or sigma besides mean")
+        if self.p95 is not None:
+            if self.p95 < self.mean_:
+                raise ValueError(f"lognormal p95 ({self.p95:g}) must be >= mean ({self.mean_:g})")
+            if math.log(self.p95 / self.mean_) > Z95**2 / 2:
+                raise ValueError(
+                    f"lognormal p95 ({self.p95:g}) is more than {math.exp(Z95**2 / 2):.2f} x the mean "
+                    f"({self.mean_:g}): no lognormal has that shape; give sigma instead"
+                )
+        return self
+
+    def log_params(self) -> tuple[float, float]:
+        """Return ``(mu, sigma)`` of the underlying normal."""
+        if self.sigma is not None:
+            s = self.sigma
+        else:
+            assert self.p95 is not None
+            c = math.log(self.p95 / self.mean_)
+            s = Z95 - math.sqrt(max(Z95**2 - 2 * c, 0.0))
+        return math.log(self.mean_) - s * s / 2, s
+
+    def mean(self) -> float:
+        return self.mean_
+
+    def sample(self, rng: "np.random.Generator", n: int) -> "np.ndarray":
+        mu, s = self.log_params()
+        return self._clip(rng.lognormal(mu, s, n))
+
+
+class Empirical(_Dist):
+    """Draw uniformly, with replacement, from a list of observed values."""
+
+    dist: Literal["empirical"] = "empirical"
+    samples: list[float] = Field(min_length=1)
+    """Observed values [tokens or seconds]; each must be >= 0."""
+
+    @model_validator(mode="after")
+    def _nonneg(self) -> "Empirical":
+        bad = [v for v in self.samples if v < 0]
+        if bad:
+            raise ValueError(f"empirical samples must be >= 0, got {bad[0]:g}")
+        return self
+
+    def mean(self) -> float:
+        return sum(self.samples) / len(self.samples)
+
+    def upper_bound(self) -> float:
+        top = max(self.samples)
+        return min(top, self.max) if self.max is not None else top
+
+    def sample(self, rng: "np.random.Generator", n: int) -> "np.ndarray":
+        import numpy as np
+
+        return self._clip(rng.choice(np.asarray(self.samples, dtype=float), n))
+
+
+def _coerce(value: Any) -> Any:
+    """Accept a bare number as a fixed distribution."""
+    if isinstance(value, bool):
+        raise ValueError("expected a number or a distribution mapping, got a boolean")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError(f"must be >= 0, got {value:g}")
+        return {"dist": "fixed", "value": value}
+    if isinstance(value, dict) and "dist" not in value:
+        raise ValueError(
+            "a distribution mapping needs a 'dist' key (fixed, uniform, lognormal or empirical)"
+        )
+    return value
+
+
+Distribution = Annotated[
+    Union[Fixed, Uniform, Lognormal, Empirical],
+    Field(discriminator="dist"),
+    BeforeValidator(_coerce),
+]
+"""A count or wait: a plain number, or ``{dist: fixed|uniform|lognormal|empirical, ...}``."""
+
+yamlio.UNION_TAGS.update({"fixed", "uniform", "lognormal", "empirical"})

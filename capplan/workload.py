@@ -1,0 +1,285 @@
+"""The workload file (version 1): what a user writes to describe inference or RL work.
+
+A workload names a training *method*, a *volume* (prompts per step x samples per prompt), one
+*conversation* shape (a prompt, then turns of sampled actions and observed tool tokens), how
+computed prefixes are *reused* between turns, and what the trainer does with the record. Every
+count or wait may be fixed or a distribution (:mod:`capplan.distributions`).
+
+See ``capplan schema workload`` for the JSON Schema and ``workloads/*.yaml`` for examples.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from capplan.distributions import Distribution, Fixed
+from capplan.resources import resolve
+from capplan.yamlio import FieldError, load_model
+
+Method = Literal["sft", "distillation", "outcome-rl", "multi-turn-rl", "serving"]
+TokenClass = Literal["prompt", "action", "tool"]
+TOKEN_CLASSES: tuple[TokenClass, ...] = ("prompt", "action", "tool")
+
+#: Methods whose update loop samples from the policy with a rollout (inference) engine.
+ROLLOUT_METHODS: frozenset[str] = frozenset({"distillation", "outcome-rl", "multi-turn-rl", "serving"})
+#: Methods with a trainer that consumes the records.
+TRAINER_METHODS: frozenset[str] = frozenset({"sft", "distillation", "outcome-rl", "multi-turn-rl"})
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Volume(_Strict):
+    """How much work one step (one trainer update, or one unit of serving) contains."""
+
+    prompts_per_step: int = Field(default=1, ge=1)
+    """Unique prompts per step [prompts]."""
+    samples_per_prompt: int = Field(default=1, ge=1)
+    """Samples (rollouts) drawn per prompt, the GRPO group size [conversations per prompt]."""
+
+    @property
+    def conversations_per_step(self) -> int:
+        """``prompts_per_step x samples_per_prompt`` [conversations]."""
+        return self.prompts_per_step * self.samples_per_prompt
+
+
+class Turn(_Strict):
+    """One policy invocation: sample ``action_tokens``, then optionally call a tool."""
+
+    action_tokens: Distribution
+    """Tokens the policy samples in this turn [tokens]."""
+    tool_tokens: Distribution | None = None
+    """Tokens of the tool observation appended after the action [tokens]; omit for no tool call."""
+    tool_wait_s: Distribution | None = None
+    """Wall time spent waiting for the tool [s]; waiting is not GPU work."""
+
+    @property
+    def has_tool(self) -> bool:
+        return self.tool_tokens is not None or self.tool_wait_s is not None
+
+
+class Conversation(_Strict):
+    """One conversation: ``prompt_tokens``, then turns.
+
+    Explicit form: ``turns: [{action_tokens, tool_tokens, tool_wait_s}, ...]``.
+    Compact form: ``num_turns`` with per-turn ``action_tokens``, ``tool_tokens`` and
+    ``tool_wait_s``; a tool call follows every turn but the last.
+    """
+
+    prompt_tokens: Distribution
+    """Tokens of the initial prompt [tokens]."""
+    turns: list[Turn] | None = Field(default=None, min_length=1)
+    """Explicit list of turns (give this or ``num_turns``)."""
+    num_turns: Distribution | None = None
+    """Compact form: number of turns (a count >= 1; a distribution needs a bounded upper end)."""
+    action_tokens: Distribution | None = None
+    """Compact form: tokens sampled per turn [tokens]."""
+    tool_tokens: Distribution | None = None
+    """Compact form: tool-observation tokens after each turn but the last [tokens]."""
+    tool_wait_s: Distribution | None = None
+    """Compact form: tool wait after each turn but the last [s]."""
+    max_context: int | None = Field(default=None, ge=1)
+    """Context limit [tokens]: a response that would pass it is truncated there."""
+    max_response_tokens: int | None = Field(default=None, ge=1)
+    """Generation limit per invocation [tokens] (an engine's ``max_tokens``): a longer action is
+    cut there, marked truncated, and ends the conversation."""
+
+    @model_validator(mode="after")
+    def _form(self) -> "Conversation":
+        compact = {k: getattr(self, k) for k in ("num_turns", "action_tokens", "tool_tokens", "tool_wait_s")}
+        if self.turns is not None:
+            given = [k for k, v in compact.items() if v is not None]
+            if given:
+                raise ValueError(f"give either 'turns' or the compact form, not both (found turns and {given[0]})")
+        else:
+            if self.num_turns is None or self.action_tokens is None:
+                raise ValueError("give 'turns' (a list) or the compact form: 'num_turns' and 'action_tokens'")
+            if self.num_turns.upper_bound() == float("inf"):
+                raise ValueError("num_turns: a lognormal number of turns needs a 'max'")
+            if self.num_turns.upper_bound() < 1:
+                raise ValueError("num_turns: must allow at least 1 turn")
+        return self
+
+    @property
+    def max_turns(self) -> int:
+        """Largest number of turns a conversation can have."""
+        if self.turns is not None:
+            return len(self.turns)
+        assert self.num_turns is not None
+        return int(round(self.num_turns.upper_bound()))
+
+    def turn_list(self) -> list[Turn]:
+        """The turns in explicit form (compact form expanded to ``max_turns`` turns)."""
+        if self.turns is not None:
+            return list(self.turns)
+        assert self.action_tokens is not None
+        n = self.max_turns
+        has_tool = self.tool_tokens is not None or self.tool_wait_s is not None
+        zero = Fixed(value=0)
+        return [
+            Turn(
+                action_tokens=self.action_tokens,
+                tool_tokens=(self.tool_tokens or zero) if has_tool and j < n - 1 else None,
+                tool_wait_s=(self.tool_wait_s or zero) if has_tool and j < n - 1 else None,
+            )
+            for j in range(n)
+        ]
+
+    def is_fixed(self) -> bool:
+        """True when every count and wait is fixed, so the ledger is exact."""
+        dists = [self.prompt_tokens, self.num_turns, self.action_tokens, self.tool_tokens, self.tool_wait_s]
+        for t in self.turns or []:
+            dists += [t.action_tokens, t.tool_tokens, t.tool_wait_s]
+        return all(d is None or d.is_fixed for d in dists)
+
+
+class Cache(_Strict):
+    """Reuse of computed prefixes between invocations of the same conversation."""
+
+    reuse: Literal["none", "auto", "explicit"] = "none"
+    """``none``: every invocation prefills its whole input; ``auto``: each invocation reuses exactly
+    the prefix that earlier invocations of the conversation computed; ``explicit``: reuse the
+    counts in ``reused_prefix_tokens`` (checked against what was computed)."""
+    reused_prefix_tokens: list[int] | None = None
+    """Explicit reuse: reused prefix positions per turn, one entry per turn [tokens]."""
+    kv_during_tool_wait: Literal["retain", "evict"] = "retain"
+    """During a tool wait the conversation's KV is kept resident (``retain``) or released
+    (``evict``: no decode slot and no KV held, but ``auto`` reuse after the wait finds nothing)."""
+
+    @model_validator(mode="after")
+    def _explicit(self) -> "Cache":
+        if self.reuse == "explicit" and self.reused_prefix_tokens is None:
+            raise ValueError("reuse: explicit needs 'reused_prefix_tokens' (one count per turn)")
+        if self.reuse != "explicit" and self.reused_prefix_tokens is not None:
+            raise ValueError("'reused_prefix_tokens' is only allowed with reuse: explicit")
+        for i, v in enumerate(self.reused_prefix_tokens or []):
+            if v < 0:
+                raise ValueError(f"reused_prefix_tokens[{i}] must be >= 0, got {v}")
+        return self
+
+
+class Training(_Strict):
+    """What the trainer does with a finished record."""
+
+    loss_on: list[TokenClass] = Field(default_factory=lambda: ["action"], min_length=1)
+    """Token classes that carry loss (default: the policy's actions only)."""
+    drop_truncated: bool = False
+    """Drop conversations truncated at ``max_context`` from training (and scoring)."""
+    teacher_scoring: bool | None = None
+    """A teacher forwards the known record once, causally, and samples nothing (default: on for
+    ``distillation``, off otherwise)."""
+    reference_forward: bool = False
+    """A frozen reference model forwards the record once (e.g. for a KL penalty)."""
+    filtered_group_fraction: float = Field(default=0.0, ge=0, lt=1)
+    """Fraction of prompt groups dropped for carrying no learning signal [fraction 0-1]."""
+
+    @model_validator(mode="after")
+    def _unique(self) -> "Training":
+        if len(set(self.loss_on)) != len(self.loss_on):
+            raise ValueError("loss_on lists a token class twice")
+        return self
+
+
+class Sampling(_Strict):
+    """Monte Carlo settings for workloads with distributions."""
+
+    conversations: int = Field(default=100_000, ge=1, le=50_000_000)
+    """Conversations sampled to estimate means and percentiles."""
+    seed: int = Field(default=0, ge=0)
+    """Seed of the random generator: the same seed gives the same ledger."""
+
+
+class Workload(_Strict):
+    """A workload file, version 1."""
+
+    version: Literal[1] = 1
+    """Schema version of the file."""
+    name: str = Field(min_length=1)
+    """Short name shown in tables."""
+    description: str = ""
+    """What the workload represents and where its numbers come from."""
+    model: str | None = None
+    """Model preset name or path to a model profile (optional)."""
+    method: Method
+    """Training method: ``sft``, ``distillation``, ``outcome-rl``, ``multi-turn-rl`` or ``serving``."""
+    volume: Volume = Field(default_factory=Volume)
+    conversation: Conversation
+    cache: Cache = Field(default_factory=Cache)
+    training: Training = Field(default_factory=Training)
+    sampling: Sampling = Field(default_factory=Sampling)
+
+    @model_validator(mode="after")
+    def _cross(self) -> "Workload":
+        conv = self.conversation
+        if self.cache.reused_prefix_tokens is not None:
+            reuse = self.cache.reused_prefix_tokens
+            where = ("cache", "reused_prefix_tokens")
+            if conv.turns is None and not (conv.num_turns and conv.num_turns.is_fixed):
+                raise FieldError(where, "explicit reuse needs a fixed number of turns")
+            if len(reuse) != conv.max_turns:
+                raise FieldError(
+                    where,
+                    f"has {len(reuse)} entries but the conversation has {conv.max_turns} turns (one entry per turn)",
+                )
+            inputs = nominal_inputs(conv)
+            for j, (r, inp) in enumerate(zip(reuse, inputs)):
+                if inp is not None and r > inp:
+                    raise FieldError(
+                        (*where, j), f"{r} reused positions is longer than turn {j + 1}'s whole input ({inp} positions)"
+                    )
+        return self
+
+    @property
+    def has_rollout(self) -> bool:
+        """Whether the method samples from a policy with a rollout engine."""
+        return self.method in ROLLOUT_METHODS
+
+    @property
+    def has_trainer(self) -> bool:
+        """Whether a trainer consumes the records."""
+        return self.method in TRAINER_METHODS
+
+    @property
+    def teacher_scores(self) -> bool:
+        """Whether a teacher scores the record (explicit setting, else on for distillation)."""
+        ts = self.training.teacher_scoring
+        return self.method == "distillation" if ts is None else ts
+
+    @property
+    def scorers(self) -> int:
+        """Number of models that forward the finished record to score it (teacher, reference)."""
+        return int(self.teacher_scores) + int(self.training.reference_forward)
+
+
+def nominal_inputs(conv: Conversation) -> list[int | None]:
+    """Input length of each turn's invocation when all earlier counts are fixed, else ``None``.
+
+    Turn ``j``'s input is the prompt plus every earlier action and tool observation.
+    """
+    out: list[int | None] = []
+    total: float | None = conv.prompt_tokens.mean() if conv.prompt_tokens.is_fixed else None
+    for turn in conv.turn_list():
+        out.append(None if total is None else int(round(total)))
+        for d in (turn.action_tokens, turn.tool_tokens):
+            if total is None or d is None:
+                continue
+            total = total + d.mean() if d.is_fixed else None
+    return out
+
+
+def load_workload(name_or_path: str | Path) -> Workload:
+    """Load a bundled workload by name or a user's workload file, validated.
+
+    Raises
+    ------
+    InputError
+        One line naming the file, the field path, the YAML line and what is allowed.
+    NotFoundError
+        When the name is neither a file nor a bundled workload.
+    """
+    path = resolve("workloads", name_or_path)
+    return load_model(path, Workload)

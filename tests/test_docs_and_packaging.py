@@ -1,0 +1,84 @@
+"""The README stays true: its set-up commands, its command list, and the packaged data."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+README = (REPO / "README.md").read_text()
+
+
+def _setup_commands() -> list[str]:
+    block = re.search(r"```bash\n(.*?)```", README, re.S)
+    assert block, "README must open with a bash block of set-up commands"
+    return [line for line in block.group(1).splitlines() if line.strip()]
+
+
+def test_readme_starts_with_two_commands():
+    cmds = _setup_commands()
+    assert len(cmds) == 2
+    assert "capplan " in cmds[0] and "pytest" in cmds[1]
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (REPO / ".ci" / "run").read_text()
+    assert _setup_commands()[1] in ci
+
+
+def test_every_command_is_in_the_readme():
+    import typer.main
+
+    from capplan.cli.app import app
+
+    root = typer.main.get_command(app)
+    for name, cmd in root.commands.items():
+        assert f"`capplan {name}" in README, name
+        for sub in getattr(cmd, "commands", {}):
+            if sub != "show":
+                assert f"capplan {name} {sub}" in README, f"{name} {sub}"
+
+
+def test_help_imports_no_heavy_modules():
+    """``capplan --help`` must stay fast: numpy, pandas, pydantic are imported only by commands."""
+    probe = (
+        "import sys; sys.argv=['capplan','--help']\n"
+        "from capplan.cli.app import app\n"
+        "try:\n    app()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('numpy','pandas','pydantic','matplotlib') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_bundled_lookup_prefers_installed_data(tmp_path, monkeypatch):
+    """An installed wheel keeps bundled files in capplan/data/<kind>; a checkout at <repo>/<kind>."""
+    from capplan import resources
+
+    pkg = tmp_path / "capplan"
+    (pkg / "data" / "workloads").mkdir(parents=True)
+    (pkg / "data" / "workloads" / "only-in-wheel.yaml").write_text("x")
+    monkeypatch.setattr(resources, "_PACKAGE_DIR", pkg)
+    assert resources.bundled_names("workloads") == ["only-in-wheel"]
+    assert resources.resolve("workloads", "only-in-wheel").parent == pkg / "data" / "workloads"
+
+
+@pytest.mark.slow
+def test_wheel_ships_bundled_files(tmp_path):
+    """Build the wheel and check that every bundled YAML is inside it under capplan/data/."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(REPO)],
+        check=True,
+        capture_output=True,
+    )
+    wheel = next(tmp_path.glob("capplan-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for kind in ("workloads", "hardware_profiles", "models"):
+        for f in (REPO / kind).glob("*.yaml"):
+            assert f"capplan/data/{kind}/{f.name}" in names
+    assert "capplan/cli/app.py" in names
