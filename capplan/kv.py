@@ -1,0 +1,470 @@
+"""KV-cache memory and concurrency: bytes per token, the per-GPU memory budget, capacity.
+
+The formula of the domain notes (seed 003) for a standard decoder with grouped-query attention::
+
+    M_KV = 2 x L x B x S x H_kv x d_h x b          [bytes]
+
+(2 for K and V, ``L`` layers, ``B`` sequences, ``S`` cached positions, ``H_kv`` KV heads of width
+``d_h``, ``b`` bytes per element). It is rewritten, not applied mechanically, for:
+
+* tensor parallelism: each GPU holds ``max(1, H_kv / tp)`` KV heads (heads are replicated when
+  ``tp`` exceeds the KV head count, as vLLM does);
+* multi-head latent attention (DeepSeek-V3): one compressed latent of
+  ``kv_lora_rank + qk_rope_head_dim`` elements per layer and token, no factor 2, *not* split
+  across tensor-parallel ranks;
+* sliding-window layers: a sequence holds at most ``window`` positions (plus one block);
+* linear-attention / state-space layers: a constant per-sequence state, no per-token KV;
+* pipeline parallelism: the layers of the fullest stage.
+
+The budget per GPU follows the arithmetic serving engines run at start-up (vLLM v1,
+``gpu_worker.determine_available_memory``; see ``docs/kv.md``)::
+
+    kv_budget = usable_mem x gpu_mem_util - weights - activation_peak - runtime_overhead - graph
+
+and the capacity is rounded down to whole paged blocks::
+
+    kv_capacity_blocks = floor(kv_budget / (block_size x kv_bytes_per_token_per_gpu))
+    kv_capacity_tokens = kv_capacity_blocks x block_size
+
+GiB are 2^30 bytes throughout.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from capplan.errors import DoesNotFitError, InputError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from capplan.hardware import HardwareProfile
+    from capplan.modelspec import ModelSpec
+
+GIB = 2**30
+
+KVDtype = Literal["bf16", "fp16", "fp8", "int8", "int4"]
+WeightDtype = Literal["bf16", "fp16", "fp8", "int8", "int4"]
+
+KV_DTYPE_BYTES: dict[str, float] = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+"""Bytes per cached element. int4 KV exists in some engines (LMDeploy ``quant_policy=4``);
+vLLM and SGLang offer fp8 (and vLLM int8 on some backends)."""
+
+WEIGHT_DTYPE_BYTES: dict[str, float] = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5 + 2 / 128}
+"""Bytes per quantised weight. int4 adds one 16-bit scale per group of 128 weights (AWQ/GPTQ
+``group_size: 128``); per-channel fp8/int8 scales are negligible and not counted. Only the
+decoder's linear layers are quantised: embeddings, the LM head, norms and routers stay 16-bit,
+as in the common fp8/AWQ/GPTQ checkpoints."""
+
+
+@dataclass(frozen=True)
+class MemoryDefaults:
+    """Default models of the budget terms a user does not give. See ``docs/kv.md`` for the fit.
+
+    The activation peak is the largest temporary memory of the engine's profiling forward pass
+    over ``max_batched_tokens`` tokens: at the MLP of a dense layer the residual stream, the
+    layer input, the gate/up projection (``2 d_ff / tp``), its activation (``d_ff / tp``) and the
+    output coexist, ``T x (3 d + 3 d_ff / tp) x 2`` bytes; an MoE layer holds that for each of
+    the ``k`` routed experts of every token. The sampler's dummy run adds fp32 logits for
+    ``max_num_seqs`` sequences over the vocabulary.
+    """
+
+    gpu_mem_util: float = 0.9
+    """vLLM's default ``gpu_memory_utilization`` (a fraction of *total* device memory in v1)."""
+    max_batched_tokens: int = 8192
+    """vLLM v1's default ``max_num_batched_tokens`` for online serving on data-centre GPUs."""
+    max_num_seqs: int = 256
+    """vLLM's default ``max_num_seqs`` (sampler profiling batch)."""
+    activation_bytes_per_element: float = 2.0
+    """Activations are 16-bit."""
+    sampler_logit_copies: float = 2.0
+    """fp32 logits plus one same-sized temporary (softmax / log-softmax) in the sampler run."""
+    runtime_overhead_gib: float = 0.4
+    """Non-torch memory at TP 1: CUDA context, cuBLAS workspace, allocator slack [GiB]."""
+    runtime_overhead_tp_gib: float = 0.25
+    """Extra non-torch memory once tensor or pipeline parallelism is on (NCCL buffers) [GiB]."""
+    graph_gib: float = 0.0
+    """CUDA-graph memory counted against the KV budget [GiB]. vLLM v1 (0.10) captures graphs
+    *after* allocating the KV cache, inside the headroom left by ``gpu_mem_util``, so 0."""
+
+
+DEFAULTS = MemoryDefaults()
+
+
+@dataclass(frozen=True)
+class KVInputs:
+    """Everything the calculator needs besides the model and the hardware.
+
+    Budget terms left ``None`` take their documented default model; give them to reproduce an
+    engine's own start-up figures exactly.
+    """
+
+    tp: int = 1
+    pp: int = 1
+    kv_dtype: str = "bf16"
+    weight_dtype: str = "bf16"
+    context: int = 8192
+    """Tokens per sequence for concurrency figures [tokens]."""
+    block_size: int = 16
+    """Paged-attention block size [tokens]."""
+    gpu_mem_util: float = DEFAULTS.gpu_mem_util
+    max_batched_tokens: int = DEFAULTS.max_batched_tokens
+    usable_mem_gib: float | None = None
+    """Total device memory as the framework sees it [GiB]; default: the hardware profile's."""
+    weights_gib: float | None = None
+    activation_gib: float | None = None
+    runtime_overhead_gib: float | None = None
+    graph_gib: float | None = None
+
+
+@dataclass(frozen=True)
+class KVResult:
+    """The calculator's answer for one configuration (a JSON contract; see the README)."""
+
+    model: str
+    hardware: str
+    tp: int
+    pp: int
+    kv_dtype: str
+    weight_dtype: str
+    context: int
+    block_size: int
+    gpu_mem_util: float
+    max_batched_tokens: int
+    usable_mem_gib: float
+    kv_bytes_per_token: float
+    kv_bytes_per_token_per_gpu: float
+    kv_bytes_per_sequence_per_gpu: float
+    weights_gib_per_gpu: float
+    activation_gib_per_gpu: float
+    runtime_overhead_gib_per_gpu: float
+    graph_gib_per_gpu: float
+    kv_budget_gib_per_gpu: float
+    kv_capacity_tokens: int
+    kv_capacity_blocks: int
+    max_concurrency_x: float
+    max_concurrent_sequences: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _stage_layers(kinds: list[str], pp: int) -> list[list[str]]:
+    """Split layer kinds into ``pp`` contiguous stages as evenly as possible (remainder first)."""
+    n = len(kinds)
+    base, extra = divmod(n, pp)
+    out, start = [], 0
+    for s in range(pp):
+        size = base + (1 if s < extra else 0)
+        out.append(kinds[start : start + size])
+        start += size
+    return out
+
+
+def check_parallelism(spec: "ModelSpec", tp: int, pp: int = 1) -> None:
+    """Reject tensor/pipeline degrees an engine cannot run, with the reason.
+
+    Raises
+    ------
+    InputError
+        ``tp`` must divide the attention heads; the KV heads must divide by ``tp`` or ``tp`` by
+        them (then heads are replicated); ``pp`` may not exceed the layer count.
+    """
+    if tp < 1 or pp < 1:
+        raise InputError(f"--tp and --pp must be >= 1 (got tp={tp}, pp={pp})")
+    H, Hkv = spec.num_attention_heads, spec.num_kv_heads
+    if H % tp:
+        ok = [t for t in (1, 2, 4, 8, 16, 32, 64) if H % t == 0]
+        raise InputError(
+            f"--tp {tp}: {spec.name} has {H} attention heads, which {tp} does not divide "
+            f"(tensor-parallel degrees that divide them: {', '.join(map(str, ok))})"
+        )
+    if spec.mla is None and Hkv % tp and tp % Hkv:
+        raise InputError(
+            f"--tp {tp}: {spec.name} has {Hkv} KV heads; tp must divide them or be a multiple of them"
+        )
+    if pp > spec.num_layers:
+        raise InputError(f"--pp {pp}: {spec.name} has only {spec.num_layers} layers")
+
+
+def kv_bytes_per_token_per_layer(spec: "ModelSpec", kv_dtype: str, tp: int = 1) -> float:
+    """KV bytes one token adds to one attention layer on one GPU.
+
+    Notes
+    -----
+    Standard attention: ``2 x max(1, H_kv / tp) x d_h x b``; MLA: ``(r_kv + d_rope) x b`` on every
+    rank (the latent is not split across tensor-parallel ranks).
+
+    Examples
+    --------
+    >>> from capplan.modelspec import load_model_spec
+    >>> kv_bytes_per_token_per_layer(load_model_spec("llama-3.1-8b"), "bf16")  # 2 * 8 * 128 * 2
+    4096.0
+    >>> kv_bytes_per_token_per_layer(load_model_spec("deepseek-v3"), "bf16", tp=8)  # (512 + 64) * 2
+    1152.0
+    """
+    b = _dtype_bytes(kv_dtype, KV_DTYPE_BYTES, "--kv-dtype")
+    if spec.mla is not None:
+        return float((spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) * b)
+    heads = max(1, spec.num_kv_heads // tp)
+    return float(2 * heads * spec.head_dim * b)
+
+
+def _dtype_bytes(dtype: str, table: dict[str, float], flag: str) -> float:
+    try:
+        return table[dtype]
+    except KeyError:
+        raise InputError(f"{flag} {dtype}: unknown dtype (allowed: {', '.join(table)})") from None
+
+
+def kv_bytes_per_token(spec: "ModelSpec", kv_dtype: str = "bf16", tp: int = 1, pp: int = 1) -> tuple[float, float]:
+    """KV bytes one token adds, whole model and on the fullest GPU.
+
+    Both count every softmax-attention layer (full and sliding: a token in the window costs the
+    same); linear-attention layers hold a per-sequence state instead.
+
+    Returns
+    -------
+    (whole_model, per_gpu) : tuple of float
+        [bytes per token]
+
+    Examples
+    --------
+    The seed's teaching model (L=32, 8 KV heads, d_h=128, BF16): 2 x 32 x 8 x 128 x 2 = 131,072.
+
+    >>> from capplan.modelspec import load_model_spec
+    >>> kv_bytes_per_token(load_model_spec("llama-3.1-8b"))
+    (131072.0, 131072.0)
+    >>> kv_bytes_per_token(load_model_spec("llama-3.1-70b"), tp=4)  # 80 layers, 8 heads / 4
+    (327680.0, 81920.0)
+    """
+    kinds = spec.layer_kinds()
+    attn = sum(k != "linear" for k in kinds)
+    whole = attn * kv_bytes_per_token_per_layer(spec, kv_dtype, 1)
+    stage = max(_stage_layers(kinds, pp), key=lambda s: sum(k != "linear" for k in s))
+    per_gpu = sum(k != "linear" for k in stage) * kv_bytes_per_token_per_layer(spec, kv_dtype, tp)
+    return whole, per_gpu
+
+
+def kv_bytes_per_sequence_per_gpu(
+    spec: "ModelSpec", context: int, kv_dtype: str = "bf16", tp: int = 1, pp: int = 1, block_size: int = 16
+) -> float:
+    """Bytes one sequence of ``context`` tokens holds on the fullest GPU, in whole blocks.
+
+    Notes
+    -----
+    Full layers hold ``ceil(S / block) x block`` positions; sliding layers
+    ``min(ceil(S / block), ceil(W / block) + 1) x block`` (the window plus the block being
+    filled); linear layers a fixed state of ``state_elements / tp`` 16-bit elements.
+    """
+    per_layer = kv_bytes_per_token_per_layer(spec, kv_dtype, tp)
+    blocks = math.ceil(context / block_size)
+    window_blocks = blocks
+    if spec.sliding_window is not None:
+        window_blocks = min(blocks, math.ceil(spec.sliding_window.window_tokens / block_size) + 1)
+    best = 0.0
+    for stage in _stage_layers(spec.layer_kinds(), pp):
+        total = 0.0
+        for k in stage:
+            if k == "full":
+                total += blocks * block_size * per_layer
+            elif k == "sliding":
+                total += window_blocks * block_size * per_layer
+            else:
+                assert spec.linear_attention is not None
+                total += spec.linear_attention.state_elements_per_layer / tp * 2
+        best = max(best, total)
+    return best
+
+
+def weights_bytes_per_gpu(spec: "ModelSpec", weight_dtype: str = "bf16", tp: int = 1, pp: int = 1) -> float:
+    """Weight bytes on the fullest GPU.
+
+    Notes
+    -----
+    Decoder linear layers are split ``1/tp`` (experts too, by tensor or expert parallelism)
+    and quantised to ``weight_dtype``; norms are replicated; the embedding and the LM head are
+    vocabulary-parallel (``1/tp``), 16-bit, on the first and last pipeline stage (once if
+    tied and ``pp == 1``). When ``tp`` exceeds the KV heads, each rank keeps a whole copy of one
+    KV head's k/v projections.
+
+    Examples
+    --------
+    Llama-3.1-8B in bf16 on one GPU: 8,030,261,248 parameters x 2 bytes = 14.96 GiB
+
+    >>> from capplan.modelspec import load_model_spec
+    >>> round(weights_bytes_per_gpu(load_model_spec("llama-3.1-8b")) / 2**30, 2)
+    14.96
+    """
+    wb = _dtype_bytes(weight_dtype, WEIGHT_DTYPE_BYTES, "--weight-dtype")
+    d = spec.hidden_size
+    norms = spec.norm_params_per_layer()
+    kinds = spec.layer_kinds()
+    replicated_kv = 0
+    if spec.mla is None and tp > spec.num_kv_heads:
+        # each rank holds one full KV head instead of num_kv_heads / tp of one
+        replicated_kv = 2 * d * spec.head_dim * (1 - spec.num_kv_heads / tp)
+    emb = spec.vocab_size * d
+    stages = _stage_layers(list(range(spec.num_layers)), pp)  # type: ignore[arg-type]
+    best = 0.0
+    for s, layers in enumerate(stages):
+        linear = sum(spec.layer_params(i) - norms for i in layers)
+        total = linear / tp * wb + len(layers) * (norms * 2 + replicated_kv * wb)
+        if s == 0:
+            total += emb / tp * 2
+        if s == len(stages) - 1:
+            total += d * 2  # final norm
+            if not spec.tie_word_embeddings or pp > 1:
+                total += emb / tp * 2
+        best = max(best, total)
+    del kinds
+    return best
+
+
+def activation_bytes_per_gpu(
+    spec: "ModelSpec", max_batched_tokens: int, tp: int = 1, defaults: MemoryDefaults = DEFAULTS
+) -> float:
+    """Default model of the profiling pass's activation peak on one GPU [bytes].
+
+    Notes
+    -----
+    ::
+
+        dense: T x (3 d + 3 d_ff / tp) x 2
+        MoE:   T x (3 d + 3 k d_e / tp + 3 S d_s / tp) x 2
+        + sampler: max_num_seqs x V x 4 x copies
+
+    Examples
+    --------
+    Llama-3.1-8B, 20,000 tokens: 20000 x (3 x 4096 + 3 x 14336) x 2 = 2.06 GiB before the sampler
+    (vLLM logged a 2.07 GiB activation peak for this case; ``docs/kv.md``).
+    """
+    d = spec.hidden_size
+    m = spec.moe
+    if m is not None:
+        mlp = 3 * m.experts_per_token * m.expert_intermediate_size
+        if m.num_shared_experts:
+            mlp += 3 * m.num_shared_experts * m.shared_width
+    else:
+        mlp = 3 * spec.intermediate_size
+    per_token = (3 * d + mlp / tp) * defaults.activation_bytes_per_element
+    sampler = defaults.max_num_seqs * spec.vocab_size * 4 * defaults.sampler_logit_copies
+    return max_batched_tokens * per_token + sampler
+
+
+def runtime_overhead_bytes(tp: int, pp: int, defaults: MemoryDefaults = DEFAULTS) -> float:
+    """Default non-torch memory per GPU [bytes]: CUDA context etc., plus NCCL buffers when parallel."""
+    extra = defaults.runtime_overhead_tp_gib if tp * pp > 1 else 0.0
+    return (defaults.runtime_overhead_gib + extra) * GIB
+
+
+def compute_kv(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> KVResult:
+    """The budget breakdown, KV bytes per token, capacity and concurrency of one configuration.
+
+    Raises
+    ------
+    InputError
+        Impossible parallel degree or dtype.
+    DoesNotFitError
+        The fixed memory (weights, activations, overhead) exceeds the usable memory; the message
+        gives the numbers and the smallest tensor-parallel degree that fits.
+
+    Examples
+    --------
+    The seed's teaching case, 8 sequences of 8,192 tokens of a 32-layer, 8-KV-head, d_h=128 BF16
+    model: 8 x 8192 x 131,072 bytes = 8 GiB.
+
+    >>> from capplan.hardware import load_hardware
+    >>> from capplan.modelspec import load_model_spec
+    >>> r = compute_kv(load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm"), KVInputs(context=8192))
+    >>> 8 * r.kv_bytes_per_sequence_per_gpu == 8 * 2**30
+    True
+    """
+    check_parallelism(spec, inp.tp, inp.pp)
+    if not 0 < inp.gpu_mem_util <= 1:
+        raise InputError(f"--gpu-mem-util {inp.gpu_mem_util}: must be in (0, 1]")
+    if inp.block_size < 1 or inp.context < 1:
+        raise InputError("--block-size and --context must be >= 1")
+    whole, per_gpu = kv_bytes_per_token(spec, inp.kv_dtype, inp.tp, inp.pp)
+    usable = inp.usable_mem_gib if inp.usable_mem_gib is not None else hw.mem_total_gib
+    weights = (
+        inp.weights_gib * GIB
+        if inp.weights_gib is not None
+        else weights_bytes_per_gpu(spec, inp.weight_dtype, inp.tp, inp.pp)
+    )
+    act = (
+        inp.activation_gib * GIB
+        if inp.activation_gib is not None
+        else activation_bytes_per_gpu(spec, inp.max_batched_tokens, inp.tp)
+    )
+    over = (
+        inp.runtime_overhead_gib * GIB
+        if inp.runtime_overhead_gib is not None
+        else runtime_overhead_bytes(inp.tp, inp.pp)
+    )
+    graph = (inp.graph_gib if inp.graph_gib is not None else DEFAULTS.graph_gib) * GIB
+    budget = usable * GIB * inp.gpu_mem_util - weights - act - over - graph
+    seq_bytes = kv_bytes_per_sequence_per_gpu(spec, inp.context, inp.kv_dtype, inp.tp, inp.pp, inp.block_size)
+    if budget <= 0 or budget < seq_bytes:
+        _raise_does_not_fit(spec, hw, inp, usable, weights, act, over, graph, budget, seq_bytes)
+    blocks = int(budget // (inp.block_size * per_gpu)) if per_gpu > 0 else 0
+    tokens = blocks * inp.block_size
+    return KVResult(
+        model=spec.name,
+        hardware=hw.name,
+        tp=inp.tp,
+        pp=inp.pp,
+        kv_dtype=inp.kv_dtype,
+        weight_dtype=inp.weight_dtype,
+        context=inp.context,
+        block_size=inp.block_size,
+        gpu_mem_util=inp.gpu_mem_util,
+        max_batched_tokens=inp.max_batched_tokens,
+        usable_mem_gib=usable,
+        kv_bytes_per_token=whole,
+        kv_bytes_per_token_per_gpu=per_gpu,
+        kv_bytes_per_sequence_per_gpu=seq_bytes,
+        weights_gib_per_gpu=weights / GIB,
+        activation_gib_per_gpu=act / GIB,
+        runtime_overhead_gib_per_gpu=over / GIB,
+        graph_gib_per_gpu=graph / GIB,
+        kv_budget_gib_per_gpu=budget / GIB,
+        kv_capacity_tokens=tokens,
+        kv_capacity_blocks=blocks,
+        max_concurrency_x=tokens / inp.context,
+        max_concurrent_sequences=int(budget // seq_bytes),
+    )
+
+
+def _raise_does_not_fit(
+    spec: "ModelSpec",
+    hw: "HardwareProfile",
+    inp: KVInputs,
+    usable: float,
+    weights: float,
+    act: float,
+    over: float,
+    graph: float,
+    budget: float,
+    seq_bytes: float,
+) -> None:
+    suggestion = ""
+    for tp in (2, 4, 8, 16, 32, 64):
+        if tp <= inp.tp:
+            continue
+        try:
+            compute_kv(spec, hw, replace(inp, tp=tp, weights_gib=None))
+        except (DoesNotFitError, InputError):
+            continue
+        suggestion = f"; --tp {tp} fits"
+        break
+    what = "weights, activations and overhead exceed" if budget <= 0 else "one sequence of the context does not fit in"
+    raise DoesNotFitError(
+        f"{spec.name} on {hw.name} (tp={inp.tp}, pp={inp.pp}): {what} the memory budget: "
+        f"{usable:.2f} GiB x {inp.gpu_mem_util:g} = {usable * inp.gpu_mem_util:.2f} GiB usable, "
+        f"weights {weights / GIB:.2f} + activations {act / GIB:.2f} + overhead {over / GIB:.2f}"
+        f"{f' + graphs {graph / GIB:.2f}' if graph else ''} GiB leaves {budget / GIB:.2f} GiB for KV, "
+        f"one {inp.context:,}-token sequence needs {seq_bytes / GIB:.3f} GiB{suggestion or '; no tensor-parallel degree up to 64 fits'}"
+    )
