@@ -61,33 +61,59 @@ as in the common fp8/AWQ/GPTQ checkpoints."""
 
 @dataclass(frozen=True)
 class MemoryDefaults:
-    """Default models of the budget terms a user does not give. See ``docs/kv.md`` for the fit.
+    """Default models of the budget terms a user does not give (ASSUMPTIONS, fitted to logs).
 
-    The activation peak is the largest temporary memory of the engine's profiling forward pass
-    over ``max_batched_tokens`` tokens: at the MLP of a dense layer the residual stream, the
-    layer input, the gate/up projection (``2 d_ff / tp``), its activation (``d_ff / tp``) and the
-    output coexist, ``T x (3 d + 3 d_ff / tp) x 2`` bytes; an MoE layer holds that for each of
-    the ``k`` routed experts of every token. The sampler's dummy run adds fp32 logits for
-    ``max_num_seqs`` sequences over the vocabulary.
+    Fitted to the vLLM V1 (0.10-0.11) start-up logs in ``tests/data/engine_startup_logs.yaml``;
+    the arithmetic and the fit are in ``docs/research/kv-engine-logs.md`` and ``docs/kv.md``.
+
+    The activation peak is the larger of two profiling runs the engine makes at start-up:
+
+    * the forward pass over ``max_batched_tokens`` tokens: at the MLP of a dense layer the
+      residual stream, the layer input, the gate/up projection (``2 d_ff / tp``), its activation
+      (``d_ff / tp``) and the output coexist, ``T x (3 d + 3 d_ff / tp) x 2`` bytes (an MoE layer
+      holds the ``k`` routed experts' share for every token); ~107 KiB per token for
+      Llama-3.1-8B, as logged;
+    * the sampler warm-up over ``max_num_seqs`` sequences: about 38.6 bytes per (sequence x
+      vocabulary entry), about ten fp32 copies of the logits (five logs agree within 1%).
     """
 
     gpu_mem_util: float = 0.9
     """vLLM's default ``gpu_memory_utilization`` (a fraction of *total* device memory in v1)."""
-    max_batched_tokens: int = 8192
-    """vLLM v1's default ``max_num_batched_tokens`` for online serving on data-centre GPUs."""
-    max_num_seqs: int = 256
-    """vLLM's default ``max_num_seqs`` (sampler profiling batch)."""
+    large_gpu_min_gib: float = 70.0
+    """vLLM picks larger batch defaults on GPUs with at least this much memory (A100 excepted)."""
+    max_batched_tokens_large: int = 8192
+    """``max_num_batched_tokens`` default of ``vllm serve`` on large GPUs."""
+    max_batched_tokens_small: int = 2048
+    """... and on the others (L40S, A10G, L4, consumer cards, A100)."""
+    max_num_seqs_large: int = 1024
+    """``max_num_seqs`` default on large GPUs."""
+    max_num_seqs_small: int = 256
+    """... and on the others."""
     activation_bytes_per_element: float = 2.0
     """Activations are 16-bit."""
-    sampler_logit_copies: float = 2.0
-    """fp32 logits plus one same-sized temporary (softmax / log-softmax) in the sampler run."""
-    runtime_overhead_gib: float = 0.4
-    """Non-torch memory at TP 1: CUDA context, cuBLAS workspace, allocator slack [GiB]."""
-    runtime_overhead_tp_gib: float = 0.25
-    """Extra non-torch memory once tensor or pipeline parallelism is on (NCCL buffers) [GiB]."""
+    sampler_bytes_per_seq_vocab: float = 38.6
+    """Sampler warm-up peak per (sequence x vocabulary entry) [bytes] (fit; version-dependent)."""
+    runtime_overhead_gib: float = 0.15
+    """Non-torch memory at TP 1 (CUDA context, cuBLAS workspace) on data-centre GPUs [GiB]."""
+    runtime_overhead_nvlink_gib: float = 0.55
+    """Non-torch memory once tensor/pipeline parallelism is on over NVLink (NCCL buffers) [GiB]."""
+    runtime_overhead_pcie_gib: float = 0.25
+    """... over PCIe (smaller NCCL buffers, no NVLS) [GiB]."""
+    nvlink_min_gbps: float = 100.0
+    """Intra-node bandwidth at or above which a profile's links are taken as NVLink/Infinity Fabric."""
     graph_gib: float = 0.0
-    """CUDA-graph memory counted against the KV budget [GiB]. vLLM v1 (0.10) captures graphs
+    """CUDA-graph memory counted against the KV budget [GiB]. vLLM V1 (0.10-0.11) captures graphs
     *after* allocating the KV cache, inside the headroom left by ``gpu_mem_util``, so 0."""
+
+    def is_large(self, hw: "HardwareProfile") -> bool:
+        """vLLM's "large GPU" rule: at least 70 GiB and not an A100."""
+        return hw.mem_total_gib >= self.large_gpu_min_gib and "a100" not in hw.name.lower()
+
+    def max_batched_tokens(self, hw: "HardwareProfile") -> int:
+        return self.max_batched_tokens_large if self.is_large(hw) else self.max_batched_tokens_small
+
+    def max_num_seqs(self, hw: "HardwareProfile") -> int:
+        return self.max_num_seqs_large if self.is_large(hw) else self.max_num_seqs_small
 
 
 DEFAULTS = MemoryDefaults()
@@ -110,7 +136,12 @@ class KVInputs:
     block_size: int = 16
     """Paged-attention block size [tokens]."""
     gpu_mem_util: float = DEFAULTS.gpu_mem_util
-    max_batched_tokens: int = DEFAULTS.max_batched_tokens
+    max_batched_tokens: int | None = None
+    """Largest scheduled token batch, sizes the forward activation peak [tokens]; default
+    vLLM's for the GPU class (8192 on >= 70 GiB non-A100 GPUs, else 2048)."""
+    max_num_seqs: int | None = None
+    """Scheduler's max running sequences, sizes the sampler peak; default vLLM's for the GPU
+    class (1024 on >= 70 GiB non-A100 GPUs, else 256)."""
     usable_mem_gib: float | None = None
     """Total device memory as the framework sees it [GiB]; default: the hardware profile's."""
     weights_gib: float | None = None
@@ -133,6 +164,7 @@ class KVResult:
     block_size: int
     gpu_mem_util: float
     max_batched_tokens: int
+    max_num_seqs: int
     usable_mem_gib: float
     kv_bytes_per_token: float
     kv_bytes_per_token_per_gpu: float
@@ -324,22 +356,31 @@ def weights_bytes_per_gpu(spec: "ModelSpec", weight_dtype: str = "bf16", tp: int
 
 
 def activation_bytes_per_gpu(
-    spec: "ModelSpec", max_batched_tokens: int, tp: int = 1, defaults: MemoryDefaults = DEFAULTS
+    spec: "ModelSpec", max_batched_tokens: int, max_num_seqs: int, tp: int = 1, defaults: MemoryDefaults = DEFAULTS
 ) -> float:
-    """Default model of the profiling pass's activation peak on one GPU [bytes].
+    """Default model of the start-up profiling's activation peak on one GPU [bytes].
 
     Notes
     -----
-    ::
+    The larger of the forward pass and the sampler warm-up::
 
-        dense: T x (3 d + 3 d_ff / tp) x 2
-        MoE:   T x (3 d + 3 k d_e / tp + 3 S d_s / tp) x 2
-        + sampler: max_num_seqs x V x 4 x copies
+        forward = T x (3 d + mlp / tp) x 2,   mlp = 3 d_ff (dense) or 3 k d_e + 3 S d_s (MoE)
+        sampler = 38.6 x max_num_seqs x V
 
     Examples
     --------
-    Llama-3.1-8B, 20,000 tokens: 20000 x (3 x 4096 + 3 x 14336) x 2 = 2.06 GiB before the sampler
-    (vLLM logged a 2.07 GiB activation peak for this case; ``docs/kv.md``).
+    Llama-3.1-8B at 20,000 batched tokens, 256 sequences: the forward pass,
+    20000 x (3 x 4096 + 3 x 14336) x 2 = 2.06 GiB (vLLM logged 2.07 GiB, ``docs/kv.md``):
+
+    >>> from capplan.modelspec import load_model_spec
+    >>> round(activation_bytes_per_gpu(load_model_spec("llama-3.1-8b"), 20000, 256) / 2**30, 2)
+    2.06
+
+    At vLLM's H100 defaults (8,192 tokens, 1,024 sequences) the sampler dominates:
+    38.6 x 1024 x 128256 = 4.72 GiB (logged 4.76 GiB).
+
+    >>> round(activation_bytes_per_gpu(load_model_spec("llama-3.1-8b"), 8192, 1024) / 2**30, 2)
+    4.72
     """
     d = spec.hidden_size
     m = spec.moe
@@ -349,15 +390,22 @@ def activation_bytes_per_gpu(
             mlp += 3 * m.num_shared_experts * m.shared_width
     else:
         mlp = 3 * spec.intermediate_size
-    per_token = (3 * d + mlp / tp) * defaults.activation_bytes_per_element
-    sampler = defaults.max_num_seqs * spec.vocab_size * 4 * defaults.sampler_logit_copies
-    return max_batched_tokens * per_token + sampler
+    forward = max_batched_tokens * (3 * d + mlp / tp) * defaults.activation_bytes_per_element
+    sampler = defaults.sampler_bytes_per_seq_vocab * max_num_seqs * spec.vocab_size
+    return max(forward, sampler)
 
 
-def runtime_overhead_bytes(tp: int, pp: int, defaults: MemoryDefaults = DEFAULTS) -> float:
-    """Default non-torch memory per GPU [bytes]: CUDA context etc., plus NCCL buffers when parallel."""
-    extra = defaults.runtime_overhead_tp_gib if tp * pp > 1 else 0.0
-    return (defaults.runtime_overhead_gib + extra) * GIB
+def runtime_overhead_bytes(hw: "HardwareProfile", tp: int, pp: int, defaults: MemoryDefaults = DEFAULTS) -> float:
+    """Default non-torch memory per GPU [bytes].
+
+    0.15 GiB on one GPU; with tensor or pipeline parallelism 0.55 GiB over NVLink-class links and
+    0.25 GiB over PCIe (NCCL buffers), as logged by vLLM V1 (``docs/research/kv-engine-logs.md``).
+    """
+    if tp * pp == 1:
+        return defaults.runtime_overhead_gib * GIB
+    if hw.intra_node_bandwidth_gbps >= defaults.nvlink_min_gbps:
+        return defaults.runtime_overhead_nvlink_gib * GIB
+    return defaults.runtime_overhead_pcie_gib * GIB
 
 
 def compute_kv(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> KVResult:
@@ -394,20 +442,22 @@ def compute_kv(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> KVRes
         if inp.weights_gib is not None
         else weights_bytes_per_gpu(spec, inp.weight_dtype, inp.tp, inp.pp)
     )
+    mbt = inp.max_batched_tokens if inp.max_batched_tokens is not None else DEFAULTS.max_batched_tokens(hw)
+    seqs = inp.max_num_seqs if inp.max_num_seqs is not None else DEFAULTS.max_num_seqs(hw)
     act = (
         inp.activation_gib * GIB
         if inp.activation_gib is not None
-        else activation_bytes_per_gpu(spec, inp.max_batched_tokens, inp.tp)
+        else activation_bytes_per_gpu(spec, mbt, seqs, inp.tp)
     )
     over = (
         inp.runtime_overhead_gib * GIB
         if inp.runtime_overhead_gib is not None
-        else runtime_overhead_bytes(inp.tp, inp.pp)
+        else runtime_overhead_bytes(hw, inp.tp, inp.pp)
     )
     graph = (inp.graph_gib if inp.graph_gib is not None else DEFAULTS.graph_gib) * GIB
     budget = usable * GIB * inp.gpu_mem_util - weights - act - over - graph
     seq_bytes = kv_bytes_per_sequence_per_gpu(spec, inp.context, inp.kv_dtype, inp.tp, inp.pp, inp.block_size)
-    if budget <= 0 or budget < seq_bytes:
+    if budget <= 0:
         _raise_does_not_fit(spec, hw, inp, usable, weights, act, over, graph, budget, seq_bytes)
     blocks = int(budget // (inp.block_size * per_gpu)) if per_gpu > 0 else 0
     tokens = blocks * inp.block_size
@@ -421,7 +471,8 @@ def compute_kv(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> KVRes
         context=inp.context,
         block_size=inp.block_size,
         gpu_mem_util=inp.gpu_mem_util,
-        max_batched_tokens=inp.max_batched_tokens,
+        max_batched_tokens=mbt,
+        max_num_seqs=seqs,
         usable_mem_gib=usable,
         kv_bytes_per_token=whole,
         kv_bytes_per_token_per_gpu=per_gpu,
@@ -460,11 +511,112 @@ def _raise_does_not_fit(
             continue
         suggestion = f"; --tp {tp} fits"
         break
-    what = "weights, activations and overhead exceed" if budget <= 0 else "one sequence of the context does not fit in"
     raise DoesNotFitError(
-        f"{spec.name} on {hw.name} (tp={inp.tp}, pp={inp.pp}): {what} the memory budget: "
+        f"{spec.name} on {hw.name} (tp={inp.tp}, pp={inp.pp}): weights, activations and overhead exceed "
+        "the memory budget: "
         f"{usable:.2f} GiB x {inp.gpu_mem_util:g} = {usable * inp.gpu_mem_util:.2f} GiB usable, "
         f"weights {weights / GIB:.2f} + activations {act / GIB:.2f} + overhead {over / GIB:.2f}"
-        f"{f' + graphs {graph / GIB:.2f}' if graph else ''} GiB leaves {budget / GIB:.2f} GiB for KV, "
-        f"one {inp.context:,}-token sequence needs {seq_bytes / GIB:.3f} GiB{suggestion or '; no tensor-parallel degree up to 64 fits'}"
+        f"{f' + graphs {graph / GIB:.2f}' if graph else ''} GiB leaves {budget / GIB:.2f} GiB for KV"
+        f"{suggestion or '; no tensor-parallel degree up to 64 fits'}"
+    )
+
+
+@dataclass(frozen=True)
+class KVGrid:
+    """Vectorised results over models x hardware x tp x kv dtype x context.
+
+    Every array has shape ``(M, H, T, D, C)`` (or broadcasts to it); combinations an engine
+    cannot run (tp not dividing the heads) or that do not fit hold ``fits == False`` and zeros.
+    """
+
+    models: list[str]
+    hardware: list[str]
+    tps: list[int]
+    kv_dtypes: list[str]
+    contexts: "np.ndarray"
+    kv_budget_gib_per_gpu: "np.ndarray"
+    kv_bytes_per_token_per_gpu: "np.ndarray"
+    kv_capacity_tokens: "np.ndarray"
+    max_concurrency_x: "np.ndarray"
+    max_concurrent_sequences: "np.ndarray"
+    fits: "np.ndarray"
+
+    @property
+    def size(self) -> int:
+        return int(self.max_concurrent_sequences.size)
+
+
+def kv_grid(
+    specs: list["ModelSpec"],
+    hardware: list["HardwareProfile"],
+    tps: list[int],
+    kv_dtypes: list[str],
+    contexts: "np.ndarray | list[int]",
+    weight_dtype: str = "bf16",
+    gpu_mem_util: float = DEFAULTS.gpu_mem_util,
+    block_size: int = 16,
+) -> KVGrid:
+    """Evaluate :func:`compute_kv`'s default model over a full grid at once (numpy broadcasting).
+
+    The per-(model, tp, hardware) terms (weights, activation, overhead) are computed once each;
+    everything that varies with dtype and context is array arithmetic, so a million combinations
+    take well under a second (``benchmarks/bench_kv.py``). Values agree with :func:`compute_kv`
+    on every cell (tested).
+    """
+    import numpy as np
+
+    ctx = np.asarray(contexts, dtype=np.int64)
+    M, H, T, D = len(specs), len(hardware), len(tps), len(kv_dtypes)
+    usable = np.array([h.mem_total_gib for h in hardware]) * GIB * gpu_mem_util  # (H,)
+    fixed = np.zeros((M, H, T))
+    valid = np.ones((M, 1, T), dtype=bool)
+    bpt_layer = np.zeros((M, 1, T, D))  # bytes per token per attention layer per GPU
+    full = np.zeros((M, 1, 1, 1))
+    sliding = np.zeros((M, 1, 1, 1))
+    window_blocks = np.zeros((M, 1, 1, 1))
+    dbytes = np.array([_dtype_bytes(d, KV_DTYPE_BYTES, "--kv-dtype") for d in kv_dtypes])
+    for m, spec in enumerate(specs):
+        kinds = spec.layer_kinds()
+        full[m] = kinds.count("full")
+        sliding[m] = kinds.count("sliding")
+        if spec.sliding_window is not None:
+            window_blocks[m] = math.ceil(spec.sliding_window.window_tokens / block_size) + 1
+        for t, tp in enumerate(tps):
+            try:
+                check_parallelism(spec, tp)
+            except InputError:
+                valid[m, 0, t] = False
+                continue
+            w = weights_bytes_per_gpu(spec, weight_dtype, tp)
+            if spec.mla is not None:
+                bpt_layer[m, 0, t, :] = (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) * dbytes
+            else:
+                bpt_layer[m, 0, t, :] = 2 * max(1, spec.num_kv_heads // tp) * spec.head_dim * dbytes
+            for h, hw in enumerate(hardware):
+                act = activation_bytes_per_gpu(spec, DEFAULTS.max_batched_tokens(hw), DEFAULTS.max_num_seqs(hw), tp)
+                fixed[m, h, t] = w + act + runtime_overhead_bytes(hw, tp, 1)
+    budget = usable[None, :, None] - fixed  # (M, H, T)
+    budget5 = budget[..., None, None]  # (M, H, T, 1, 1)
+    per_token = (full + sliding)[..., None] * bpt_layer[..., None]  # (M, 1, T, D, 1)
+    fits = (budget5 > 0) & valid[..., None, None] & (per_token > 0)
+    safe_pt = np.where(per_token > 0, per_token, 1.0)
+    blocks = np.where(fits, np.floor(budget5 / (block_size * safe_pt)), 0)
+    tokens = blocks * block_size
+    ctx_blocks = np.ceil(ctx / block_size)[None, None, None, None, :]  # (1,1,1,1,C)
+    seq_bytes = (
+        full[..., None] * ctx_blocks + sliding[..., None] * np.minimum(ctx_blocks, np.where(window_blocks[..., None] > 0, window_blocks[..., None], ctx_blocks))
+    ) * block_size * bpt_layer[..., None]
+    seqs = np.where(fits, np.floor(budget5 / np.where(seq_bytes > 0, seq_bytes, 1.0)), 0)
+    return KVGrid(
+        models=[s.name for s in specs],
+        hardware=[h.name for h in hardware],
+        tps=list(tps),
+        kv_dtypes=list(kv_dtypes),
+        contexts=ctx,
+        kv_budget_gib_per_gpu=np.broadcast_to(budget5 / GIB, seqs.shape),
+        kv_bytes_per_token_per_gpu=np.broadcast_to(per_token, seqs.shape),
+        kv_capacity_tokens=np.broadcast_to(tokens, seqs.shape),
+        max_concurrency_x=np.where(fits, tokens / ctx, 0.0),
+        max_concurrent_sequences=seqs,
+        fits=np.broadcast_to(fits, seqs.shape),
     )

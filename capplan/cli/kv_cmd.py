@@ -1,0 +1,215 @@
+"""``capplan kv``: the KV-memory budget, capacity and concurrency of a model on a GPU."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from capplan.cli.app import app
+from capplan.cli.common import Format, FormatOpt, ForceOpt, OutputOpt, call, console, emit, file_console, fail
+
+if TYPE_CHECKING:
+    from capplan.kv import KVResult
+
+
+def parse_list(values: list[str] | None, cast: type, flag: str) -> list:
+    """Accept ``--flag 1,2 --flag 4`` as ``[1, 2, 4]``; a bad item is a one-line error."""
+    out = []
+    for v in values or []:
+        for item in str(v).split(","):
+            item = item.strip()
+            if not item:
+                continue
+            try:
+                out.append(cast(item))
+            except ValueError:
+                raise fail(f"{flag} {item!r}: expected a {cast.__name__}") from None
+    return out
+
+
+@app.command(
+    "kv",
+    help=(
+        "KV-cache memory budget, capacity and concurrency of MODEL on HARDWARE.\n\n"
+        "Prints the per-GPU budget (usable memory x utilisation - weights - activation peak - "
+        "runtime overhead), KV bytes per token, capacity in tokens and paged blocks, and the max "
+        "concurrency at each context; several --context / --tp values give one row each. With "
+        "--workload, also the resident and runnable conversations that workload allows.\n\n"
+        "Examples:\n\n"
+        "\b\n"
+        "  capplan kv --model llama-3.1-8b --hardware h100-sxm\n"
+        "  capplan kv --model llama-3.1-70b --hardware h100-sxm --tp 2,4,8 --context 8192,32768\n"
+        "  capplan kv --model qwen3-8b --hardware h100-sxm --workload agentic-tool-rl\n"
+        "  capplan kv --model llama-3.1-8b --hardware h100-sxm --usable-mem-gib 79.19 \\\n"
+        "      --weights-gib 14.99 --activation-gib 1.19 --runtime-overhead-gib 0.45   # reproduce an engine log"
+    ),
+)
+def kv(
+    model: Annotated[str, typer.Option("--model", "-m", help="Model preset name or path to a model YAML.")],
+    hardware: Annotated[str, typer.Option("--hardware", "-H", help="Hardware profile name or path.")],
+    tp: Annotated[list[str] | None, typer.Option("--tp", help="Tensor-parallel degree(s), e.g. 1,2,4.")] = None,
+    pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel degree.", min=1)] = 1,
+    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="KV dtype: bf16, fp16, fp8, int8, int4.")] = "bf16",
+    weight_dtype: Annotated[
+        str, typer.Option("--weight-dtype", help="Weight dtype: bf16, fp16, fp8, int8, int4.")
+    ] = "bf16",
+    context: Annotated[
+        list[str] | None, typer.Option("--context", "-c", help="Tokens per sequence, e.g. 8192,32768 [tokens].")
+    ] = None,
+    gpu_mem_util: Annotated[
+        float, typer.Option("--gpu-mem-util", help="Fraction of total GPU memory the engine may use (vLLM default 0.9).")
+    ] = 0.9,
+    block_size: Annotated[int, typer.Option("--block-size", help="Paged-KV block size [tokens].", min=1)] = 16,
+    max_batched_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-batched-tokens",
+            help="Largest scheduled token batch, sizes the activation peak (default: vLLM's for the GPU class).",
+            min=1,
+        ),
+    ] = None,
+    max_num_seqs: Annotated[
+        int | None,
+        typer.Option(
+            "--max-num-seqs",
+            help="Max running sequences, sizes the sampler peak (default: vLLM's for the GPU class).",
+            min=1,
+        ),
+    ] = None,
+    usable_mem_gib: Annotated[
+        float | None, typer.Option("--usable-mem-gib", help="Total device memory as the framework sees it [GiB].")
+    ] = None,
+    weights_gib: Annotated[float | None, typer.Option("--weights-gib", help="Weights per GPU [GiB] (override).")] = None,
+    activation_gib: Annotated[
+        float | None, typer.Option("--activation-gib", help="Activation peak per GPU [GiB] (override).")
+    ] = None,
+    runtime_overhead_gib: Annotated[
+        float | None, typer.Option("--runtime-overhead-gib", help="Non-torch runtime memory per GPU [GiB] (override).")
+    ] = None,
+    graph_gib: Annotated[
+        float | None, typer.Option("--graph-gib", help="CUDA-graph memory charged to the KV budget [GiB] (default 0).")
+    ] = None,
+    workload: Annotated[
+        str | None, typer.Option("--workload", "-w", help="Workload file or name: report its concurrency.")
+    ] = None,
+    format: FormatOpt = Format.table,
+    output: OutputOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    from capplan.hardware import load_hardware
+    from capplan.kv import KVInputs, compute_kv
+    from capplan.modelspec import load_model_spec
+
+    spec = call(lambda: load_model_spec(model))
+    hw = call(lambda: load_hardware(hardware))
+    tps = parse_list(tp, int, "--tp") or [1]
+    contexts = parse_list(context, int, "--context") or [8192]
+    rows: list[KVResult] = []
+    for t in tps:
+        for ctx in contexts:
+            inp = KVInputs(
+                tp=t,
+                pp=pp,
+                kv_dtype=kv_dtype,
+                weight_dtype=weight_dtype,
+                context=ctx,
+                block_size=block_size,
+                gpu_mem_util=gpu_mem_util,
+                max_batched_tokens=max_batched_tokens,
+                max_num_seqs=max_num_seqs,
+                usable_mem_gib=usable_mem_gib,
+                weights_gib=weights_gib,
+                activation_gib=activation_gib,
+                runtime_overhead_gib=runtime_overhead_gib,
+                graph_gib=graph_gib,
+            )
+            rows.append(call(lambda: compute_kv(spec, hw, inp)))
+    conc = None
+    if workload is not None:
+        from capplan.concurrency import workload_concurrency
+        from capplan.workload import load_workload
+
+        w = call(lambda: load_workload(workload))
+        conc = [call(lambda: workload_concurrency(spec, hw, r, w, max_num_seqs=r.max_num_seqs)) for r in rows]
+
+    if format is Format.json:
+        from capplan.output import to_json
+
+        docs = [r.as_dict() for r in rows]
+        if conc is not None:
+            for d, c in zip(docs, conc):
+                d["workload_concurrency"] = c.as_dict()
+        emit(to_json(docs), output, force)
+        return
+    if format is Format.csv:
+        from capplan.output import to_csv
+
+        docs = [r.as_dict() for r in rows]
+        if conc is not None:
+            for d, c in zip(docs, conc):
+                d.update({f"workload_{k}": v for k, v in c.as_dict().items()})
+        header = list(docs[0])
+        emit(to_csv(header, [[d[k] for k in header] for d in docs]), output, force)
+        return
+    con = console() if output is None else file_console()
+    render(con, rows, conc)
+    if output is not None:
+        emit(con.file.getvalue(), output, force)  # type: ignore[attr-defined]
+
+
+def render(con, rows, conc) -> None:  # noqa: ANN001
+    from rich.markup import escape
+    from rich.table import Table
+
+    r0 = rows[0]
+    con.print(
+        f"{r0.model} on {r0.hardware}: kv {r0.kv_dtype}, weights {r0.weight_dtype}, pp {r0.pp}, "
+        f"block {r0.block_size} tokens, gpu_mem_util {r0.gpu_mem_util:g}, max batched tokens {r0.max_batched_tokens:,}, "
+        f"max seqs {r0.max_num_seqs:,}. "
+        "GiB = 2^30 bytes."
+    )
+    t = Table(title="Per-GPU memory budget and KV capacity (one column per configuration)", title_justify="left")
+    t.add_column("", no_wrap=True)
+    for r in rows:
+        t.add_column(f"tp {r.tp}\n{r.context:,} tok", justify="right")
+    lines = [
+        ("device memory [GiB]", lambda r: f"{r.usable_mem_gib:.2f}"),
+        ("x gpu_mem_util [GiB]", lambda r: f"{r.usable_mem_gib * r.gpu_mem_util:.2f}"),
+        ("- weights [GiB]", lambda r: f"{r.weights_gib_per_gpu:.2f}"),
+        ("- activation peak [GiB]", lambda r: f"{r.activation_gib_per_gpu:.2f}"),
+        ("- runtime overhead [GiB]", lambda r: f"{r.runtime_overhead_gib_per_gpu:.2f}"),
+        ("- CUDA graphs [GiB]", lambda r: f"{r.graph_gib_per_gpu:.2f}"),
+        ("= KV budget [GiB]", lambda r: f"{r.kv_budget_gib_per_gpu:.2f}"),
+        ("KV bytes/token, model", lambda r: f"{r.kv_bytes_per_token:,.0f}"),
+        ("KV bytes/token, per GPU", lambda r: f"{r.kv_bytes_per_token_per_gpu:,.0f}"),
+        ("KV capacity [tokens]", lambda r: f"{r.kv_capacity_tokens:,}"),
+        ("KV capacity [blocks]", lambda r: f"{r.kv_capacity_blocks:,}"),
+        ("max concurrency [x]", lambda r: f"{r.max_concurrency_x:.2f}"),
+        ("max sequences at context", lambda r: f"{r.max_concurrent_sequences:,}"),
+    ]
+    for label, cell in lines:
+        t.add_row(escape(label), *(cell(r) for r in rows), style="bold" if label.startswith("=") else None)
+    con.print(t)
+    if conc:
+        w = Table(title=f"Workload {conc[0].workload}: conversations per replica", title_justify="left")
+        w.add_column("", no_wrap=True)
+        for r in rows:
+            w.add_column(f"tp {r.tp}", justify="right")
+        wl = [
+            ("KV during tool wait", lambda c: c.kv_during_tool_wait),
+            ("mean KV held [tokens]", lambda c: f"{c.mean_kv_tokens_held:,.0f}"),
+            ("resident conversations", lambda c: f"{c.resident_conversations:,.1f}"),
+            ("  runnable (decoding)", lambda c: f"{c.runnable_sequences:,.1f}"),
+            ("  waiting on tools", lambda c: f"{c.waiting_conversations:,.1f}"),
+            ("resident at p95 peak context", lambda c: f"{c.resident_at_p95_peak:,}"),
+            ("decode step [ms]", lambda c: f"{c.decode_step_s * 1e3:.1f}"),
+            ("binding limit", lambda c: c.binding),
+        ]
+        for label, cell in wl:
+            w.add_row(escape(label), *(cell(c) for c in conc))
+        con.print(w)
+        con.print(
+            "Resident = KV capacity / time-averaged KV a conversation holds (Little's law); runnable = resident x "
+            "share of its lifetime spent decoding; waiting conversations hold KV (retain) but no decode slot."
+        )

@@ -1,0 +1,204 @@
+"""``capplan profiles`` (list, show) and ``capplan model import``."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from capplan.cli.app import app
+from capplan.cli.common import ForceOpt, call, console, emit, fail
+
+profiles_app = typer.Typer(
+    help=(
+        "List and show the bundled hardware profiles and model presets.\n\n"
+        "Examples:\n\n"
+        "\b\n"
+        "  capplan profiles list\n"
+        "  capplan profiles list models\n"
+        "  capplan profiles show h100-sxm\n"
+        "  capplan profiles show deepseek-v3"
+    ),
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+app.add_typer(profiles_app, name="profiles")
+
+model_app = typer.Typer(
+    help=(
+        "Model profiles from Hugging Face configs.\n\n"
+        "Example:\n\n"
+        "\b\n"
+        "  capplan model import config.json --name my-llama --output models/my-llama.yaml"
+    ),
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+app.add_typer(model_app, name="model")
+
+
+class ProfileKind(str, Enum):
+    all = "all"
+    hardware = "hardware"
+    models = "models"
+
+
+@profiles_app.command(
+    "list",
+    help=(
+        "List bundled hardware profiles and/or model presets in tables.\n\n"
+        "Examples:\n\n"
+        "\b\n"
+        "  capplan profiles list\n"
+        "  capplan profiles list hardware"
+    ),
+)
+def list_(kind: Annotated[ProfileKind, typer.Argument(help="hardware, models or all.")] = ProfileKind.all) -> None:
+    from rich.table import Table
+
+    from capplan.hardware import list_hardware
+    from capplan.modelspec import list_models, load_model_spec
+
+    con = console()
+    if kind in (ProfileKind.all, ProfileKind.hardware):
+        t = Table(title="Hardware profiles (GiB = 2^30 B; GB/s and TFLOP/s decimal; dense peaks)", title_justify="left")
+        for col in ("name", "memory\n[GiB]", "HBM\n[GB/s]", "bf16\n[TFLOP/s]", "fp8\n[TFLOP/s]", "GPUs/\nnode", "intra-node\n[GB/s]"):
+            t.add_column(col, justify="left" if col == "name" else "right", no_wrap=col == "name")
+        for h in list_hardware():
+            fp8 = h.peak_tflops.get("fp8")
+            t.add_row(
+                h.name,
+                f"{h.mem_total_gib:.2f}",
+                f"{h.hbm_bandwidth_gbps:,.0f}",
+                f"{h.peak_tflops.get('bf16', 0):,.1f}",
+                f"{fp8:,.1f}" if fp8 else "-",
+                str(h.gpus_per_node),
+                f"{h.intra_node_bandwidth_gbps:,.0f}",
+            )
+        con.print(t)
+    if kind in (ProfileKind.all, ProfileKind.models):
+        t = Table(title="Model presets (parameters in billions, derived from the architecture)", title_justify="left")
+        for col in ("name", "layers", "hidden", "heads/kv", "attention", "total", "active"):
+            t.add_column(col, justify="left" if col in ("name", "attention") else "right", no_wrap=col == "name")
+        for name in list_models():
+            s = load_model_spec(name)
+            attn = "MLA" if s.mla else ("GQA" if s.num_kv_heads < s.num_attention_heads else "MHA")
+            if s.sliding_window:
+                attn += f"+SW{s.sliding_window.window_tokens}"
+            if s.moe:
+                attn += f", MoE {s.moe.experts_per_token}/{s.moe.num_experts}"
+            t.add_row(
+                s.name,
+                str(s.num_layers),
+                f"{s.hidden_size:,}",
+                f"{s.num_attention_heads}/{s.num_kv_heads}",
+                attn,
+                f"{s.total_params() / 1e9:,.2f}",
+                f"{s.active_params() / 1e9:,.2f}",
+            )
+        con.print(t)
+
+
+@profiles_app.command(
+    "show",
+    help=(
+        "Show one hardware profile or model preset with every field and its source.\n\n"
+        "Examples:\n\n"
+        "\b\n"
+        "  capplan profiles show h100-sxm\n"
+        "  capplan profiles show qwen3-30b-a3b"
+    ),
+)
+def show(name: Annotated[str, typer.Argument(help="Profile or preset name, or a path to one.")]) -> None:
+    from rich.table import Table
+
+    from capplan.errors import NotFoundError
+    from capplan.hardware import load_hardware
+    from capplan.modelspec import load_model_spec
+
+    obj = None
+    for loader in (load_hardware, load_model_spec):
+        try:
+            obj = loader(name)
+            break
+        except NotFoundError:
+            continue
+        except Exception as exc:  # a real file of the other kind fails validation; try the next kind
+            from capplan.errors import CapplanError
+
+            if not isinstance(exc, CapplanError):
+                raise
+            last = exc
+            continue
+    if obj is None:
+        from capplan.hardware import list_hardware
+        from capplan.modelspec import list_models
+
+        if Path(name).is_file():
+            raise fail(str(last))  # noqa: F821
+        names = [h.name for h in list_hardware()] + list_models()
+        raise fail(f"{name}: no hardware profile or model preset of that name; known: {', '.join(names)}")
+    data = obj.model_dump(exclude_none=True)
+    sources = data.pop("sources", {})
+    con = console()
+    t = Table(title=f"{name}", title_justify="left", show_lines=False)
+    t.add_column("field")
+    t.add_column("value", overflow="fold")
+    t.add_column("source", overflow="fold", style="dim")
+
+    def walk(prefix: str, value: object) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else k, v)
+        else:
+            src = sources.get(prefix) or sources.get(prefix.split(".")[0], "")
+            t.add_row(prefix, str(value), src)
+
+    walk("", data)
+    if hasattr(obj, "total_params"):
+        t.add_row("derived total params", f"{obj.total_params():,}", "capplan.modelspec.total_params")
+        t.add_row("derived active params", f"{obj.active_params():,}", "capplan.modelspec.active_params")
+    con.print(t)
+
+
+@model_app.command(
+    "import",
+    help=(
+        "Turn a Hugging Face config.json into a capplan model profile (YAML).\n\n"
+        "Supported: Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Gemma-2, DeepSeek-V3, OLMo 2 and OLMo 3 "
+        "architectures. Writes to --output (never overwriting without --force) or prints.\n\n"
+        "Examples:\n\n"
+        "\b\n"
+        "  capplan model import config.json --name my-llama\n"
+        "  capplan model import config.json --name my-llama --output models/my-llama.yaml\n"
+        "  capplan kv --model models/my-llama.yaml --hardware h100-sxm"
+    ),
+)
+def import_(
+    config: Annotated[Path, typer.Argument(help="Path to a config.json.", exists=True, dir_okay=False)],
+    name: Annotated[str | None, typer.Option("--name", help="Profile name (default: the parent folder's name, lower case).")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the YAML here.", dir_okay=False)] = None,
+    force: ForceOpt = False,
+) -> None:
+    import json
+
+    from capplan.errors import InputError
+    from capplan.hf_import import spec_from_hf_config, spec_to_yaml
+
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise fail(f"{config}: not a readable JSON file ({exc})") from None
+    chosen = (name or config.resolve().parent.name or "imported-model").lower().replace("_", "-")
+
+    def build() -> str:
+        spec = spec_from_hf_config(data, chosen, str(config))
+        return spec_to_yaml(spec)
+
+    try:
+        text = build()
+    except InputError as exc:
+        raise fail(str(exc)) from None
+    emit(text, output, force)

@@ -1,0 +1,150 @@
+"""How many conversations of a workload a replica can hold, and how many of them can decode.
+
+A conversation alternates between decoding (it needs a decode slot and its KV grows) and waiting
+on a tool (no GPU work; its KV stays resident with ``kv_during_tool_wait: retain`` and is freed
+with ``evict``). Seed 000: a waiting conversation is not GPU demand, so waiting and runnable
+conversations are reported separately.
+
+By Little's law, with ``N`` conversations resident in steady state the KV in use is
+``N x E[KV-token-seconds per conversation] / E[lifetime]``. Setting that equal to the KV
+capacity gives the largest ``N``::
+
+    N = capacity_tokens x E[lifetime] / E[K]
+    K = sum_j (I_j + a_j / 2) a_j t_tok  +  [retain] sum_j (I_j + a_j) w_j
+    lifetime = sum_j a_j t_tok + sum_j w_j
+
+with turn ``j``'s input ``I_j``, sampled actions ``a_j``, tool wait ``w_j`` and time per output
+token ``t_tok``. Runnable = ``N x E[decode time] / E[lifetime]``, capped by the scheduler's
+``max_num_seqs``. ``t_tok`` is the decode step time at that runnable batch, found by fixed-point
+iteration (it depends on the batch, which depends on it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from capplan.hardware import HardwareProfile
+    from capplan.kv import KVResult
+    from capplan.modelspec import ModelSpec
+    from capplan.workload import Workload
+
+
+@dataclass(frozen=True)
+class WorkloadConcurrency:
+    """Conversations of one workload per replica (a JSON object under ``workload_concurrency``)."""
+
+    workload: str
+    kv_during_tool_wait: str
+    mean_kv_tokens_held: float
+    """Time-averaged KV a conversation holds over its lifetime [tokens]."""
+    resident_conversations: float
+    """Conversations whose KV fits at once, by Little's law [conversations]."""
+    runnable_sequences: float
+    """Of those, decoding at any moment (need a decode slot) [sequences]."""
+    waiting_conversations: float
+    """Of those, waiting on a tool (no GPU work) [conversations]."""
+    resident_at_p95_peak: int
+    """Conservative: conversations that fit if each holds its p95 final context [conversations]."""
+    decode_step_s: float
+    """Decode step time at the runnable batch [s] (= time per output token)."""
+    mean_lifetime_s: float
+    """Mean decode time plus tool wait of a conversation [s] (prefill not included)."""
+    binding: str
+    """``memory`` (KV capacity), ``max_num_seqs`` (scheduler cap on runnable sequences)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def memory_bound_decode_step(spec: "ModelSpec", hw: "HardwareProfile", kv: "KVResult") -> Callable[[float, float], float]:
+    """Decode step time ``f(batch, mean_context)`` [s] from the roofline model of :mod:`capplan.roofline`."""
+    from capplan.roofline import RooflineInputs, decode_step
+
+    inp = RooflineInputs(tp=kv.tp, weight_dtype=kv.weight_dtype, kv_dtype=kv.kv_dtype)
+
+    def step(batch: float, context: float) -> float:
+        b = max(1, int(round(batch)))
+        return float(decode_step(spec, hw, inp, b, max(1, int(round(context)))).step_time_s)
+
+    return step
+
+
+def workload_concurrency(
+    spec: "ModelSpec",
+    hw: "HardwareProfile",
+    kv: "KVResult",
+    workload: "Workload",
+    conversations: int = 20_000,
+    max_num_seqs: int = 256,
+    step_time: Callable[[float, float], float] | None = None,
+) -> WorkloadConcurrency:
+    """Resident, runnable and waiting conversations of ``workload`` on one replica.
+
+    Parameters
+    ----------
+    kv : KVResult
+        The replica's KV capacity (from :func:`capplan.kv.compute_kv`).
+    conversations : int
+        Monte Carlo sample of conversations (fixed workloads use one, exactly).
+    max_num_seqs : int
+        Scheduler cap on sequences decoding at once (vLLM's default 256).
+    step_time : callable, optional
+        ``f(batch, mean_context) -> seconds``; default the roofline decode step.
+    """
+    import numpy as np
+
+    from capplan.ledger import sample_conversations
+
+    conv = sample_conversations(workload, n=None if workload.conversation.is_fixed() else conversations)
+    retain = workload.cache.kv_during_tool_wait == "retain"
+    a = conv.actions.astype(float)
+    inputs = conv.inputs.astype(float)
+    waits = conv.waits_s
+    decode_tokens = a.sum(1).mean()
+    decode_area = ((inputs + a / 2) * a).sum(1).mean()  # token x token-steps while decoding
+    wait_area = ((inputs + a) * waits).sum(1).mean() if retain else 0.0
+    mean_wait = waits.sum(1).mean()
+    mean_ctx = decode_area / decode_tokens if decode_tokens else 0.0
+    step = step_time or memory_bound_decode_step(spec, hw, kv)
+
+    capacity = kv.kv_capacity_tokens
+    t_tok = step(1, mean_ctx)
+    binding = "memory"
+    n = runnable = 0.0
+    for _ in range(50):
+        decode_time = decode_tokens * t_tok
+        lifetime = decode_time + mean_wait
+        held = (decode_area * t_tok + wait_area) / lifetime if lifetime > 0 else 0.0
+        n = capacity / held if held > 0 else math.inf
+        runnable = n * decode_time / lifetime if lifetime > 0 else 0.0
+        binding = "memory"
+        if runnable > max_num_seqs:
+            # the scheduler caps decoding sequences; resident conversations shrink in proportion
+            n *= max_num_seqs / runnable
+            runnable = float(max_num_seqs)
+            binding = "max_num_seqs"
+        new = step(runnable, mean_ctx)
+        if abs(new - t_tok) <= 1e-9 + 1e-6 * t_tok:
+            t_tok = new
+            break
+        t_tok = new
+    decode_time = decode_tokens * t_tok
+    lifetime = decode_time + mean_wait
+    held = (decode_area * t_tok + wait_area) / lifetime if lifetime > 0 else 0.0
+    p95_peak = float(np.percentile(conv.record_length, 95))
+    seq_blocks = max(1, math.ceil(p95_peak / kv.block_size))
+    return WorkloadConcurrency(
+        workload=workload.name,
+        kv_during_tool_wait=workload.cache.kv_during_tool_wait,
+        mean_kv_tokens_held=held,
+        resident_conversations=n,
+        runnable_sequences=runnable,
+        waiting_conversations=n * mean_wait / lifetime if lifetime > 0 else 0.0,
+        resident_at_p95_peak=kv.kv_capacity_blocks // seq_blocks,
+        decode_step_s=t_tok,
+        mean_lifetime_s=lifetime,
+        binding=binding,
+    )
