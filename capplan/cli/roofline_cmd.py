@@ -1,0 +1,257 @@
+"""``capplan roofline``: step time, tokens/s, intensity and bound of engine steps."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from capplan.cli.app import app
+from capplan.cli.common import Format, FormatOpt, ForceOpt, OutputOpt, call, console, emit, fail, file_console
+
+if TYPE_CHECKING:
+    from capplan.hardware import HardwareProfile
+    from capplan.modelspec import ModelSpec
+    from capplan.roofline import RooflineInputs
+
+PLOT_HINT = "pip install 'capplan[plot]'"
+
+
+class Kind(str, Enum):
+    decode = "decode"
+    prefill = "prefill"
+    score = "score"
+    mixed = "mixed"
+
+
+def _ints(text: str, flag: str, minimum: int) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise fail(f"{flag} {text}: give comma-separated integers, e.g. {flag} 1,8,64") from None
+    if not values or any(v < minimum for v in values):
+        raise fail(f"{flag} {text}: every value must be an integer >= {minimum}")
+    return values
+
+
+@app.command(
+    "roofline",
+    help=(
+        "Price engine steps with a roofline: FLOPs and HBM bytes per GPU, step time = max(compute, "
+        "memory) + tensor-parallel communication + a fixed overhead, tokens/s, arithmetic intensity, "
+        "the bound (compute or memory), MBU and MFU. One row per batch x context (x prompt) combination. "
+        "Efficiencies default to the hardware profile's assumptions.\n\n"
+        "Kinds: decode (one new position per sequence after CONTEXT cached), prefill (PROMPT positions "
+        "after CONTEXT cached, default 0), score (a known record of PROMPT positions forwarded once, "
+        "logits at every position), mixed (BATCH decodes plus one prompt chunk under --token-budget).\n\n"
+        "Examples:\n\n\b\n"
+        "  capplan roofline -m llama-3.1-8b --hardware h100-sxm\n"
+        "  capplan roofline -m llama-3.1-70b --hardware h100-sxm --tp 4 --weight-dtype fp8 --kv-dtype fp8\n"
+        "  capplan roofline -m qwen3-30b-a3b --hardware h100-sxm --kind prefill --prompt 512,2048,8192 --batch 1,4\n"
+        "  capplan roofline -m llama-3.1-8b --hardware h100-sxm --format json --plot roofline.png"
+    ),
+)
+def roofline(
+    model: Annotated[str, typer.Option("--model", "-m", help="Model preset name or model YAML path.")],
+    hardware: Annotated[str, typer.Option("--hardware", help="Hardware profile name or YAML path.")],
+    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree [GPUs].", min=1)] = 1,
+    weight_dtype: Annotated[str, typer.Option("--weight-dtype", help="bf16, fp16, fp8, int8 or int4.")] = "bf16",
+    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="bf16, fp16, fp8, int8 or int4.")] = "bf16",
+    batch: Annotated[str, typer.Option("--batch", help="Comma-separated batch sizes [sequences].")] = "1,8,64,256",
+    context: Annotated[
+        str | None,
+        typer.Option("--context", help="Comma-separated cached positions per sequence (default 2048,8192; 0 for prefill)."),
+    ] = None,
+    prompt: Annotated[str, typer.Option("--prompt", help="Comma-separated prompt/record lengths [positions].")] = "2048",
+    kind: Annotated[Kind, typer.Option("--kind", help="decode, prefill, score or mixed.")] = Kind.decode,
+    token_budget: Annotated[
+        int, typer.Option("--token-budget", help="Positions a mixed step may forward (vLLM max_num_batched_tokens).", min=1)
+    ] = 8192,
+    gemm_dtype: Annotated[
+        str | None, typer.Option("--gemm-dtype", help="Tensor unit of the weight GEMMs (default: the weight dtype's).")
+    ] = None,
+    compute_efficiency: Annotated[float | None, typer.Option(help="Fraction of peak FLOP/s (default: profile).")] = None,
+    bandwidth_efficiency: Annotated[float | None, typer.Option(help="Fraction of HBM bandwidth (default: profile).")] = None,
+    interconnect_efficiency: Annotated[float | None, typer.Option(help="Fraction of link bandwidth (default: profile).")] = None,
+    allreduce_latency_us: Annotated[float | None, typer.Option(help="Latency of one collective [us] (default: profile).")] = None,
+    step_overhead_s: Annotated[float | None, typer.Option(help="Fixed time per step [s] (default: profile).")] = None,
+    format: FormatOpt = Format.table,
+    output: OutputOpt = None,
+    force: ForceOpt = False,
+    plot: Annotated[
+        Path | None,
+        typer.Option("--plot", help=f"Also draw the roofline and decode tokens/s vs batch to a .png or .svg ({PLOT_HINT}).", dir_okay=False),
+    ] = None,
+) -> None:
+    from capplan.hardware import load_hardware
+    from capplan.modelspec import load_model_spec
+    from capplan.roofline import RooflineInputs, roofline_rows
+
+    batches = _ints(batch, "--batch", 1)
+    contexts = _ints(context, "--context", 0) if context is not None else ([0] if kind in (Kind.prefill, Kind.score) else [2048, 8192])
+    prompts = _ints(prompt, "--prompt", 1)
+    if plot is not None:
+        _check_plot_path(plot, force)
+    spec = call(lambda: load_model_spec(model))
+    hw = call(lambda: load_hardware(hardware))
+    inp = call(
+        lambda: RooflineInputs(
+            tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, gemm_dtype=gemm_dtype,
+            compute_efficiency=compute_efficiency, bandwidth_efficiency=bandwidth_efficiency,
+            interconnect_efficiency=interconnect_efficiency, allreduce_latency_us=allreduce_latency_us,
+            step_overhead_s=step_overhead_s,
+        )
+    )
+    rows = call(lambda: roofline_rows(spec, hw, inp, kind.value, batches, contexts, prompts, token_budget))
+    if format is Format.json:
+        from capplan.output import to_json
+
+        emit(to_json(rows), output, force)
+    elif format is Format.csv:
+        from capplan.output import to_csv
+        from capplan.roofline import ROW_KEYS
+
+        emit(to_csv(ROW_KEYS, ([r[k] for k in ROW_KEYS] for r in rows)), output, force)
+    else:
+        _table(spec, hw, inp, rows, contexts, output, force)
+    if plot is not None:
+        draw_plot(spec, hw, inp, rows, batches, contexts, plot)
+        typer.echo(f"wrote {plot}", err=True)
+
+
+def _check_plot_path(path: Path, force: bool) -> None:
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise fail(f"--plot {path}: give a .png or .svg file name")
+    if path.exists() and not force:
+        raise fail(f"{path}: file exists; pass --force to overwrite it")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise fail(f"--plot needs matplotlib, which is not installed; install it with: {PLOT_HINT}") from None
+
+
+def _table(
+    spec: "ModelSpec", hw: "HardwareProfile", inp: "RooflineInputs", rows: list[dict[str, Any]], contexts: list[int], output: Path | None, force: bool
+) -> None:
+    from rich import box
+    from rich.table import Table
+
+    from capplan.roofline import critical_decode_batch, ridge_point
+
+    r = inp.resolved(hw)
+    con = console() if output is None else file_console()
+    kind = rows[0]["kind"]
+    rate = "tok/s"
+    meaning = {
+        "decode": "tok/s = output tokens/s; step = time per output token",
+        "prefill": "tok/s = prompt positions/s; step = time to first token",
+        "score": "tok/s = scored positions/s",
+        "mixed": "tok/s = decoded + prefilled positions/s; prompt = the chunk prefilled",
+    }[kind]
+    t = Table(
+        title=(
+            f"{spec.name} on {hw.name}, TP{inp.tp}, weights {inp.weight_dtype} (GEMMs on {r.gemm_dtype}), "
+            f"KV {inp.kv_dtype}: {kind} steps"
+        ),
+        caption=f"ctx = cached positions before the step; TFLOP and GB per GPU, tok/s for the whole TP group; {meaning}.",
+        title_justify="left",
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        collapse_padding=True,
+        pad_edge=False,
+    )
+    cols = ["batch"] + (["ctx"] if kind != "score" else []) + (["prompt"] if kind != "decode" else [])
+    cols += ["step ms", rate, "TFLOP", "GB", "FLOP/B", "bound", "MBU", "MFU"]
+    for col in cols:
+        t.add_column(col, justify="left" if col == "bound" else "right", no_wrap=True)
+    for row in rows:
+        cells = {
+            "batch": f"{row['batch']:,}", "ctx": f"{row['context']:,}", "prompt": f"{row['prompt']:,}",
+            "step ms": f"{row['step_time_s'] * 1e3:,.2f}", rate: f"{row['tokens_per_s']:,.0f}",
+            "TFLOP": f"{row['flops'] / 1e12:,.2f}", "GB": f"{row['bytes'] / 1e9:,.1f}",
+            "FLOP/B": f"{row['arithmetic_intensity']:,.1f}", "bound": row["bound"],
+            "MBU": f"{row['mbu']:.0%}", "MFU": f"{row['mfu']:.0%}",
+        }
+        t.add_row(*(cells[c] for c in cols))
+    con.print(t)
+    raw = ridge_point(hw, r.gemm_dtype or "bf16")
+    derated = ridge_point(hw, r.gemm_dtype or "bf16", r.compute_efficiency or 1, r.bandwidth_efficiency or 1)
+    con.print(
+        f"Ridge point ({r.gemm_dtype}): {raw:,.0f} FLOP/B at datasheet peak and bandwidth, {derated:,.0f} FLOP/B "
+        f"with compute efficiency {r.compute_efficiency:g} and bandwidth efficiency {r.bandwidth_efficiency:g} (assumed)."
+    )
+    if kind in ("decode", "mixed"):
+        crit = critical_decode_batch(spec, hw, inp, contexts)
+        parts = [f"context {c:,}: {'none, memory-bound at every batch' if b == float('inf') else f'{int(b):,}'}" for c, b in zip(contexts, crit)]
+        con.print("Critical decode batch (smallest batch at which decode turns compute-bound): " + "; ".join(parts) + ".")
+    con.print(
+        f"Per step: {r.step_overhead_s * 1e3:g} ms fixed overhead; TP all-reduce latency {r.allreduce_latency_us:g} us, "
+        f"interconnect efficiency {r.interconnect_efficiency:g} (assumptions; override with the flags)."
+    )
+    if output is not None:
+        emit(con.file.getvalue(), output, force)  # type: ignore[attr-defined]
+
+
+def draw_plot(
+    spec: "ModelSpec",
+    hw: "HardwareProfile",
+    inp: "RooflineInputs",
+    rows: list[dict[str, Any]],
+    batches: list[int],
+    contexts: list[int],
+    path: Path,
+) -> None:
+    """Left: the roofline (log-log) with each row's operating point; right: decode tokens/s vs batch."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from capplan.roofline import decode_step
+
+    r = inp.resolved(hw)
+    dtype = r.gemm_dtype or "bf16"
+    peak, bw = hw.peak_flops(dtype), hw.hbm_bandwidth_bytes_per_s
+    ce, be = r.compute_efficiency or 1.0, r.bandwidth_efficiency or 1.0
+    ai = np.array([row["arithmetic_intensity"] for row in rows])
+    attained = np.array([row["flops"] / row["step_time_s"] for row in rows])
+    lo = min(ai.min(), 1.0) / 3
+    hi = max(ai.max(), peak / bw) * 3
+    x = np.logspace(np.log10(lo), np.log10(hi), 200)
+
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 5.2))
+    ax.loglog(x, np.minimum(peak, bw * x) / 1e12, color="black", label=f"datasheet: {bw / 1e12:.2f} TB/s, {peak / 1e12:,.0f} TFLOP/s {dtype}")
+    ax.loglog(x, np.minimum(peak * ce, bw * be * x) / 1e12, color="black", ls="--", label=f"derated: x{be:g} bandwidth, x{ce:g} compute (assumed)")
+    if dtype != "bf16":
+        p16 = hw.peak_flops("bf16")
+        ax.axhline(p16 / 1e12, color="grey", ls=":", label=f"bf16 ceiling {p16 / 1e12:,.0f} TFLOP/s (attention, LM head)")
+    ax.axvline(peak / bw, color="grey", lw=0.6)
+    for row, xi, yi in zip(rows, ai, attained):
+        color = "tab:red" if row["bound"] == "compute" else "tab:blue"
+        ax.plot(xi, yi / 1e12, "o", color=color, ms=5)
+        label = f"B={row['batch']}" + (f" c={row['context']}" if row["kind"] != "score" else "") + (f" p={row['prompt']}" if row["prompt"] else "")
+        ax.annotate(label, (xi, yi / 1e12), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    ax.set_xlabel("arithmetic intensity [FLOP/byte, per GPU]")
+    ax.set_ylabel("attained [TFLOP/s per GPU]")
+    ax.set_title(f"{spec.name} on {hw.name}, TP{inp.tp}, W {inp.weight_dtype} / KV {inp.kv_dtype}: {rows[0]['kind']}", fontsize=10)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(True, which="both", lw=0.3)
+
+    bs = np.unique(np.geomspace(1, max(max(batches), 2) * 2, 40).round())
+    decode_contexts = contexts if rows[0]["kind"] in ("decode", "mixed") else sorted({row["prompt"] for row in rows})
+    for c in decode_contexts:
+        s = decode_step(spec, hw, inp, bs, c)
+        ax2.plot(bs, bs / s.step_time_s, label=f"context {c:,}")
+    ax2.set_xscale("log", base=2)
+    ax2.set_xlabel("decode batch [sequences]")
+    ax2.set_ylabel("decode output tokens/s (whole TP group)")
+    ax2.set_title("decode throughput vs batch (roofline)", fontsize=10)
+    ax2.grid(True, which="both", lw=0.3)
+    ax2.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

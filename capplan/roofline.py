@@ -1,0 +1,932 @@
+"""Roofline cost of one engine step: FLOPs, bytes moved from HBM, and the time they take.
+
+An inference engine runs its model in *steps*: one forward pass over every position scheduled
+together (a decode token per running sequence, a chunk of prompt, a whole record to score).
+This module prices one step on one tensor-parallel (TP) rank of a hardware profile::
+
+    compute_time = (F_gemm / R_gemm + F_16 / R_16) / compute_efficiency
+    memory_time  = bytes / (hbm_bandwidth x bandwidth_efficiency)
+    step_time    = max(compute_time, memory_time) + comm_time + step_overhead
+
+``F_gemm`` are the FLOPs of the decoder's weight matrices, run on the tensor unit of the weight
+dtype (``R_gemm = peak_flops(weight_dtype)``: fp8 weights use the fp8 unit where the hardware has
+one); ``F_16`` are the attention score/value products and the LM head, run in 16-bit
+(``R_16 = peak_flops("bf16")``). ``comm_time`` prices the tensor-parallel all-reduces (not
+overlapped with compute). Every efficiency, latency and overhead is a field of
+:class:`RooflineInputs` that defaults to the hardware profile's ``assumptions`` block.
+
+All counts are **per GPU** (one TP rank): FLOPs and bytes of the whole model divided across
+ranks where the engine splits them (weights, heads, experts), not where it replicates them
+(multi-head latent attention's KV latent, norms). At ``tp=1`` they are the whole model's.
+
+Counting rules (each is explained, with alternatives, in ``docs/roofline.md``):
+
+* **FLOPs.** 2 per weight per forwarded position for every decoder-layer weight a position passes
+  through (attention or mixer projections, the dense MLP, the router, the ``k`` routed experts and
+  the shared experts of MoE layers); the LM head (``2 V d``) only for positions whose logits are
+  needed; attention ``4 H h`` per (query, key) pair and layer (scores and values), with causal
+  pairs (a P-position prefill costs ``P (P + 1) / 2`` pairs, not ``P^2``) capped at the window
+  on sliding-window layers; multi-head latent attention in the absorbed (latent) form,
+  ``2 H (2 r_kv + r_rope)`` per pair; linear-attention layers ``4 x state`` per position.
+* **Bytes.** Weights read once per step (the input embedding only as gathered rows; the LM head
+  only when logits are computed; for MoE the expected number of distinct routed experts the
+  step's tokens touch, ``E (1 - (1 - k/E)^T)``, under uniform independent routing); the KV cache
+  of every cached position attended to; the KV of every new position written; activations as
+  one 16-bit read of each GEMM's input and one write of its output; linear-attention states read
+  and written once per sequence.
+* **Communication.** ``2 L + 1`` ring all-reduces of the step's hidden states (after each
+  attention and MLP block, and after the vocabulary-parallel embedding) and a gather of the
+  logits, over NVLink/Infinity Fabric when ``tp <= gpus_per_node``, else over the network.
+
+The byte sizes of quantised weights and KV come from :mod:`capplan.kv`
+(``WEIGHT_DTYPE_BYTES``, ``KV_DTYPE_BYTES``), and the resident weights per GPU from
+:func:`capplan.kv.weights_bytes_per_gpu`, so memory planning and step pricing agree.
+
+Examples
+--------
+>>> from capplan.hardware import load_hardware
+>>> from capplan.modelspec import load_model_spec
+>>> spec, h100 = load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm")
+>>> s = decode_step(spec, h100, RooflineInputs(), batch=1, context=2047)
+>>> s.bound, round(s.step_time_s * 1e3, 2), round(s.arithmetic_intensity, 2)
+('memory', 7.7, 1.05)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from typing import TYPE_CHECKING, Any, Literal, Sequence, Union
+
+import numpy as np
+
+from capplan.errors import InputError
+from capplan.kv import (
+    KV_DTYPE_BYTES,
+    WEIGHT_DTYPE_BYTES,
+    check_parallelism,
+    kv_bytes_per_token_per_layer,
+    weights_bytes_per_gpu,
+)
+
+if TYPE_CHECKING:
+    from capplan.hardware import HardwareProfile
+    from capplan.modelspec import ModelSpec
+
+ArrayLike = Union[float, int, Sequence[float], np.ndarray]
+Kind = Literal["decode", "prefill", "score", "mixed"]
+
+KINDS: tuple[str, ...] = ("decode", "prefill", "score", "mixed")
+"""Work kinds a step can be built from (see :func:`step_for_kind`)."""
+
+ACTIVATION_BYTES = 2
+"""Bytes per activation element: hidden states, GEMM outputs and logits move in 16-bit."""
+
+ATTENTION_DTYPE = "bf16"
+"""Tensor unit the attention products and the LM head run on (16-bit inputs, FP32 accumulate),
+whatever the weight and KV dtypes: engines dequantise fp8/int8 KV to 16-bit in the kernel and
+keep the LM head unquantised."""
+
+CRITICAL_BATCH_LIMIT = 2**24
+"""Largest decode batch :func:`critical_decode_batch` searches [sequences]; beyond it the result
+is ``inf`` (decode never turns compute-bound at that context)."""
+
+
+@dataclass(frozen=True)
+class RooflineInputs:
+    """Everything a step price needs besides the model, the hardware and the work.
+
+    Efficiency, latency and overhead fields left ``None`` take the hardware profile's
+    ``assumptions`` (labelled assumptions there, not vendor figures).
+    """
+
+    tp: int = 1
+    """Tensor-parallel degree [GPUs]; must divide the attention heads (see
+    :func:`capplan.kv.check_parallelism`)."""
+    weight_dtype: str = "bf16"
+    """Dtype of the decoder's linear weights: bf16, fp16, fp8, int8 or int4 (embeddings, LM head
+    and norms stay 16-bit, as in :data:`capplan.kv.WEIGHT_DTYPE_BYTES`)."""
+    kv_dtype: str = "bf16"
+    """Dtype of the KV cache: bf16, fp16, fp8, int8 or int4."""
+    gemm_dtype: str | None = None
+    """Tensor unit the weight GEMMs run on; ``None`` = ``weight_dtype`` (falling back as
+    :data:`capplan.hardware.FALLBACK` when the hardware has no unit for it). Give ``bf16`` for
+    weight-only kernels (W4A16 AWQ/GPTQ, W8A16) on hardware that does have an int4/int8 unit."""
+    compute_efficiency: float | None = None
+    """Fraction [0-1] of dense peak FLOP/s the step's GEMMs and attention reach."""
+    bandwidth_efficiency: float | None = None
+    """Fraction [0-1] of datasheet HBM bandwidth the step's reads and writes reach."""
+    interconnect_efficiency: float | None = None
+    """Fraction [0-1] of the per-GPU link bandwidth a collective reaches (bus bandwidth)."""
+    allreduce_latency_us: float | None = None
+    """Fixed latency of one collective [microseconds]."""
+    step_overhead_s: float | None = None
+    """Fixed host-side time per step [s]: scheduling, sampling, kernel launches."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tp, (int, np.integer)) or self.tp < 1:
+            raise InputError(f"--tp {self.tp}: must be an integer >= 1")
+        if self.weight_dtype not in WEIGHT_DTYPE_BYTES:
+            raise InputError(f"--weight-dtype {self.weight_dtype}: unknown dtype (allowed: {', '.join(WEIGHT_DTYPE_BYTES)})")
+        if self.kv_dtype not in KV_DTYPE_BYTES:
+            raise InputError(f"--kv-dtype {self.kv_dtype}: unknown dtype (allowed: {', '.join(KV_DTYPE_BYTES)})")
+        for name in ("compute_efficiency", "bandwidth_efficiency", "interconnect_efficiency"):
+            v = getattr(self, name)
+            if v is not None and not 0 < v <= 1:
+                raise InputError(f"--{name.replace('_', '-')} {v}: must be in (0, 1]")
+        for name in ("allreduce_latency_us", "step_overhead_s"):
+            v = getattr(self, name)
+            if v is not None and not v >= 0:
+                raise InputError(f"--{name.replace('_', '-')} {v}: must be >= 0")
+
+    def resolved(self, hw: "HardwareProfile") -> "RooflineInputs":
+        """A copy with every ``None`` replaced by ``hw.assumptions`` (and ``gemm_dtype`` resolved)."""
+        a = hw.assumptions
+        return replace(
+            self,
+            gemm_dtype=hw.compute_dtype(self.gemm_dtype or self.weight_dtype),
+            compute_efficiency=a.compute_efficiency if self.compute_efficiency is None else self.compute_efficiency,
+            bandwidth_efficiency=a.bandwidth_efficiency if self.bandwidth_efficiency is None else self.bandwidth_efficiency,
+            interconnect_efficiency=(
+                a.interconnect_efficiency if self.interconnect_efficiency is None else self.interconnect_efficiency
+            ),
+            allreduce_latency_us=a.allreduce_latency_us if self.allreduce_latency_us is None else self.allreduce_latency_us,
+            step_overhead_s=a.step_overhead_s if self.step_overhead_s is None else self.step_overhead_s,
+        )
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """Price of one engine step on one GPU (tensor-parallel rank).
+
+    Every field is a float (scalar inputs) or a numpy array of the broadcast input shape;
+    ``bound`` is ``"compute"`` / ``"memory"`` or an array of them.
+    """
+
+    flops: Any
+    """FLOPs of the step on one GPU [FLOP] = ``gemm_flops + attention_flops + lm_head_flops``."""
+    bytes: Any
+    """Bytes moved between HBM and the chip on one GPU [bytes] = weights + KV read + KV written
+    + activations."""
+    compute_time_s: Any
+    """``(gemm_flops / R_gemm + (attention_flops + lm_head_flops) / R_16) / compute_efficiency`` [s]."""
+    memory_time_s: Any
+    """``bytes / (hbm_bandwidth x bandwidth_efficiency)`` [s]."""
+    comm_time_s: Any
+    """Tensor-parallel collectives [s]; 0 at ``tp=1``."""
+    step_time_s: Any
+    """``max(compute_time_s, memory_time_s) + comm_time_s + step_overhead_s`` [s]."""
+    arithmetic_intensity: Any
+    """``flops / bytes`` [FLOP/byte]."""
+    bound: Any
+    """``"compute"`` when ``compute_time_s >= memory_time_s``, else ``"memory"``."""
+    mfu: Any
+    """Model FLOP/s utilisation [0-1] = ``(gemm_flops / R_gemm + other_flops / R_16) / step_time_s``
+    (FLOPs over undrated peak; one dtype gives the usual ``flops / (peak x step_time)``)."""
+    mbu: Any
+    """Memory bandwidth utilisation [0-1] = ``bytes / (hbm_bandwidth x step_time_s)``."""
+    gemm_flops: Any
+    """Decoder weight-matrix FLOPs [FLOP]."""
+    attention_flops: Any
+    """Attention score/value (and linear-attention state) FLOPs [FLOP]."""
+    lm_head_flops: Any
+    """LM-head FLOPs [FLOP]: ``2 V d / tp`` per position whose logits are computed."""
+    weight_bytes: Any
+    """Weights read [bytes]."""
+    kv_read_bytes: Any
+    """KV cache (and linear-attention state) read [bytes]."""
+    kv_write_bytes: Any
+    """KV cache (and linear-attention state) written [bytes]."""
+    activation_bytes: Any
+    """Activations read and written [bytes]."""
+    overhead_s: Any
+    """The fixed per-step overhead included in ``step_time_s`` [s]."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Fields as a dict (arrays stay arrays)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-model, per-TP constants
+# ---------------------------------------------------------------------------------------------
+
+
+def _terms(spec: "ModelSpec", weight_dtype: str, kv_dtype: str, tp: int) -> dict[str, float]:
+    """Per-GPU constants of ``spec`` at tensor-parallel degree ``tp`` (see the module notes)."""
+    check_parallelism(spec, tp)
+    d, V, L = spec.hidden_size, spec.vocab_size, spec.num_layers
+    H, Hkv, h = spec.num_attention_heads, spec.num_kv_heads, spec.head_dim
+    kinds = spec.layer_kinds()
+    n_full = sum(k == "full" for k in kinds)
+    n_slide = sum(k == "sliding" for k in kinds)
+    n_lin = sum(k == "linear" for k in kinds)
+    wb = WEIGHT_DTYPE_BYTES[weight_dtype]
+    m = spec.moe
+    n_moe = sum(spec.is_moe_layer(i) for i in range(L))
+    expert = 3 * d * m.expert_intermediate_size if m else 0
+    routed_total = n_moe * (m.num_experts if m else 0) * expert
+    routed_active = n_moe * (m.experts_per_token if m else 0) * expert
+    gemm_active = sum(spec.mixer_params(i) + spec.active_mlp_params(i) for i in range(L))
+
+    # attention FLOPs per (query, key) pair and layer, and activation elements per token and layer
+    if spec.mla is not None:
+        a = spec.mla
+        attn_pair = 2 * H * (2 * a.kv_lora_rank + a.qk_rope_head_dim)
+        if a.q_lora_rank is None:
+            q_act = d + H * (a.qk_nope_head_dim + a.qk_rope_head_dim) / tp
+        else:
+            q_act = d + 2 * a.q_lora_rank + H * (a.qk_nope_head_dim + a.qk_rope_head_dim) / tp
+        mixer_act = (
+            q_act
+            + d + a.kv_lora_rank + a.qk_rope_head_dim  # kv down-projection (replicated)
+            + H * (a.qk_nope_head_dim + 2 * a.kv_lora_rank + a.v_head_dim) / tp  # absorbed W_UK, W_UV
+            + H * a.v_head_dim / tp + d  # output projection
+        )
+    else:
+        attn_pair = 4 * H * h
+        mixer_act = d + (H + 2 * Hkv) * h / tp + H * h / tp + d
+    act = (n_full + n_slide) * mixer_act + n_lin * 4 * d + d  # + embedding row gather
+    for i in range(L):
+        if spec.is_moe_layer(i):
+            assert m is not None
+            act += d + m.num_experts  # router
+            act += m.experts_per_token * (2 * d + 3 * m.expert_intermediate_size / tp)
+            act += m.num_shared_experts * (2 * d + 3 * m.shared_width / tp)
+        else:
+            act += 2 * d + 3 * spec.intermediate_size / tp
+
+    head_bytes = V * d / tp * 2
+    emb_bytes = head_bytes * (1 if spec.tie_word_embeddings else 2)
+    routed_bytes = routed_total / tp * wb
+    resident = weights_bytes_per_gpu(spec, weight_dtype, tp)
+    state = spec.linear_attention.state_elements_per_layer if spec.linear_attention else 0
+    return {
+        "tp": float(tp),
+        "hidden": float(d),
+        "layers": float(L),
+        "gemm_flops_per_token": 2 * gemm_active / tp,
+        "head_flops_per_logit": 2 * V * d / tp,
+        "attn_flops_per_pair_full": n_full * attn_pair / tp,
+        "attn_flops_per_pair_window": n_slide * attn_pair / tp,
+        "linear_flops_per_token": n_lin * 4 * state / tp,
+        "window": float(spec.sliding_window.window_tokens) if spec.sliding_window else math.inf,
+        "fixed_weight_bytes": resident - emb_bytes - routed_bytes,
+        "routed_bytes": float(routed_bytes),
+        "head_bytes": head_bytes,
+        "experts": float(m.num_experts) if m else 1.0,
+        "experts_per_token": float(m.experts_per_token) if m else 0.0,
+        "kv_bytes_full": n_full * kv_bytes_per_token_per_layer(spec, kv_dtype, tp),
+        "kv_bytes_window": n_slide * kv_bytes_per_token_per_layer(spec, kv_dtype, tp),
+        "state_bytes_per_seq": n_lin * state / tp * 2,
+        "act_bytes_per_token": act * ACTIVATION_BYTES,
+        "act_bytes_per_logit": (d + V / tp) * ACTIVATION_BYTES,
+        "logit_gather_bytes": V * ACTIVATION_BYTES,
+    }
+
+
+def _hw_terms(hw: "HardwareProfile", inp: RooflineInputs) -> dict[str, float]:
+    r = inp.resolved(hw)
+    return {
+        "peak_gemm": hw.peak_flops(r.gemm_dtype or r.weight_dtype),
+        "peak_16": hw.peak_flops(ATTENTION_DTYPE),
+        "hbm": hw.hbm_bandwidth_bytes_per_s,
+        "intra": hw.intra_node_bandwidth_bytes_per_s,
+        "inter": hw.inter_node_bandwidth_bytes_per_s,
+        "gpus_per_node": float(hw.gpus_per_node),
+        "ce": float(r.compute_efficiency),  # type: ignore[arg-type]
+        "be": float(r.bandwidth_efficiency),  # type: ignore[arg-type]
+        "ie": float(r.interconnect_efficiency),  # type: ignore[arg-type]
+        "latency_s": float(r.allreduce_latency_us) * 1e-6,  # type: ignore[arg-type]
+        "overhead_s": float(r.step_overhead_s),  # type: ignore[arg-type]
+    }
+
+
+def _evaluate(
+    t: dict[str, Any],
+    w: dict[str, Any],
+    new: Any,
+    logits: Any,
+    pairs: Any,
+    pairs_w: Any,
+    read: Any,
+    read_w: Any,
+    seqs: Any,
+) -> StepCost:
+    """The step formulas on broadcastable numpy operands (``t``: model terms, ``w``: hardware)."""
+    has_logits = logits > 0
+    gemm = t["gemm_flops_per_token"] * new
+    attn = t["attn_flops_per_pair_full"] * pairs + t["attn_flops_per_pair_window"] * pairs_w
+    attn = attn + t["linear_flops_per_token"] * new
+    head = t["head_flops_per_logit"] * logits
+    flops = gemm + attn + head
+
+    touched = 1.0 - (1.0 - t["experts_per_token"] / t["experts"]) ** new
+    weights = t["fixed_weight_bytes"] + t["routed_bytes"] * touched + t["head_bytes"] * has_logits
+    kv_read = t["kv_bytes_full"] * read + t["kv_bytes_window"] * read_w + t["state_bytes_per_seq"] * seqs
+    kv_write = (t["kv_bytes_full"] + t["kv_bytes_window"]) * new + t["state_bytes_per_seq"] * seqs
+    act = t["act_bytes_per_token"] * new + t["act_bytes_per_logit"] * logits
+    nbytes = weights + kv_read + kv_write + act
+
+    ideal_compute = gemm / w["peak_gemm"] + (attn + head) / w["peak_16"]
+    compute_time = ideal_compute / w["ce"]
+    memory_time = nbytes / (w["hbm"] * w["be"])
+
+    tp = t["tp"]
+    link = np.where(tp <= w["gpus_per_node"], w["intra"], w["inter"]) * w["ie"]
+    share = (tp - 1.0) / tp
+    allreduce = w["latency_s"] + 2.0 * share * (new * t["hidden"] * ACTIVATION_BYTES) / link
+    gather = (w["latency_s"] + share * logits * t["logit_gather_bytes"] / link) * has_logits
+    comm = np.where(tp > 1, (2.0 * t["layers"] + 1.0) * allreduce + gather, 0.0)
+
+    step = np.maximum(compute_time, memory_time) + comm + w["overhead_s"]
+    is_compute = compute_time >= memory_time
+    out = StepCost(
+        flops=flops,
+        bytes=nbytes,
+        compute_time_s=compute_time,
+        memory_time_s=memory_time,
+        comm_time_s=comm,
+        step_time_s=step,
+        arithmetic_intensity=flops / nbytes,
+        bound=np.where(is_compute, "compute", "memory"),
+        mfu=ideal_compute / step,
+        mbu=nbytes / (w["hbm"] * step),
+        gemm_flops=gemm,
+        attention_flops=attn,
+        lm_head_flops=head,
+        weight_bytes=weights,
+        kv_read_bytes=kv_read,
+        kv_write_bytes=kv_write,
+        activation_bytes=act,
+        overhead_s=np.broadcast_to(w["overhead_s"], np.shape(step)),
+    )
+    return out
+
+
+def _finish(cost: StepCost) -> StepCost:
+    """Broadcast every field to one shape; 0-d results become Python floats/str."""
+    shape = np.shape(cost.step_time_s)
+    values = {}
+    for k, v in cost.as_dict().items():
+        arr = np.broadcast_to(np.asarray(v), shape)
+        if shape == ():
+            values[k] = str(arr) if arr.dtype.kind == "U" else float(arr)
+        else:
+            values[k] = np.array(arr)
+    return StepCost(**values)
+
+
+def _arr(x: ArrayLike, name: str, minimum: float = 0) -> np.ndarray:
+    a = np.asarray(x, dtype=float)
+    if np.any(~np.isfinite(a)) or np.any(a < minimum):
+        raise InputError(f"{name}: every value must be a finite number >= {minimum:g}")
+    return a
+
+
+# ---------------------------------------------------------------------------------------------
+# The generic step and its wrappers
+# ---------------------------------------------------------------------------------------------
+
+
+def engine_step(
+    spec: "ModelSpec",
+    hw: "HardwareProfile",
+    inp: RooflineInputs,
+    *,
+    new_tokens: ArrayLike,
+    logits_tokens: ArrayLike,
+    attention_pairs: ArrayLike,
+    kv_read_tokens: ArrayLike,
+    sequences: ArrayLike,
+    window_attention_pairs: ArrayLike | None = None,
+    window_kv_read_tokens: ArrayLike | None = None,
+) -> StepCost:
+    """Price one engine step of arbitrary work (all work arguments broadcast together).
+
+    Parameters
+    ----------
+    spec, hw, inp
+        Model, hardware profile and dtypes / parallelism / efficiencies.
+    new_tokens : array-like
+        Positions forwarded in the step, summed over its sequences [positions].
+    logits_tokens : array-like
+        Positions whose logits are computed [positions]: one per sampled sequence, every
+        position when scoring, 0 for a prefill chunk that does not end its prompt.
+    attention_pairs : array-like
+        Sum over the new positions of the positions each attends to, itself included
+        [pairs]. A fresh prefill of ``P`` positions has ``P (P + 1) / 2``.
+    kv_read_tokens : array-like
+        Cached positions whose K/V are read from HBM, summed over sequences [positions].
+    sequences : array-like
+        Sequences in the step [count]; each reads and writes its linear-attention state.
+    window_attention_pairs, window_kv_read_tokens : array-like, optional
+        The same two counts for sliding-window layers. Default: capped at the window,
+        ``min(attention_pairs, new_tokens x W)`` and ``min(kv_read_tokens, sequences x W)``
+        (exact for decode; the wrappers pass exact values for prefill).
+
+    Returns
+    -------
+    StepCost
+        Floats for scalar inputs, else arrays of the broadcast shape.
+
+    Raises
+    ------
+    InputError
+        Unsupported tensor-parallel degree, unknown dtype, negative work.
+
+    Notes
+    -----
+    Per GPU, with ``T`` = ``new_tokens``, ``N`` = ``logits_tokens``::
+
+        F_gemm = 2 P_active T / tp
+        F_attn = pairs x 4 H h L_full / tp  (+ window pairs x 4 H h L_sliding / tp)
+        F_head = 2 V d N / tp
+        bytes  = W_fixed + W_routed (1 - (1 - k/E)^T) + [N > 0] W_head
+               + kv_read x b_kv + T x b_kv + T x a_token + N x a_logit
+
+    where ``P_active`` are the decoder weights a token passes through
+    (:meth:`~capplan.modelspec.ModelSpec.mixer_params` + ``active_mlp_params``), ``b_kv`` the
+    KV bytes per position over all attention layers on one GPU, and ``a_token``/``a_logit`` the
+    activation bytes per position (module notes).
+
+    Examples
+    --------
+    A 2048-position prefill of Llama-3.1-8B (causal pairs ``2048 x 2049 / 2``), logits for the
+    last position only:
+
+    >>> from capplan.hardware import load_hardware
+    >>> from capplan.modelspec import load_model_spec
+    >>> s = engine_step(load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm"), RooflineInputs(),
+    ...                 new_tokens=2048, logits_tokens=1, attention_pairs=2048 * 2049 // 2,
+    ...                 kv_read_tokens=0, sequences=1)
+    >>> s.bound, round(s.flops / 1e12, 2)
+    ('compute', 29.69)
+    """
+    new = _arr(new_tokens, "new_tokens", 1)
+    logits = _arr(logits_tokens, "logits_tokens")
+    pairs = _arr(attention_pairs, "attention_pairs")
+    read = _arr(kv_read_tokens, "kv_read_tokens")
+    seqs = _arr(sequences, "sequences")
+    t = _terms(spec, inp.weight_dtype, inp.kv_dtype, inp.tp)
+    win = t["window"]
+    pairs_w = np.minimum(pairs, new * win) if window_attention_pairs is None else _arr(window_attention_pairs, "window_attention_pairs")
+    read_w = np.minimum(read, seqs * win) if window_kv_read_tokens is None else _arr(window_kv_read_tokens, "window_kv_read_tokens")
+    return _finish(_evaluate(t, _hw_terms(hw, inp), new, logits, pairs, pairs_w, read, read_w, seqs))
+
+
+def causal_pairs(cached: ArrayLike, new: ArrayLike, window: float = math.inf) -> np.ndarray:
+    """Attention pairs of ``new`` positions appended after ``cached`` ones, causal, windowed.
+
+    Notes
+    -----
+    Position ``i`` (1-based among the new ones) attends to ``min(C + i, W)`` positions::
+
+        pairs = sum_{i=1..P} min(C + i, W)
+              = P C + P (P + 1) / 2                         when C + P <= W
+              = sum_{x=C+1..min(C+P, W)} x + (P - n1) W     otherwise, n1 = max(0, W - C)
+
+    Examples
+    --------
+    >>> causal_pairs(0, 4).item(), causal_pairs(10, 1).item(), causal_pairs(0, 6, window=4).item()
+    (10.0, 11.0, 18.0)
+    """
+    C = np.asarray(cached, dtype=float)
+    P = np.asarray(new, dtype=float)
+    if math.isinf(window):
+        return P * C + P * (P + 1) / 2
+    top = np.minimum(C + P, window)  # last position counted in full
+    n1 = np.maximum(top - C, 0)  # new positions below the window edge
+    below = n1 * (C + 1 + top) / 2
+    return below + (P - n1) * window
+
+
+def decode_step(
+    spec: "ModelSpec", hw: "HardwareProfile", inp: RooflineInputs, batch: ArrayLike, context: ArrayLike
+) -> StepCost:
+    """One decode step: ``batch`` sequences each forward one new position after ``context`` cached.
+
+    Parameters
+    ----------
+    batch : array-like
+        Sequences decoding together [count] (>= 1).
+    context : array-like
+        Positions already in each sequence's KV cache [positions].
+
+    Notes
+    -----
+    ``new = logits = sequences = B``; ``pairs = B (c + 1)``; ``kv_read = B c``; on sliding
+    layers ``B min(c + 1, W)`` pairs and ``B min(c, W - 1)`` reads. Time per output token is
+    ``step_time_s``; decode throughput is ``B / step_time_s`` tokens/s.
+
+    Examples
+    --------
+    >>> from capplan.hardware import load_hardware
+    >>> from capplan.modelspec import load_model_spec
+    >>> s = decode_step(load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm"), RooflineInputs(),
+    ...                 batch=[1, 512], context=1024)
+    >>> s.bound.tolist(), (np.array([1, 512]) / s.step_time_s).round().tolist()  # output tokens/s
+    (['memory', 'memory'], [131.0, 14984.0])
+    """
+    B = _arr(batch, "batch", 1)
+    c = _arr(context, "context")
+    W = _window(spec)
+    return engine_step(
+        spec, hw, inp,
+        new_tokens=B, logits_tokens=B, attention_pairs=B * (c + 1), kv_read_tokens=B * c, sequences=B,
+        window_attention_pairs=B * np.minimum(c + 1, W), window_kv_read_tokens=B * np.minimum(c, W - 1),
+    )
+
+
+def prefill_step(
+    spec: "ModelSpec",
+    hw: "HardwareProfile",
+    inp: RooflineInputs,
+    prompt: ArrayLike,
+    cached: ArrayLike = 0,
+    batch: ArrayLike = 1,
+) -> StepCost:
+    """One prefill step: ``batch`` prompts of ``prompt`` new positions after ``cached`` ones.
+
+    Parameters
+    ----------
+    prompt : array-like
+        Prompt positions forwarded per sequence [positions] (>= 1).
+    cached : array-like
+        Positions of each sequence already in the KV cache (a prefix-cache hit or earlier
+        chunks) [positions].
+    batch : array-like
+        Prompts prefilled together [count].
+
+    Notes
+    -----
+    ``new = B P``; ``logits = B`` (last position, sampled); ``pairs = B (P C + P (P + 1) / 2)``
+    (:func:`causal_pairs`, windowed on sliding layers); ``kv_read = B C``. Time to first token
+    is ``step_time_s``; prefill throughput ``B P / step_time_s``.
+
+    Examples
+    --------
+    >>> from capplan.hardware import load_hardware
+    >>> from capplan.modelspec import load_model_spec
+    >>> s = prefill_step(load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm"), RooflineInputs(), prompt=2048)
+    >>> s.bound, round(s.step_time_s * 1e3, 1)
+    ('compute', 44.9)
+    """
+    P = _arr(prompt, "prompt", 1)
+    C = _arr(cached, "cached")
+    B = _arr(batch, "batch", 1)
+    W = _window(spec)
+    return engine_step(
+        spec, hw, inp,
+        new_tokens=B * P, logits_tokens=B, attention_pairs=B * causal_pairs(C, P), kv_read_tokens=B * C,
+        sequences=B, window_attention_pairs=B * causal_pairs(C, P, W), window_kv_read_tokens=B * np.minimum(C, W - 1),
+    )
+
+
+def score_step(
+    spec: "ModelSpec", hw: "HardwareProfile", inp: RooflineInputs, length: ArrayLike, batch: ArrayLike = 1
+) -> StepCost:
+    """One scoring step: a teacher or reference model forwards ``batch`` known records once.
+
+    Like a fresh prefill of ``length`` positions, but the logits of *every* position are
+    computed (log-probabilities of the record's tokens) and nothing is sampled:
+    ``logits = B x length``.
+
+    Examples
+    --------
+    >>> from capplan.hardware import load_hardware
+    >>> from capplan.modelspec import load_model_spec
+    >>> spec, h100 = load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm")
+    >>> s, p = score_step(spec, h100, RooflineInputs(), 2048), prefill_step(spec, h100, RooflineInputs(), 2048)
+    >>> round((s.lm_head_flops - p.lm_head_flops) / 1e12, 2)  # 2047 more positions x 2 V d
+    2.15
+    """
+    L_ = _arr(length, "length", 1)
+    B = _arr(batch, "batch", 1)
+    W = _window(spec)
+    return engine_step(
+        spec, hw, inp,
+        new_tokens=B * L_, logits_tokens=B * L_, attention_pairs=B * causal_pairs(0, L_), kv_read_tokens=0,
+        sequences=B, window_attention_pairs=B * causal_pairs(0, L_, W), window_kv_read_tokens=0,
+    )
+
+
+def mixed_step(
+    spec: "ModelSpec",
+    hw: "HardwareProfile",
+    inp: RooflineInputs,
+    decode_batch: ArrayLike,
+    decode_context: ArrayLike,
+    prefill_chunk: ArrayLike,
+    prefill_context: ArrayLike = 0,
+    prefill_last_chunk: bool = False,
+) -> StepCost:
+    """One continuous-batching step: decodes plus one chunk of a prompt, as engine schedulers build them.
+
+    Parameters
+    ----------
+    decode_batch : array-like
+        Sequences decoding one position each [count] (may be 0).
+    decode_context : array-like
+        Cached positions of each decoding sequence [positions].
+    prefill_chunk : array-like
+        Prompt positions of the one prefilling sequence in this step [positions] (may be 0).
+    prefill_context : array-like
+        Positions of that sequence already cached (earlier chunks, prefix hits) [positions].
+    prefill_last_chunk : bool
+        The chunk ends its prompt, so its last position's logits are computed and sampled.
+
+    Notes
+    -----
+    The sum of a :func:`decode_step` and a :func:`prefill_step` in work, priced as one step
+    (weights read once). A scheduler with token budget ``M`` (vLLM ``max_num_batched_tokens``)
+    fills ``decode_batch + prefill_chunk <= M``.
+
+    Examples
+    --------
+    >>> from capplan.hardware import load_hardware
+    >>> from capplan.modelspec import load_model_spec
+    >>> spec, h100 = load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm")
+    >>> m = mixed_step(spec, h100, RooflineInputs(), 64, 2048, 8192 - 64)
+    >>> d = decode_step(spec, h100, RooflineInputs(), 64, 2048)
+    >>> m.bound, d.bound, round(m.step_time_s * 1e3), round(d.step_time_s * 1e3)  # [ms]
+    ('compute', 'memory', 192, 14)
+    """
+    Bd = _arr(decode_batch, "decode_batch")
+    cd = _arr(decode_context, "decode_context")
+    n = _arr(prefill_chunk, "prefill_chunk")
+    C = _arr(prefill_context, "prefill_context")
+    if np.any(Bd + n < 1):
+        raise InputError("a mixed step needs at least one decoding sequence or one prefill position")
+    W = _window(spec)
+    has_chunk = (n > 0).astype(float)
+    return engine_step(
+        spec, hw, inp,
+        new_tokens=Bd + n,
+        logits_tokens=Bd + (has_chunk if prefill_last_chunk else 0.0),
+        attention_pairs=Bd * (cd + 1) + causal_pairs(C, n),
+        kv_read_tokens=Bd * cd + has_chunk * C,
+        sequences=Bd + has_chunk,
+        window_attention_pairs=Bd * np.minimum(cd + 1, W) + causal_pairs(C, n, W),
+        window_kv_read_tokens=Bd * np.minimum(cd, W - 1) + has_chunk * np.minimum(C, W - 1),
+    )
+
+
+def _window(spec: "ModelSpec") -> float:
+    return float(spec.sliding_window.window_tokens) if spec.sliding_window else math.inf
+
+
+# ---------------------------------------------------------------------------------------------
+# Derived figures
+# ---------------------------------------------------------------------------------------------
+
+
+def ridge_point(
+    hw: "HardwareProfile", dtype: str = "bf16", compute_efficiency: float = 1.0, bandwidth_efficiency: float = 1.0
+) -> float:
+    """Arithmetic intensity at which a kernel turns from memory- to compute-bound [FLOP/byte].
+
+    Notes
+    -----
+    ``ridge = peak_flops(dtype) x compute_efficiency / (hbm_bandwidth x bandwidth_efficiency)``.
+    With both efficiencies 1 it is the datasheet ridge; with the profile's assumptions it is the
+    one :func:`engine_step` uses to decide ``bound`` (exactly, when all FLOPs run on one unit).
+
+    Examples
+    --------
+    >>> from capplan.hardware import load_hardware
+    >>> h100 = load_hardware("h100-sxm")
+    >>> round(ridge_point(h100), 1), round(ridge_point(h100, "fp8"), 1)  # 989.4e12 / 3.35e12
+    (295.3, 590.7)
+    >>> round(ridge_point(h100, compute_efficiency=0.7, bandwidth_efficiency=0.8), 1)
+    258.4
+    """
+    return hw.peak_flops(dtype) * compute_efficiency / (hw.hbm_bandwidth_bytes_per_s * bandwidth_efficiency)
+
+
+def critical_decode_batch(
+    spec: "ModelSpec", hw: "HardwareProfile", inp: RooflineInputs, context: ArrayLike
+) -> Any:
+    """Smallest decode batch at which a decode step turns compute-bound [sequences].
+
+    Parameters
+    ----------
+    context : array-like
+        Cached positions per sequence [positions].
+
+    Returns
+    -------
+    float or ndarray
+        The smallest integer ``B`` with ``compute_time_s >= memory_time_s`` in
+        :func:`decode_step`; ``inf`` where none exists up to :data:`CRITICAL_BATCH_LIMIT` (long
+        contexts: attention reads ``O(c)`` KV bytes per ``O(c)`` FLOPs, an intensity of about
+        ``2 H / H_kv`` per byte of KV element, below every ridge).
+
+    Notes
+    -----
+    ``compute_time - memory_time`` is convex in ``B`` (linear terms, minus the concave MoE
+    expert bytes) and negative at ``B = 0``, so it crosses zero once; the crossing is found by
+    bisection. For a dense model at short context the answer is close to
+    ``ridge x bytes_per_weight / 2`` (e.g. 258 x 2 / 2 = 258 for bf16 on an H100).
+
+    Examples
+    --------
+    >>> from capplan.hardware import load_hardware
+    >>> from capplan.modelspec import load_model_spec
+    >>> spec, h100 = load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm")
+    >>> critical_decode_batch(spec, h100, RooflineInputs(), [0, 128, 8192])
+    array([283., 409.,  inf])
+    """
+    c = _arr(context, "context")
+    lo = np.zeros_like(c)  # memory-bound (B = 0 has weights and no FLOPs)
+    hi = np.full_like(c, float(CRITICAL_BATCH_LIMIT))
+    top = decode_step(spec, hw, inp, hi, c)
+    never = np.asarray(top.compute_time_s) < np.asarray(top.memory_time_s)
+    while np.any(hi - lo > 1):
+        mid = np.floor((lo + hi) / 2)
+        mid = np.where(hi - lo > 1, mid, hi)
+        s = decode_step(spec, hw, inp, np.maximum(mid, 1), c)
+        ok = np.asarray(s.compute_time_s) >= np.asarray(s.memory_time_s)
+        hi = np.where(ok, mid, hi)
+        lo = np.where(ok, lo, mid)
+    out = np.where(never, np.inf, hi)
+    return float(out) if out.ndim == 0 else out
+
+
+def step_for_kind(
+    spec: "ModelSpec",
+    hw: "HardwareProfile",
+    inp: RooflineInputs,
+    kind: str,
+    batch: ArrayLike,
+    context: ArrayLike,
+    prompt: ArrayLike,
+    token_budget: int = 8192,
+) -> tuple[StepCost, np.ndarray, np.ndarray]:
+    """Price the step of one work kind; returns ``(cost, prompt_positions, tokens_per_step)``.
+
+    Parameters
+    ----------
+    kind : {"decode", "prefill", "score", "mixed"}
+        ``decode``: ``batch`` sequences at ``context`` cached positions (``prompt`` ignored).
+        ``prefill``: ``batch`` prompts of ``prompt`` positions after ``context`` cached ones.
+        ``score``: ``batch`` records of ``prompt`` positions forwarded once (``context`` must be 0).
+        ``mixed``: ``batch`` decodes at ``context`` plus one chunk of a ``prompt``-position prompt,
+        ``min(prompt, token_budget - batch)`` positions, ending the prompt when it fits.
+    token_budget : int
+        Positions a mixed step may forward [positions] (vLLM ``max_num_batched_tokens``).
+
+    Returns
+    -------
+    cost : StepCost
+    prompt_positions : ndarray
+        Prompt positions forwarded per step (0 for decode; the chunk for mixed).
+    tokens_per_step : ndarray
+        Positions forwarded in the step: ``B`` (decode), ``B P`` (prefill, score),
+        ``B + chunk`` (mixed); tokens/s is this over ``step_time_s``.
+    """
+    B = _arr(batch, "batch", 1)
+    c = _arr(context, "context")
+    P = _arr(prompt, "prompt", 1)
+    shape = np.broadcast(B, c, P).shape
+    B, c, P = (np.broadcast_to(x, shape) for x in (B, c, P))
+    if kind == "decode":
+        return decode_step(spec, hw, inp, B, c), np.zeros(shape), B
+    if kind == "prefill":
+        return prefill_step(spec, hw, inp, P, c, B), P, B * P
+    if kind == "score":
+        if np.any(c != 0):
+            raise InputError("--kind score forwards whole records from position 0; give their length with --prompt, not --context")
+        return score_step(spec, hw, inp, P, B), P, B * P
+    if kind == "mixed":
+        if np.any(B > token_budget):
+            raise InputError(f"--batch {int(np.max(B))} exceeds --token-budget {token_budget}: a step forwards at most the budget")
+        chunk = np.minimum(P, token_budget - B)
+        return _mixed_varying_last(spec, hw, inp, B, c, chunk, chunk >= P), chunk, B + chunk
+    raise InputError(f"--kind {kind}: unknown work kind (allowed: {', '.join(KINDS)})")
+
+
+def _mixed_varying_last(
+    spec: "ModelSpec", hw: "HardwareProfile", inp: RooflineInputs, B: Any, c: Any, chunk: Any, last: Any
+) -> StepCost:
+    """Mixed steps whose chunk ends its prompt where ``last`` is true (element-wise)."""
+    a = mixed_step(spec, hw, inp, B, c, chunk, 0, prefill_last_chunk=True)
+    if np.all(last):
+        return a
+    b = mixed_step(spec, hw, inp, B, c, chunk, 0, prefill_last_chunk=False)
+    return _finish(StepCost(**{k: np.where(last, getattr(a, k), getattr(b, k)) for k in a.as_dict()}))
+
+
+def roofline_rows(
+    spec: "ModelSpec",
+    hw: "HardwareProfile",
+    inp: RooflineInputs,
+    kind: str,
+    batches: Sequence[int],
+    contexts: Sequence[int],
+    prompts: Sequence[int],
+    token_budget: int = 8192,
+) -> list[dict[str, Any]]:
+    """One row per (batch, context, prompt) combination: the ``capplan roofline`` JSON contract.
+
+    Returns
+    -------
+    list of dict
+        Keys ``kind``, ``batch``, ``context``, ``prompt``, ``step_time_s``, ``tokens_per_s``,
+        ``flops``, ``bytes``, ``arithmetic_intensity``, ``bound``, ``mbu``, ``mfu`` (see
+        ``docs/roofline.md``). ``prompt`` is the prompt positions forwarded per sequence in the
+        step (0 for decode); ``context`` the positions cached before it; ``flops``/``bytes`` are
+        per GPU. Decode rows ignore ``prompts``; score rows ignore ``contexts``.
+    """
+    if kind not in KINDS:
+        raise InputError(f"--kind {kind}: unknown work kind (allowed: {', '.join(KINDS)})")
+    ps = [0] if kind == "decode" else list(prompts)
+    cs = [0] if kind == "score" else list(contexts)
+    grid = np.array([(b, c, p) for b in batches for c in cs for p in ps], dtype=float).reshape(-1, 3)
+    B, C, P = grid[:, 0], grid[:, 1], grid[:, 2]
+    cost, prompt_pos, tokens = step_for_kind(spec, hw, inp, kind, B, C, np.maximum(P, 1), token_budget)
+    rows = []
+    for i in range(len(B)):
+        rows.append(
+            {
+                "kind": kind,
+                "batch": int(B[i]),
+                "context": int(C[i]),
+                "prompt": int(prompt_pos[i]),
+                "step_time_s": float(cost.step_time_s[i]),
+                "tokens_per_s": float(tokens[i] / cost.step_time_s[i]),
+                "flops": float(cost.flops[i]),
+                "bytes": float(cost.bytes[i]),
+                "arithmetic_intensity": float(cost.arithmetic_intensity[i]),
+                "bound": str(cost.bound[i]),
+                "mbu": float(cost.mbu[i]),
+                "mfu": float(cost.mfu[i]),
+            }
+        )
+    return rows
+
+
+ROW_KEYS: tuple[str, ...] = (
+    "kind", "batch", "context", "prompt", "step_time_s", "tokens_per_s", "flops", "bytes",
+    "arithmetic_intensity", "bound", "mbu", "mfu",
+)
+"""Keys of one ``capplan roofline`` row, in order (the JSON and CSV contract)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Vectorised sweeps
+# ---------------------------------------------------------------------------------------------
+
+
+def decode_grid(
+    spec: "ModelSpec",
+    hardware: Sequence["HardwareProfile"],
+    inp: RooflineInputs,
+    tp: Sequence[int],
+    batch: ArrayLike,
+    context: ArrayLike,
+) -> StepCost:
+    """Decode steps over the full grid hardware x TP x batch x context, in one numpy pass.
+
+    Parameters
+    ----------
+    hardware : sequence of HardwareProfile
+        Profiles to sweep (axis 0).
+    inp : RooflineInputs
+        Dtypes and efficiency overrides; its ``tp`` is ignored (``tp`` is swept).
+    tp : sequence of int
+        Tensor-parallel degrees (axis 1); each must suit the model.
+    batch, context : array-like
+        1-D decode batches (axis 2) and cached positions (axis 3).
+
+    Returns
+    -------
+    StepCost
+        Arrays of shape ``(len(hardware), len(tp), len(batch), len(context))``; identical to
+        :func:`decode_step` element by element.
+
+    Examples
+    --------
+    >>> from capplan.hardware import load_hardware
+    >>> from capplan.modelspec import load_model_spec
+    >>> g = decode_grid(load_model_spec("llama-3.1-8b"), [load_hardware("h100-sxm"), load_hardware("a100-80gb")],
+    ...                 RooflineInputs(), tp=[1, 2], batch=[1, 64], context=[1024, 4096])
+    >>> g.step_time_s.shape
+    (2, 2, 2, 2)
+    """
+    tps = [int(x) for x in tp]
+    per_tp = [_terms(spec, inp.weight_dtype, inp.kv_dtype, x) for x in tps]
+    per_hw = [_hw_terms(hw, inp) for hw in hardware]
+    t = {k: np.array([d[k] for d in per_tp]).reshape(1, -1, 1, 1) for k in per_tp[0]}
+    w = {k: np.array([d[k] for d in per_hw]).reshape(-1, 1, 1, 1) for k in per_hw[0]}
+    B = _arr(batch, "batch", 1).reshape(1, 1, -1, 1)
+    c = _arr(context, "context").reshape(1, 1, 1, -1)
+    win = t["window"]
+    return _evaluate(
+        t, w, B, B, B * (c + 1), B * np.minimum(c + 1, win), B * c, B * np.minimum(c, win - 1), B
+    )
+
+
+def as_records(cost: StepCost) -> dict[str, Any]:
+    """``asdict`` of a StepCost with arrays turned into lists (for JSON)."""
+    return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in asdict(cost).items()}
