@@ -1,0 +1,264 @@
+"""``capplan ledger reconcile``: check a trajectory log record by record and count it into a ledger."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Callable
+
+import typer
+
+from capplan.cli.app import ledger_app
+from capplan.cli.common import Format, FormatOpt, ForceOpt, OutputOpt, call, console, emit, file_console, fmt_num
+
+if TYPE_CHECKING:
+    from capplan.reconcile import Reconciliation
+
+#: Files at least this large get a progress bar (when standard error is a terminal) [bytes].
+PROGRESS_MIN_BYTES = 8 * 2**20
+
+
+class Mapping(str, Enum):
+    """Record formats (see ``capplan.reconcile.MAPPINGS``)."""
+
+    capplan = "capplan"
+    verl = "verl"
+    openrlhf = "openrlhf"
+    areal = "areal"
+
+
+@ledger_app.command(
+    "reconcile",
+    help=(
+        "Check every record of a trajectory log (JSONL, gzip-compressed JSONL or Parquet) and count it "
+        "into an observed ledger with the same counters as `capplan ledger`.\n\n"
+        "Per record: mask lengths, sampled positions = action positions, loss only on the trained classes, "
+        "log-probs for every sampled position, turn boundaries, cache hits backed by computed prefixes, "
+        "policy-version staleness, stop reason, no loss on dropped truncations. Over the file: the observed "
+        "ledger, stop-reason and policy-version histograms, response-length percentiles and, with "
+        "--workload, the observed per-conversation means against the plan.\n\n"
+        "Exit 0 when everything holds, 1 when a check fails (each failure on standard error with its line "
+        "number and field), 2 when the input cannot be read.\n\n"
+        "Examples:\n\n\b\n"
+        "  capplan ledger reconcile rollouts.jsonl.gz\n"
+        "  capplan ledger reconcile rollouts.jsonl --workload agentic-tool-rl --tolerance 0.1\n"
+        "  capplan ledger reconcile dump.jsonl --mapping verl --max-staleness 2 --format json -o report.json"
+    ),
+)
+def reconcile(
+    file: Annotated[Path, typer.Argument(help="Trajectory log: JSONL (optionally .gz) or Parquet.", dir_okay=False)],
+    workload: Annotated[
+        str | None,
+        typer.Option(
+            "--workload",
+            "-w",
+            help="Workload (file or bundled name): what records must look like, and the plan to compare with.",
+        ),
+    ] = None,
+    tolerance: Annotated[
+        float, typer.Option(help="Largest relative difference of a per-conversation mean from the plan.", min=0)
+    ] = 0.05,
+    max_staleness: Annotated[
+        int | None,
+        typer.Option(
+            help="Largest trainer version - policy version (trainer version: the record's trainer_version, "
+            "else the newest policy version so far).",
+            min=0,
+        ),
+    ] = None,
+    mapping: Annotated[
+        Mapping, typer.Option(help="Record format: capplan's own, or a framework's dump (see docs/reconcile.md).")
+    ] = Mapping.capplan,
+    format: FormatOpt = Format.table,
+    max_errors: Annotated[
+        int, typer.Option(help="Failures listed with their line number; the rest are counted.", min=0)
+    ] = 20,
+    output: OutputOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    from capplan.reconcile import reconcile as run
+
+    w = None
+    if workload is not None:
+        from capplan.workload import load_workload
+
+        w = call(lambda: load_workload(workload))
+    with _progress(file) as progress:
+        result = call(
+            lambda: run(
+                file,
+                w,
+                mapping=mapping.value,
+                tolerance=tolerance,
+                max_staleness=max_staleness,
+                max_errors=max_errors,
+                progress=progress,
+            )
+        )
+    if format is Format.json:
+        from capplan.output import to_json
+
+        emit(to_json(result.as_dict()), output, force)
+    elif format is Format.csv:
+        emit(reconcile_csv(result), output, force)
+    else:
+        render_table(result, output, force)
+    for f in result.failures:
+        typer.echo(f"check failed: {f}", err=True)
+    rest = result.failures_total - len(result.failures)
+    if rest:
+        typer.echo(f"... and {rest:,} more failure(s) not listed (--max-errors {max_errors})", err=True)
+    for c in result.ledger.checks:
+        if c.name == "matches_plan_within_tolerance" and not c.ok:
+            typer.echo(f"check failed: {c.name}: {c.detail}", err=True)
+    if not result.ok:
+        raise typer.Exit(1)
+
+
+class _progress:
+    """A rich progress bar on standard error for large files when it is a terminal; else nothing."""
+
+    def __init__(self, file: Path) -> None:
+        self.file = file
+        self.bar: Any = None
+
+    def __enter__(self) -> Callable[[int, int], None] | None:
+        try:
+            big = self.file.stat().st_size >= PROGRESS_MIN_BYTES
+        except OSError:
+            return None
+        if not (big and sys.stderr.isatty()):
+            return None
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(
+            TextColumn("reconciling"),
+            BarColumn(),
+            DownloadColumn(),
+            TimeRemainingColumn(),
+            console=console(stderr=True),
+            transient=True,
+        )
+        self.bar.start()
+        task = self.bar.add_task("reconcile", total=self.file.stat().st_size)
+
+        def update(done: int, total: int) -> None:
+            self.bar.update(task, completed=done, total=total)
+
+        return update
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def reconcile_csv(result: "Reconciliation") -> str:
+    """Long format ``scope,counter,token_class,value``.
+
+    Scopes: the ledger's (``per_conversation``, ``per_step``, ``per_conversation_p50``,
+    ``per_conversation_p95``), ``total`` (file sums), ``stop_reason`` / ``policy_version`` /
+    ``staleness`` (records per key), ``response_length`` (statistic), ``check`` (failures per check)
+    and, with a workload, ``planned_per_conversation`` and ``plan_relative_error``.
+    """
+    from capplan.output import to_csv
+
+    led = result.ledger
+    rows: list[tuple[Any, ...]] = []
+    for scope, table in (
+        ("per_conversation", led.per_conversation),
+        ("per_step", led.per_step),
+        ("per_conversation_p50", led.per_conversation_p50),
+        ("per_conversation_p95", led.per_conversation_p95),
+        ("total", result.totals),
+    ):
+        rows += [(scope, counter, cls, v) for counter, by_class in table.items() for cls, v in by_class.items()]
+    for scope, hist in (
+        ("stop_reason", result.stop_reasons),
+        ("policy_version", result.policy_versions),
+        ("staleness", result.staleness),
+    ):
+        rows += [(scope, key, "records", n) for key, n in hist.items()]
+    rows += [("response_length", stat, "positions", v) for stat, v in result.response_length.items()]
+    rows += [("check", name, "failures", n) for name, n in result.failure_counts.items()]
+    for r in result.plan or []:
+        rows.append(("planned_per_conversation", r.counter, r.token_class, r.planned))
+        rows.append(("plan_relative_error", r.counter, r.token_class, "" if r.relative_error is None else r.relative_error))
+    return to_csv(["scope", "counter", "token_class", "value"], rows)
+
+
+def render_table(result: "Reconciliation", output: object, force: bool) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from capplan.ledger import CLASSES_AND_TOTAL, COUNTERS
+
+    led = result.ledger
+    con = console() if output is None else file_console()
+    where = f"{result.source} ({result.mapping} format)"
+    t = Table(
+        title=escape(
+            f"{where}: observed per conversation [positions], mean of {result.records_counted:,} counted records"
+        ),
+        title_justify="left",
+    )
+    t.add_column("counter", no_wrap=True, min_width=17)
+    for c in CLASSES_AND_TOTAL:
+        t.add_column(c, justify="right")
+    t.add_column("p50 total", justify="right")
+    t.add_column("p95 total", justify="right")
+    for counter in COUNTERS:
+        t.add_row(
+            counter,
+            *(fmt_num(led.per_conversation[counter][c]) for c in CLASSES_AND_TOTAL),
+            fmt_num(led.per_conversation_p50[counter]["total"]),
+            fmt_num(led.per_conversation_p95[counter]["total"]),
+        )
+    con.print(t)
+    if result.plan is not None:
+        p = Table(
+            title=escape(f"Against the plan of {led.workload} (tolerance {result.tolerance:.1%})"),
+            title_justify="left",
+        )
+        for col, just in (("counter", "left"), ("class", "left"), ("observed", "right"), ("planned", "right"),
+                          ("difference", "right"), ("", "left")):
+            p.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
+        for r in result.plan:
+            diff = "n/a" if r.relative_error is None else f"{r.relative_error:+.1%}"
+            mark = {"ok": "[green]ok[/green]", "FAIL": "[bold red]FAIL[/bold red]"}.get(r.status, r.status)
+            p.add_row(r.counter, r.token_class, fmt_num(r.observed), fmt_num(r.planned), diff, mark)
+        con.print(p)
+    s = led.conversation_stats
+    con.print(
+        f"Records: {result.records:,} on {result.lines:,} lines, {result.records_counted:,} counted, "
+        f"{result.records_failed:,} with a failed check. Per conversation: {fmt_num(s['invocations'], 2)} "
+        f"invocations, {fmt_num(s['tool_calls'], 2)} tool calls, {s['tool_wait_s']:,.2f} s tool wait, "
+        f"{s['truncated_fraction']:.1%} truncated."
+    )
+    rl = result.response_length
+    con.print(
+        escape("Response length [positions after the prompt]: " + ", ".join(f"{k} {fmt_num(v)}" for k, v in rl.items()))
+    )
+    con.print("Stop reasons: " + escape(_hist_text(result.stop_reasons)))
+    con.print("Policy versions: " + escape(_hist_text(result.policy_versions, limit=12)))
+    if result.staleness:
+        con.print(escape("Staleness [versions behind]: " + _hist_text(result.staleness, limit=12)))
+    for note in result.notes:
+        con.print(f"Note: {escape(note)}")
+    con.print("Checks (over every record):")
+    for c in led.checks:
+        mark = "[green]ok  [/green]" if c.ok else "[bold red]FAIL[/bold red]"
+        con.print(f"  {mark} {c.name}: {escape(c.detail)}")
+    if output is not None:
+        emit(con.file.getvalue(), output, force)  # type: ignore[attr-defined,arg-type]
+
+
+def _hist_text(hist: dict[str, int], limit: int = 20) -> str:
+    if not hist:
+        return "none"
+    total = sum(hist.values())
+    items = list(hist.items())
+    text = ", ".join(f"{k} {n:,} ({n / total:.1%})" for k, n in items[:limit])
+    if len(items) > limit:
+        text += f", ... ({len(items) - limit} more)"
+    return text
