@@ -175,13 +175,34 @@ class Training(_Strict):
     reference_forward: bool = False
     """A frozen reference model forwards the record once (e.g. for a KL penalty)."""
     filtered_group_fraction: float = Field(default=0.0, ge=0, lt=1)
-    """Fraction of prompt groups dropped for carrying no learning signal [fraction 0-1]."""
+    """Fraction of prompt groups dropped for carrying no learning signal [fraction 0-1]: rollout
+    work per trained step grows by ``1 / (1 - fraction)``."""
+    recompute_logprobs: bool = True
+    """The trainer recomputes the behaviour policy's log-probs with one extra forward pass (as
+    verl's ``old_log_probs`` and open-instruct do); ignored without a rollout engine."""
+    teacher_model: str | None = None
+    """Teacher model preset or path for ``teacher_scoring`` (default: the policy ``model``)."""
+    step_time_target_s: float | None = Field(default=None, gt=0)
+    """Trainer step-time target [s] used to size trainer GPUs when none are given."""
 
     @model_validator(mode="after")
     def _unique(self) -> "Training":
         if len(set(self.loss_on)) != len(self.loss_on):
             raise ValueError("loss_on lists a token class twice")
         return self
+
+
+class Serving(_Strict):
+    """Targets of a ``serving`` workload."""
+
+    arrival_rate_per_s: float = Field(gt=0)
+    """Mean request arrival rate [requests/s]."""
+    ttft_target_s: float | None = Field(default=None, gt=0)
+    """Time-to-first-token target at ``percentile`` [s]."""
+    tpot_target_s: float | None = Field(default=None, gt=0)
+    """Time-per-output-token target at ``percentile`` [s]."""
+    percentile: float = Field(default=95.0, gt=0, lt=100)
+    """Percentile the targets apply to [0-100]."""
 
 
 class Sampling(_Strict):
@@ -210,11 +231,15 @@ class Workload(_Strict):
     conversation: Conversation
     cache: Cache = Field(default_factory=Cache)
     training: Training = Field(default_factory=Training)
+    serving: Serving | None = None
+    """Arrival rate and latency targets (method ``serving`` only)."""
     sampling: Sampling = Field(default_factory=Sampling)
 
     @model_validator(mode="after")
     def _cross(self) -> "Workload":
         conv = self.conversation
+        if self.serving is not None and self.method != "serving":
+            raise FieldError(("serving",), f"only allowed with method: serving (this workload is {self.method})")
         if self.cache.reused_prefix_tokens is not None:
             reuse = self.cache.reused_prefix_tokens
             where = ("cache", "reused_prefix_tokens")
