@@ -841,7 +841,7 @@ def roofline_rows(
     if kind not in KINDS:
         raise InputError(f"--kind {kind}: unknown work kind (allowed: {', '.join(KINDS)})")
     ps = [0] if kind == "decode" else list(prompts)
-    cs = [0] if kind == "score" else list(contexts)
+    cs = list(contexts)
     grid = np.array([(b, c, p) for b in batches for c in cs for p in ps], dtype=float).reshape(-1, 3)
     B, C, P = grid[:, 0], grid[:, 1], grid[:, 2]
     cost, prompt_pos, tokens = step_for_kind(spec, hw, inp, kind, B, C, np.maximum(P, 1), token_budget)
