@@ -228,12 +228,12 @@ def draw_plot(
     if dtype != "bf16":
         p16 = hw.peak_flops("bf16")
         ax.axhline(p16 / 1e12, color="grey", ls=":", label=f"bf16 ceiling {p16 / 1e12:,.0f} TFLOP/s (attention, LM head)")
-    ax.axvline(peak / bw, color="grey", lw=0.6)
-    for row, xi, yi in zip(rows, ai, attained):
+    ax.axvline(peak / bw, color="grey", lw=0.6, label=f"ridge {peak / bw:,.0f} FLOP/B (derated {peak * ce / (bw * be):,.0f})")
+    for i, (row, xi, yi) in enumerate(zip(rows, ai, attained)):
         color = "tab:red" if row["bound"] == "compute" else "tab:blue"
         ax.plot(xi, yi / 1e12, "o", color=color, ms=5)
         label = f"B={row['batch']}" + (f" c={row['context']}" if row["kind"] != "score" else "") + (f" p={row['prompt']}" if row["prompt"] else "")
-        ax.annotate(label, (xi, yi / 1e12), textcoords="offset points", xytext=(4, -10), fontsize=7)
+        ax.annotate(label, (xi, yi / 1e12), textcoords="offset points", xytext=(5, -11 if i % 2 else 3), fontsize=7)
     ax.set_xlabel("arithmetic intensity [FLOP/byte, per GPU]")
     ax.set_ylabel("attained [TFLOP/s per GPU]")
     ax.set_title(f"{spec.name} on {hw.name}, TP{inp.tp}, W {inp.weight_dtype} / KV {inp.kv_dtype}: {rows[0]['kind']}", fontsize=10)
