@@ -55,7 +55,7 @@ Examples
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Literal, Sequence, Union
 
 import numpy as np
@@ -182,7 +182,7 @@ class StepCost:
     """``"compute"`` when ``compute_time_s >= memory_time_s``, else ``"memory"``."""
     mfu: Any
     """Model FLOP/s utilisation [0-1] = ``(gemm_flops / R_gemm + other_flops / R_16) / step_time_s``
-    (FLOPs over undrated peak; one dtype gives the usual ``flops / (peak x step_time)``)."""
+    (FLOPs over the datasheet peak; one dtype gives the usual ``flops / (peak x step_time)``)."""
     mbu: Any
     """Memory bandwidth utilisation [0-1] = ``bytes / (hbm_bandwidth x step_time_s)``."""
     gemm_flops: Any
@@ -719,8 +719,8 @@ def critical_decode_batch(
     float or ndarray
         The smallest integer ``B`` with ``compute_time_s >= memory_time_s`` in
         :func:`decode_step`; ``inf`` where none exists up to :data:`CRITICAL_BATCH_LIMIT` (long
-        contexts: attention reads ``O(c)`` KV bytes per ``O(c)`` FLOPs, an intensity of about
-        ``2 H / H_kv`` per byte of KV element, below every ridge).
+        contexts: attention does ``4 H h`` FLOPs per ``2 H_kv h b`` KV bytes, an intensity of
+        ``2 H / (H_kv b)`` FLOP/byte, below every ridge).
 
     Notes
     -----
@@ -925,8 +925,3 @@ def decode_grid(
     return _evaluate(
         t, w, B, B, B * (c + 1), B * np.minimum(c + 1, win), B * c, B * np.minimum(c, win - 1), B
     )
-
-
-def as_records(cost: StepCost) -> dict[str, Any]:
-    """``asdict`` of a StepCost with arrays turned into lists (for JSON)."""
-    return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in asdict(cost).items()}
