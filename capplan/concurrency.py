@@ -11,6 +11,9 @@ capacity gives the largest ``N``::
 
     N = capacity_tokens x E[lifetime] / E[K]
     K = sum_j (I_j + a_j / 2) a_j t_tok  +  [retain] sum_j (I_j + a_j) w_j
+
+(for sliding-window layers the context in ``K`` is capped at the window: a share ``s`` of the
+attention layers holds ``min(c, W)`` instead of ``c``)
     lifetime = sum_j a_j t_tok + sum_j w_j
 
 with turn ``j``'s input ``I_j``, sampled actions ``a_j``, tool wait ``w_j`` and time per output
@@ -59,6 +62,16 @@ class WorkloadConcurrency:
         return asdict(self)
 
 
+def window_area(lo: "np.ndarray", hi: "np.ndarray", window: float) -> "np.ndarray":
+    """``integral_lo^hi min(c, W) dc``: KV a sliding-window layer holds while context grows."""
+    import numpy as np
+
+    if math.isinf(window):
+        return (hi * hi - lo * lo) / 2
+    a, b = np.minimum(lo, window), np.minimum(hi, window)
+    return (b * b - a * a) / 2 + (np.maximum(hi, window) - np.maximum(lo, window)) * window
+
+
 def memory_bound_decode_step(spec: "ModelSpec", hw: "HardwareProfile", kv: "KVResult") -> Callable[[float, float], float]:
     """Decode step time ``f(batch, mean_context)`` [s] from the roofline model of :mod:`capplan.roofline`."""
     from capplan.roofline import RooflineInputs, decode_step
@@ -103,9 +116,18 @@ def workload_concurrency(
     a = conv.actions.astype(float)
     inputs = conv.inputs.astype(float)
     waits = conv.waits_s
+    kinds = spec.layer_kinds()
+    attn = [k for k in kinds if k != "linear"]
+    share_sliding = attn.count("sliding") / len(attn) if attn else 0.0
+    window = float(spec.sliding_window.window_tokens) if spec.sliding_window else math.inf
     decode_tokens = a.sum(1).mean()
-    decode_area = ((inputs + a / 2) * a).sum(1).mean()  # token x token-steps while decoding
-    wait_area = ((inputs + a) * waits).sum(1).mean() if retain else 0.0
+    # KV held, in capacity tokens (a token counts on every attention layer): full layers hold the
+    # whole context, sliding layers at most the window
+    decode_area = (
+        (1 - share_sliding) * ((inputs + a / 2) * a) + share_sliding * window_area(inputs, inputs + a, window)
+    ).sum(1).mean()  # capacity-token x token-steps while decoding
+    held_after = (1 - share_sliding) * (inputs + a) + share_sliding * np.minimum(inputs + a, window)
+    wait_area = (held_after * waits).sum(1).mean() if retain else 0.0
     mean_wait = waits.sum(1).mean()
     mean_ctx = decode_area / decode_tokens if decode_tokens else 0.0
     step = step_time or memory_bound_decode_step(spec, hw, kv)
@@ -135,6 +157,7 @@ def workload_concurrency(
     lifetime = decode_time + mean_wait
     held = (decode_area * t_tok + wait_area) / lifetime if lifetime > 0 else 0.0
     p95_peak = float(np.percentile(conv.record_length, 95))
+    p95_peak = (1 - share_sliding) * p95_peak + share_sliding * min(p95_peak, window)
     seq_blocks = max(1, math.ceil(p95_peak / kv.block_size))
     return WorkloadConcurrency(
         workload=workload.name,

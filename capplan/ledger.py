@@ -480,11 +480,21 @@ def compute_ledger(workload: Workload, conversations: int | None = None, seed: i
     >>> led.per_conversation["prefill_forwarded"]["total"], led.per_conversation["recorded"]["total"]
     (33, 25)
     """
-    import numpy as np
-
     exact = workload.conversation.is_fixed()
     conv = sample_conversations(workload, n=1 if exact else conversations, seed=seed)
-    counts, aux = count_positions(workload, conv)
+    return ledger_from_conversations(workload, conv, *count_positions(workload, conv))
+
+
+def ledger_from_conversations(
+    workload: Workload, conv: Conversations, counts: dict[str, "np.ndarray"], aux: dict[str, Any]
+) -> Ledger:
+    """Summarise per-conversation counts (from :func:`count_positions`) into a :class:`Ledger`.
+
+    Exact (integers) when the workload is fixed and ``conv`` holds its one conversation.
+    """
+    import numpy as np
+
+    exact = workload.conversation.is_fixed() and conv.n == 1
     n = conv.n
     totals = {k: v.sum(0) for k, v in counts.items()}
     aux["kept_recorded"] = int(counts["recorded"][aux["kept"]].sum())

@@ -1,0 +1,267 @@
+"""``capplan plan``: the capacity plan, capplan's main job."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from capplan.cli.app import app
+from capplan.cli.common import Format, FormatOpt, ForceOpt, call, console, emit, fail
+
+if TYPE_CHECKING:
+    from capplan.plan import Plan
+
+
+class Mode(str, Enum):
+    sync = "sync"
+    async_ = "async"
+
+
+#: Rows of the plan table and CSV: (label with unit, getter). CSV column names derive from them.
+ROWS: list[tuple[str, str, Any]] = [
+    ("Concurrency", "", None),
+    ("KV capacity per replica [tokens]", "kv_capacity_tokens", lambda p: p.kv["kv_capacity_tokens"]),
+    ("KV budget per GPU [GiB]", "kv_budget_gib_per_gpu", lambda p: p.kv["kv_budget_gib_per_gpu"]),
+    ("resident conversations per replica", "resident_conversations", lambda p: p.concurrency.get("resident_conversations", 0.0)),
+    ("waiting on tools per replica", "waiting_conversations", lambda p: p.concurrency.get("waiting_conversations", 0.0)),
+    ("decode batch per replica [sequences]", "decode_batch", lambda p: p.decode_batch),
+    ("binding limit", "binding_constraint", lambda p: p.binding_constraint),
+    ("Work of one trained step", "", None),
+    ("conversations generated (filter x)", "conversations_per_step", lambda p: p.conversations_per_step),
+    ("prefill [GPU-s]", "prefill_gpu_s", lambda p: p.prefill_gpu_s),
+    ("decode [GPU-s]", "decode_gpu_s", lambda p: p.decode_gpu_s),
+    ("teacher scoring [GPU-s]", "score_gpu_s", lambda p: p.score_gpu_s),
+    ("generated tokens per GPU-s", "rollout_tokens_per_s_per_gpu", lambda p: p.rollout_tokens_per_s_per_gpu),
+    ("MBU / MFU of rollout [fraction]", "mbu_mfu", lambda p: f"{p.mbu:.2f} / {p.mfu:.2f}"),
+    ("Tail", "", None),
+    ("rollout time [s]", "rollout_time_s", lambda p: p.rollout_time_s),
+    ("  work at full batch [s]", "rollout_time_work_s", lambda p: p.rollout_time_work_s),
+    ("  longest rollout, shrinking batch [s]", "rollout_time_tail_s", lambda p: p.rollout_time_tail_s),
+    ("static batching waste [slot-steps]", "static_batching_waste", lambda p: f"{p.static_batching_waste:.1%}"),
+    ("static-batching rollout time [s]", "static_rollout_time_s", lambda p: p.static_rollout_time_s),
+    ("Trainer", "", None),
+    ("trainer FLOPs per step", "trainer_flops", lambda p: f"{p.trainer_flops:.3g}"),
+    ("trainer GPUs (min for memory)", "trainer_gpus", lambda p: f"{p.trainer_gpus} ({p.trainer_gpus_min_memory})"),
+    ("trainer time [s]", "trainer_time_s", lambda p: p.trainer_time_s),
+    ("weight sync [s]", "weight_sync_time_s", lambda p: p.weight_sync_time_s),
+    ("Split", "", None),
+    ("inference GPUs (replicas)", "inference_gpus", lambda p: f"{p.inference_gpus} ({p.inference_replicas})"),
+    ("step time [s]", "step_time_s", lambda p: p.step_time_s),
+    ("trained tokens/s", "trained_tokens_per_s", lambda p: p.trained_tokens_per_s),
+    ("node ratio [inference / trainer nodes]", "node_ratio", lambda p: p.node_ratio),
+    ("trainer idle [fraction]", "trainer_idle_fraction", lambda p: f"{p.trainer_idle_fraction:.1%}"),
+    ("inference idle [fraction]", "inference_idle_fraction", lambda p: f"{p.inference_idle_fraction:.1%}"),
+    ("stale beyond bound (async) [fraction]", "stale_fraction", lambda p: f"{p.stale_fraction:.1%}"),
+]
+
+#: CSV columns: one row per workload, units in the names, numbers as numbers.
+CSV_COLUMNS: list[tuple[str, Any]] = [
+    ("workload", lambda p: p.workload),
+    ("method", lambda p: p.method),
+    ("model", lambda p: p.model),
+    ("hardware", lambda p: p.hardware),
+    ("trainer_hardware", lambda p: p.trainer_hardware),
+    ("tp", lambda p: p.tp),
+    ("mode", lambda p: p.mode),
+    ("max_staleness", lambda p: p.max_staleness),
+    ("kv_capacity_tokens_per_replica", lambda p: p.kv["kv_capacity_tokens"]),
+    ("kv_budget_gib_per_gpu", lambda p: p.kv["kv_budget_gib_per_gpu"]),
+    ("decode_batch_sequences", lambda p: p.decode_batch),
+    ("binding_constraint", lambda p: p.binding_constraint),
+    ("conversations_per_step", lambda p: p.conversations_per_step),
+    ("prefill_gpu_s", lambda p: p.prefill_gpu_s),
+    ("decode_gpu_s", lambda p: p.decode_gpu_s),
+    ("score_gpu_s", lambda p: p.score_gpu_s),
+    ("rollout_tokens_per_s_per_gpu", lambda p: p.rollout_tokens_per_s_per_gpu),
+    ("mbu_fraction", lambda p: p.mbu),
+    ("mfu_fraction", lambda p: p.mfu),
+    ("rollout_time_s", lambda p: p.rollout_time_s),
+    ("rollout_time_work_s", lambda p: p.rollout_time_work_s),
+    ("rollout_time_tail_s", lambda p: p.rollout_time_tail_s),
+    ("static_batching_waste_fraction", lambda p: p.static_batching_waste),
+    ("static_rollout_time_s", lambda p: p.static_rollout_time_s),
+    ("trainer_flops", lambda p: p.trainer_flops),
+    ("trainer_gpus", lambda p: p.trainer_gpus),
+    ("trainer_gpus_min_memory", lambda p: p.trainer_gpus_min_memory),
+    ("trainer_time_s", lambda p: p.trainer_time_s),
+    ("weight_sync_time_s", lambda p: p.weight_sync_time_s),
+    ("inference_gpus", lambda p: p.inference_gpus),
+    ("step_time_s", lambda p: p.step_time_s),
+    ("trained_tokens_per_s", lambda p: p.trained_tokens_per_s),
+    ("node_ratio", lambda p: p.node_ratio),
+    ("trainer_idle_fraction", lambda p: p.trainer_idle_fraction),
+    ("inference_idle_fraction", lambda p: p.inference_idle_fraction),
+    ("stale_fraction", lambda p: p.stale_fraction),
+    ("sizing", lambda p: p.sizing),
+]
+
+
+def plans_csv(plans: list["Plan"]) -> str:
+    """One row per workload; spreadsheet-safe (:func:`capplan.output.to_csv`)."""
+    from capplan.output import to_csv
+
+    return to_csv([c for c, _ in CSV_COLUMNS], [[get(p) for _, get in CSV_COLUMNS] for p in plans])
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, int):
+        return f"{v:,}"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 1:
+        return f"{v:,.2f}"
+    return f"{v:.3g}"
+
+
+def render(plans: list["Plan"], explain: bool) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = console()
+    p0 = plans[0]
+    con.print(
+        f"capplan plan on {p0.hardware} (tp {p0.tp}, KV {p0.kv_dtype}, weights {p0.weight_dtype}), trainer on "
+        f"{p0.trainer_hardware}, mode {p0.mode}{f' (max staleness {p0.max_staleness})' if p0.mode == 'async' else ''}. "
+        "GiB = 2^30 B; FLOP/s and bandwidth decimal."
+    )
+    t = Table(title="Capacity plan, one column per workload", title_justify="left")
+    t.add_column("", no_wrap=True)
+    for p in plans:
+        t.add_column(f"{p.workload}\n({p.method}, {p.model})", justify="right")
+    for label, _, get in ROWS:
+        if get is None:
+            t.add_row(f"[bold]{escape(label)}[/bold]", *([""] * len(plans)))
+            continue
+        t.add_row(escape(label), *(_cell(get(p)) for p in plans))
+    con.print(t)
+    for p in plans:
+        if p.serving:
+            s = p.serving
+            con.print(
+                f"{p.workload} (serving): {s['replicas']} replica(s) of tp {p.tp} for {s['arrival_rate_per_s']:g} req/s; "
+                f"at most {s['per_replica_requests_per_s']:,.1f} req/s per replica (batch {s['batch_per_replica']:,.0f}), "
+                f"operating batch {s['operating_batch_per_replica']:,.0f}; TTFT {s['ttft_s'] * 1e3:,.0f} ms, "
+                f"TPOT {s['tpot_s'] * 1e3:,.1f} ms, p{p.serving.get('percentile', 95):g} latency {s['latency_s']:,.1f} s; "
+                f"binding: {s['binding_constraint']}"
+                f"{'' if s['feasible'] else ' - the targets cannot be met at this tp'}"
+            )
+        con.print(f"{p.workload}: {escape(p.sizing)}.")
+        if p.filter_factor > 1:
+            con.print(
+                f"{p.workload}: filtering drops {1 - 1 / p.filter_factor:.0%} of prompt groups, so rollout work per "
+                f"trained step is x{p.filter_factor:.2f}."
+            )
+    con.print("Assumptions: " + escape("; ".join(dict.fromkeys(a for p in plans for a in p.assumptions))) + ".")
+    if explain:
+        for p in plans:
+            con.print(f"\n[bold]{escape(p.workload)}: formulas with the numbers substituted[/bold]")
+            for line in p.explain:
+                con.print("  " + escape(line))
+
+
+@app.command(
+    "plan",
+    help=(
+        "Capacity plan for one or more workloads: concurrency limits, prefill/decode/scoring "
+        "GPU-seconds, the tail of a synchronous step, the trainer, and the inference-to-trainer "
+        "node ratio (sync, or async with bounded staleness). Give both GPU counts to evaluate a "
+        "split, one to size the other for balance, neither to size both, or --total-gpus to find "
+        "the split that maximises trained tokens/s.\n\n"
+        "Examples:\n\n"
+        "\b\n"
+        "  capplan plan reasoning-rl-olmo3-7b --hardware h100-sxm\n"
+        "  capplan plan reasoning-rl-olmo3-32b --hardware h100-sxm --tp 8 --trainer-gpus 64 --inference-gpus 160\n"
+        "  capplan plan agentic-tool-rl reasoning-rl-olmo3-7b --hardware h100-sxm --mode async --max-staleness 2\n"
+        "  capplan plan reasoning-rl-olmo3-7b --hardware h100-sxm --total-gpus 72 --explain\n"
+        "  capplan plan chat-serving --hardware h100-sxm --format json --output-dir out/"
+    ),
+)
+def plan(
+    workloads: Annotated[list[str], typer.Argument(help="Workload files or bundled names.")],
+    hardware: Annotated[str, typer.Option("--hardware", "-H", help="Inference hardware profile (name or path).")],
+    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree of an inference replica.", min=1)] = 1,
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="Model preset or path (default: each workload's model).")
+    ] = None,
+    trainer_hardware: Annotated[
+        str | None, typer.Option("--trainer-hardware", help="Trainer hardware profile (default: --hardware).")
+    ] = None,
+    trainer_gpus: Annotated[int | None, typer.Option("--trainer-gpus", help="Trainer GPUs (default: sized).", min=1)] = None,
+    inference_gpus: Annotated[
+        int | None, typer.Option("--inference-gpus", help="Inference GPUs (default: sized).", min=1)
+    ] = None,
+    total_gpus: Annotated[
+        int | None, typer.Option("--total-gpus", help="Fixed total: choose the split maximising trained tokens/s.", min=1)
+    ] = None,
+    mode: Annotated[Mode, typer.Option("--mode", help="sync (rollout, sync, train in series) or async.")] = Mode.sync,
+    max_staleness: Annotated[
+        int, typer.Option("--max-staleness", help="Async: max policy versions a trajectory may lag.", min=0)
+    ] = 1,
+    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="KV dtype: bf16, fp16, fp8, int8, int4.")] = "bf16",
+    weight_dtype: Annotated[str, typer.Option("--weight-dtype", help="Weight dtype: bf16, fp16, fp8, int8, int4.")] = "bf16",
+    conversations: Annotated[
+        int | None, typer.Option("--conversations", help="Monte Carlo sample size (default: the workload's).", min=1)
+    ] = None,
+    explain: Annotated[bool, typer.Option("--explain", help="Print every formula with the numbers substituted.")] = False,
+    format: FormatOpt = Format.table,
+    output_dir: Annotated[
+        Path | None,
+        typer.Option("--output-dir", help="Write plan.json and plan.csv here (atomically; never overwriting without --force).", file_okay=False),
+    ] = None,
+    force: ForceOpt = False,
+) -> None:
+    from capplan.hardware import load_hardware
+    from capplan.modelspec import load_model_spec
+    from capplan.output import to_json
+    from capplan.plan import PlanInputs, plan_workload
+    from capplan.workload import load_workload
+
+    if trainer_gpus and inference_gpus and total_gpus:
+        raise fail("give --total-gpus or both --trainer-gpus and --inference-gpus, not all three")
+    hw = call(lambda: load_hardware(hardware))
+    thw = call(lambda: load_hardware(trainer_hardware)) if trainer_hardware else hw
+    plans = []
+    for name in workloads:
+        w = call(lambda: load_workload(name))
+        ref = model or w.model
+        if ref is None:
+            raise fail(f"{name}: the workload names no model; add 'model:' to it or pass --model")
+        spec = call(lambda: load_model_spec(ref))
+        teacher = call(lambda: load_model_spec(w.training.teacher_model)) if w.training.teacher_model else None
+        inp = PlanInputs(
+            hardware=hw,
+            model=spec,
+            trainer_hardware=thw,
+            teacher=teacher,
+            tp=tp,
+            kv_dtype=kv_dtype,
+            weight_dtype=weight_dtype,
+            trainer_gpus=trainer_gpus,
+            inference_gpus=inference_gpus,
+            total_gpus=total_gpus,
+            mode=mode.value,  # type: ignore[arg-type]
+            max_staleness=max_staleness,
+        )
+        plans.append(call(lambda: plan_workload(w, inp, conversations=conversations)))
+    docs = [p.as_dict() for p in plans]
+    if output_dir is not None:
+        from capplan.output import write_atomic
+
+        targets = {output_dir / "plan.json": to_json(docs), output_dir / "plan.csv": plans_csv(plans)}
+        existing = [str(t) for t in targets if t.exists()]
+        if existing and not force:
+            raise fail(f"{', '.join(existing)}: file exists; pass --force to overwrite")
+        for path, text in targets.items():
+            call(lambda: write_atomic(path, text, force=force))
+            typer.echo(f"wrote {path}", err=True)
+    if format is Format.json:
+        emit(to_json(docs), None, False)
+    elif format is Format.csv:
+        emit(plans_csv(plans), None, False)
+    else:
+        render(plans, explain)
