@@ -77,6 +77,7 @@ from capplan.cli import kv_cmd as _kv_cmd  # noqa: E402,F401  (registers command
 from capplan.cli import ledger_cmd as _ledger_cmd  # noqa: E402,F401
 from capplan.cli import map_cmd as _map_cmd  # noqa: E402,F401
 from capplan.cli import misc_cmd as _misc_cmd  # noqa: E402,F401
+from capplan.cli import plan_cmd as _plan_cmd  # noqa: E402,F401
 from capplan.cli import roofline_cmd as _roofline_cmd  # noqa: E402,F401
 from capplan.cli import profiles_cmd as _profiles_cmd  # noqa: E402,F401
 from capplan.cli import reconcile_cmd as _reconcile_cmd  # noqa: E402,F401
