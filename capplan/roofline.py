@@ -226,7 +226,6 @@ def _terms(spec: "ModelSpec", weight_dtype: str, kv_dtype: str, tp: int) -> dict
     n_moe = sum(spec.is_moe_layer(i) for i in range(L))
     expert = 3 * d * m.expert_intermediate_size if m else 0
     routed_total = n_moe * (m.num_experts if m else 0) * expert
-    routed_active = n_moe * (m.experts_per_token if m else 0) * expert
     gemm_active = sum(spec.mixer_params(i) + spec.active_mlp_params(i) for i in range(L))
 
     # attention FLOPs per (query, key) pair and layer, and activation elements per token and layer

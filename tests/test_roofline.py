@@ -324,6 +324,24 @@ def test_decode_grid_matches_decode_step():
     assert g.bound[1, 1, 1, 1] == one.bound
 
 
+def test_million_point_sweep_under_a_second():
+    """The issue's target: 1,000,000 batch x context x TP x hardware points in under a second
+    (benchmarks/bench_roofline.py reports about 0.02-0.04 s on the 2-core development machine)."""
+    import time
+
+    from capplan.hardware import list_hardware
+
+    hws = list_hardware()
+    spec = load_model_spec("llama-3.1-70b")
+    best = math.inf
+    for _ in range(3):
+        t0 = time.perf_counter()
+        g = decode_grid(spec, hws, RooflineInputs(weight_dtype="fp8"), [1, 2, 4, 8], np.arange(1, 129), np.linspace(0, 32768, 163))
+        best = min(best, time.perf_counter() - t0)
+    assert g.step_time_s.size == len(hws) * 4 * 128 * 163 >= 1_000_000
+    assert best < 1.0
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [
