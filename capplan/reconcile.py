@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import json.scanner
 import math
 import re
 from dataclasses import dataclass, field
@@ -73,6 +74,8 @@ RECORD_CHECKS: dict[str, str] = {
 }
 """Per-record checks, by name (a JSON contract), with what each one asserts."""
 
+_STOP_SET = frozenset(STOP_REASONS)
+
 #: Methods whose objective needs the behaviour policy's log-probs (importance ratios, clipping).
 LOGPROB_METHODS: frozenset[str] = frozenset({"outcome-rl", "multi-turn-rl"})
 
@@ -90,6 +93,7 @@ _ORIGIN_FROM_INT = _table({0: 0, 1: 1, 2: 2})
 _LOSS_FROM_STR = _table({ord("0"): 0, ord("1"): 1})
 _LOSS_FROM_INT = _table({0: 0, 1: 1})
 _IS = [_table({c: 1}, default=0) for c in range(3)]  # origin byte -> 1 when of class c
+_IS_PROMPT, _IS_ACTION = _IS[0], _IS[1]
 _VERL_MASK_TO_ORIGIN = _table({0: 2, 1: 1})  # verl response_mask 1 = generated, 0 = tool
 
 
@@ -126,46 +130,29 @@ class Failure:
         }
 
 
-class _Rec:
-    """A record in the common form every reader produces (masks as bytes, see the tables above)."""
-
-    __slots__ = (
-        "rid", "n_tokens", "counts", "origin", "loss", "turns", "cached", "prefill", "logprobs",
-        "lp_offset", "version", "trainer_version", "stop", "stop_logged", "tool_wait_s",
-    )
-
-    def __init__(self) -> None:
-        self.rid: str | None = None
-        self.n_tokens: int | None = None  # len(token_ids), when given
-        self.counts: tuple[int, int, int] | None = None
-        self.origin: bytes = b""
-        self.loss: bytes = b""
-        self.turns: list[Any] | None = None
-        self.cached: list[Any] | None = None
-        self.prefill: list[Any] | None = None
-        self.logprobs: list[Any] | None = None
-        self.lp_offset: int = 0  # position of logprobs[0] when they cover positions lp_offset..end
-        self.version: Any = None
-        self.trainer_version: Any = None
-        self.stop: Any = None
-        self.stop_logged = True  # False: the source format has no stop reason to check
-        self.tool_wait_s: Any = None
-
-
-# --------------------------------------------------------------------------- readers / mappings
+# --------------------------------------------------------------------------- record formats
+#
+# A record reaches the checks as a dict with capplan's keys (see the module docstring). Masks may
+# be strings, lists or (from a mapping) bytes already in the internal coding; a mapping may add
+# "_n_tokens" (the token count), "_lp_offset" (position of logprobs[0] when the log-probs cover
+# positions _lp_offset..end) and "_stop_logged" (False when its format has no stop reason).
 
 
 def _origin_bytes(value: Any, field: str = "origin") -> bytes:
-    if type(value) is str:
+    """The origin mask as bytes 0 (prompt) / 1 (action) / 2 (tool)."""
+    t = type(value)
+    if t is str:
         try:
             o = value.encode("latin-1").translate(_ORIGIN_FROM_STR)
         except UnicodeEncodeError:
             raise _Bad(field, "a string of the letters p (prompt), a (action), t (tool)") from None
-    elif type(value) is list:
+    elif t is list:
         try:
             o = bytes(value).translate(_ORIGIN_FROM_INT)
         except (TypeError, ValueError):
             raise _Bad(field, "a list of 0 (prompt), 1 (action), 2 (tool)") from None
+    elif t is bytes:
+        return value
     else:
         raise _Bad(field, "missing: a string of p/a/t or a list of 0/1/2, one entry per position")
     if b"\xff" in o:
@@ -175,16 +162,20 @@ def _origin_bytes(value: Any, field: str = "origin") -> bytes:
 
 
 def _loss_bytes(value: Any, field: str = "loss_mask") -> bytes:
-    if type(value) is str:
+    """The loss mask as bytes 0 / 1."""
+    t = type(value)
+    if t is str:
         try:
             m = value.encode("latin-1").translate(_LOSS_FROM_STR)
         except UnicodeEncodeError:
             raise _Bad(field, "a string of 0/1") from None
-    elif type(value) is list:
+    elif t is list:
         try:
             m = bytes(value).translate(_LOSS_FROM_INT)
         except (TypeError, ValueError):
             raise _Bad(field, "a list of 0/1") from None
+    elif t is bytes:
+        return value
     else:
         raise _Bad(field, "missing: a string of 0/1 or a list of 0/1, one entry per position")
     if b"\xff" in m:
@@ -195,91 +186,50 @@ def _loss_bytes(value: Any, field: str = "loss_mask") -> bytes:
 
 def _int_list(value: Any, field: str) -> list[int]:
     if type(value) is not list:
-        raise _Bad(field, "must be a list of token IDs (integers)")
+        raise _Bad(field, "missing or not a list of token IDs")
     return value
 
 
-def _read_capplan(obj: dict[str, Any]) -> _Rec:
-    """The ``capplan`` record format (see the module docstring)."""
-    r = _Rec()
-    rid = obj.get("id")
-    r.rid = None if rid is None else str(rid)
-    ids = obj.get("token_ids")
-    counts = obj.get("counts")
-    if ids is not None:
-        r.n_tokens = len(_int_list(ids, "token_ids"))
-    if counts is not None:
-        if type(counts) is not dict or any(
-            type(counts.get(c, 0)) is not int or counts.get(c, 0) < 0 for c in TOKEN_CLASSES
-        ) or set(counts) - set(TOKEN_CLASSES):
-            raise _Bad("counts", "must map prompt/action/tool to non-negative integers")
-        r.counts = (counts.get("prompt", 0), counts.get("action", 0), counts.get("tool", 0))
-    if ids is None and counts is None:
-        raise _Bad("token_ids", "missing: give token_ids (a list) or counts ({prompt, action, tool})")
-    r.origin = _origin_bytes(obj.get("origin"))
-    r.loss = _loss_bytes(obj.get("loss_mask"))
-    r.turns = obj.get("turns")
-    r.cached = obj.get("cached_tokens")
-    r.prefill = obj.get("prefill_tokens")
-    r.logprobs = obj.get("logprobs")
-    r.version = obj.get("policy_version")
-    r.trainer_version = obj.get("trainer_version")
-    r.stop = obj.get("stop_reason")
-    r.tool_wait_s = obj.get("tool_wait_s")
-    return r
-
-
-def _read_verl(obj: dict[str, Any]) -> _Rec:
+def _read_verl(obj: dict[str, Any]) -> dict[str, Any]:
     """verl ``AgentLoopOutput`` (``verl/experimental/agent_loop/agent_loop.py``), one dumped per line.
 
     ``prompt_ids`` are the prompt; ``response_ids`` hold generated and tool-response tokens, told
     apart by ``response_mask`` (1 generated, 0 tool), which is also what verl trains on;
-    ``response_logprobs`` are aligned with ``response_ids``. The fully asynchronous trainer adds
-    ``extra_fields.param_version_start`` (policy version; the oldest weights that sampled part of
-    the response) and ``extra_fields.is_cancel`` (stop reason ``abort``). verl logs no other stop
-    reason; ``extra_fields.stop_reason`` is read when a pipeline adds one.
+    ``response_logprobs`` are aligned with ``response_ids`` (0.0 on tool tokens). The fully
+    asynchronous trainer adds ``extra_fields.param_version_start`` (policy version: the oldest
+    weights that sampled part of the response) and ``extra_fields.is_cancel`` (stop reason
+    ``abort``). verl logs no other stop reason; ``extra_fields.stop_reason`` is read when a pipeline
+    adds one. ``metrics.tool_calls`` (time spent in tool calls [s]) is the tool wait.
     """
-    r = _Rec()
     prompt = _int_list(obj.get("prompt_ids"), "prompt_ids")
     resp = _int_list(obj.get("response_ids"), "response_ids")
-    mask = obj.get("response_mask")
-    if type(mask) is not list:
-        raise _Bad("response_mask", "missing: a list of 0/1, one per response token")
-    try:
-        m = bytes(mask).translate(_LOSS_FROM_INT)
-    except (TypeError, ValueError):
-        raise _Bad("response_mask", "a list of 0/1") from None
-    if b"\xff" in m:
-        i = m.index(b"\xff")
-        raise _Bad("response_mask", f"position {i} is {mask[i]!r}; allowed: 0 or 1")
+    m = _loss_bytes(obj.get("response_mask"), "response_mask")
     if len(m) != len(resp):
-        raise _Bad(
-            "response_mask", f"{len(m)} entries for {len(resp)} response_ids", check="mask_lengths"
-        )
+        raise _Bad("response_mask", f"{len(m)} entries for {len(resp)} response_ids", check="mask_lengths")
     P = len(prompt)
-    r.n_tokens = P + len(resp)
-    r.origin = b"\x00" * P + m.translate(_VERL_MASK_TO_ORIGIN)
-    r.loss = b"\x00" * P + m
-    lp = obj.get("response_logprobs")
-    if lp is not None:
-        r.logprobs, r.lp_offset = lp, P
+    out: dict[str, Any] = {
+        "_n_tokens": P + len(resp),
+        "origin": b"\x00" * P + m.translate(_VERL_MASK_TO_ORIGIN),
+        "loss_mask": b"\x00" * P + m,
+        "logprobs": obj.get("response_logprobs"),
+        "_lp_offset": P,
+    }
     extra = obj.get("extra_fields") or {}
     if type(extra) is not dict:
         raise _Bad("extra_fields", "must be an object")
-    r.version = extra.get("param_version_start")
-    r.stop = extra.get("stop_reason")
-    if r.stop is None:
-        if extra.get("is_cancel"):
-            r.stop = "abort"
-        else:
-            r.stop_logged = False
+    out["policy_version"] = extra.get("param_version_start")
+    stop = extra.get("stop_reason")
+    if stop is None and extra.get("is_cancel"):
+        stop = "abort"
+    out["stop_reason"] = stop
+    out["_stop_logged"] = stop is not None
     metrics = obj.get("metrics")
-    if type(metrics) is dict and isinstance(metrics.get("tool_calls"), (int, float)):
-        r.tool_wait_s = metrics["tool_calls"]  # verl times tool calls [s]: waiting, not GPU work
-    return r
+    if type(metrics) is dict and type(metrics.get("tool_calls")) in (int, float):
+        out["tool_wait_s"] = metrics["tool_calls"]
+    return out
 
 
-def _read_openrlhf(obj: dict[str, Any]) -> _Rec:
+def _read_openrlhf(obj: dict[str, Any]) -> dict[str, Any]:
     """OpenRLHF agent executor output (``openrlhf/utils/agent.py``), one dumped per line.
 
     ``observation_tokens`` is the whole sequence (prompt, actions, environment feedback);
@@ -290,30 +240,26 @@ def _read_openrlhf(obj: dict[str, Any]) -> _Rec:
     ``length``, else ``stop``. OpenRLHF logs no policy version; ``policy_version`` is read when a
     pipeline adds one.
     """
-    r = _Rec()
-    toks = _int_list(obj.get("observation_tokens"), "observation_tokens")
-    L = len(toks)
-    r.n_tokens = L
+    L = len(_int_list(obj.get("observation_tokens"), "observation_tokens"))
     ranges = obj.get("action_ranges")
-    if type(ranges) is not list:
-        raise _Bad("action_ranges", "missing: a list of [start, end] spans")
     spans = _spans(ranges, L, "action_ranges")
     origin = bytearray(b"\x02" * L)
     first = spans[0][0] if spans else L
     origin[:first] = b"\x00" * first
     for s, e in spans:
         origin[s:e] = b"\x01" * (e - s)
-    r.origin = bytes(origin)
-    r.loss = r.origin.translate(_IS[_ACTION])
-    r.turns = [list(s) for s in spans]
-    r.logprobs = obj.get("rollout_log_probs")
-    r.version = obj.get("policy_version")
+    o = bytes(origin)
     t = obj.get("truncated")
-    if t is None:
-        r.stop_logged = False
-    else:
-        r.stop = "length" if t else "stop"
-    return r
+    return {
+        "_n_tokens": L,
+        "origin": o,
+        "loss_mask": o.translate(_IS[_ACTION]),
+        "turns": ranges,
+        "logprobs": obj.get("rollout_log_probs"),
+        "policy_version": obj.get("policy_version"),
+        "stop_reason": None if t is None else ("length" if t else "stop"),
+        "_stop_logged": t is not None,
+    }
 
 
 def _unbatch(value: Any) -> Any:
@@ -323,24 +269,21 @@ def _unbatch(value: Any) -> Any:
     return value
 
 
-def _read_areal(obj: dict[str, Any]) -> _Rec:
+def _read_areal(obj: dict[str, Any]) -> dict[str, Any]:
     """AReaL trajectory from ``RLVRWorkflow`` / ``MultiTurnWorkflow`` (``areal/workflow/*.py``).
 
     ``input_ids`` is the whole sequence; ``versions`` is the policy version of each generated
-    token and -1 on every input position (prompt and, in multi-turn, inserted feedback), so it
-    gives the origin; ``loss_mask`` gives the trained positions; ``logprobs`` are per position
+    token and -1 on every input position (the prompt and, in multi-turn, the inserted feedback), so
+    it gives the origin; ``loss_mask`` gives the trained positions; ``logprobs`` are per position
     (0.0 on inputs); ``attention_mask`` trims padding. ``stop_reason`` (of ``ModelResponse``,
     ``areal/api/io_struct.py``) is read when a pipeline logs it; ``interrupt`` means ``abort``.
-    The policy version is the oldest version among the generated tokens.
+    The record's policy version is the oldest among its generated tokens.
     """
-    r = _Rec()
-    toks = _int_list(_unbatch(obj.get("input_ids")), "input_ids")
+    L = len(_int_list(_unbatch(obj.get("input_ids")), "input_ids"))
     versions = _unbatch(obj.get("versions"))
     if type(versions) is not list:
         raise _Bad("versions", "missing: the per-token policy version (-1 on input positions)")
-    loss = _unbatch(obj.get("loss_mask"))
     att = _unbatch(obj.get("attention_mask"))
-    L = len(toks)
     if att is not None:
         if type(att) is not list or len(att) != L:
             raise _Bad("attention_mask", f"must have one entry per input_ids position ({L})", check="mask_lengths")
@@ -348,46 +291,42 @@ def _read_areal(obj: dict[str, Any]) -> _Rec:
     if len(versions) < L:
         raise _Bad("versions", f"{len(versions)} entries for {L} positions", check="mask_lengths")
     try:
+        generated = [v for v in versions[:L] if v >= 0]
         gen = bytes(1 if v >= 0 else 0 for v in versions[:L])
     except TypeError:
         raise _Bad("versions", "must be a list of integers") from None
     first = gen.find(1)
     first = L if first < 0 else first
-    r.origin = b"\x00" * first + gen[first:].translate(_VERL_MASK_TO_ORIGIN)
-    if type(loss) is not list:
-        raise _Bad("loss_mask", "missing: a list of 0/1, one per position")
-    r.loss = _loss_bytes(loss[:L] if len(loss) >= L else loss)
-    r.n_tokens = L
+    loss = _unbatch(obj.get("loss_mask"))
     lp = _unbatch(obj.get("logprobs"))
-    if lp is not None:
-        r.logprobs = lp[:L] if type(lp) is list else lp
-    vs = [v for v in versions[:L] if v >= 0]
-    r.version = min(vs) if vs else None
     stop = obj.get("stop_reason")
-    if stop is None:
-        r.stop_logged = False
-    else:
-        r.stop = "abort" if stop == "interrupt" else stop
-    return r
+    return {
+        "_n_tokens": L,
+        "origin": b"\x00" * first + gen[first:].translate(_VERL_MASK_TO_ORIGIN),
+        "loss_mask": loss[:L] if type(loss) is list else loss,
+        "logprobs": lp[:L] if type(lp) is list else lp,
+        "policy_version": min(generated) if generated else None,
+        "stop_reason": "abort" if stop == "interrupt" else stop,
+        "_stop_logged": stop is not None,
+    }
 
 
-MAPPINGS: dict[str, Callable[[dict[str, Any]], _Rec]] = {
-    "capplan": _read_capplan,
+MAPPINGS: dict[str, Callable[[dict[str, Any]], dict[str, Any]] | None] = {
+    "capplan": None,
     "verl": _read_verl,
     "openrlhf": _read_openrlhf,
     "areal": _read_areal,
 }
-"""Record formats by name: capplan's own, and the dumps of three RL frameworks."""
+"""Record formats by name: capplan's own (read as is), and the dumps of three RL frameworks."""
 
 
-def _spans(turns: Any, L: int, field: str = "turns") -> list[tuple[int, int]]:
+def _spans(turns: Any, L: int, field: str = "turns") -> list[Any]:
     """Validate turn spans: a list of ``[start, end]`` with ``0 <= start <= end <= L``, in order."""
     if type(turns) is not list:
-        raise _Bad(field, "must be a list of [start, end] spans", check="turn_boundaries")
-    out: list[tuple[int, int]] = []
+        raise _Bad(field, "missing or not a list of [start, end] spans", check="turn_boundaries")
     prev = 0
     for j, t in enumerate(turns):
-        if type(t) not in (list, tuple) or len(t) != 2 or type(t[0]) is not int or type(t[1]) is not int:
+        if type(t) is not list or len(t) != 2 or type(t[0]) is not int or type(t[1]) is not int:
             raise _Bad(f"{field}[{j}]", f"{t!r} is not a [start, end] pair of integers", check="turn_boundaries")
         s, e = t
         if not 0 <= s <= e <= L:
@@ -396,19 +335,18 @@ def _spans(turns: Any, L: int, field: str = "turns") -> list[tuple[int, int]]:
             raise _Bad(
                 f"{field}[{j}]", f"span [{s}, {e}) starts before turn {j}'s span ends ({prev})", check="turn_boundaries"
             )
-        out.append((s, e))
         prev = e
-    return out
+    return turns
 
 
-def _per_turn(values: Any, n: int, field: str) -> list[int]:
+def _per_turn(values: Any, n: int, field: str) -> None:
+    """Raise unless ``values`` holds one non-negative integer per turn."""
     if type(values) is not list or len(values) != n:
         got = len(values) if type(values) is list else type(values).__name__
         raise _Bad(field, f"needs one entry per turn: {n} turns, got {got}", check="turn_boundaries")
     for j, v in enumerate(values):
         if type(v) is not int or v < 0:
             raise _Bad(f"{field}[{j}]", f"{v!r} is not a non-negative integer", check="turn_boundaries")
-    return values
 
 
 # --------------------------------------------------------------------------- readers of files
@@ -425,6 +363,38 @@ def _open_lines(path: Path) -> tuple[Iterator[bytes], Callable[[], int], Callabl
         raw.close()
 
     return iter(fh), raw.tell, close
+
+
+class _NotJSON:
+    """A line that does not decode, with the reason."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+_BLANK = object()
+_scan = json.scanner.make_scanner(json.JSONDecoder())  # the C scanner behind json.loads
+
+
+def _decode_line(raw: bytes) -> Any:
+    """One JSON value from a line of bytes; ``_BLANK`` for a blank line, a ``_NotJSON`` on errors.
+
+    Calls the C scanner directly (``json.loads`` adds three Python-level calls per line) and falls
+    back to ``json.loads`` for the exact error message.
+    """
+    try:
+        text = raw.decode()
+        obj, end = _scan(text, 0)
+        if end == len(text) or not text[end:].strip():
+            return obj
+    except (ValueError, StopIteration):  # JSONDecodeError, UnicodeDecodeError; StopIteration: no value at 0
+        pass
+    if not raw.strip():
+        return _BLANK
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        return _NotJSON(f"not valid JSON ({exc.__class__.__name__}: {str(exc)[:80]})")
 
 
 def _parquet_rows(path: Path, batch_size: int = 4096) -> tuple[Iterator[dict[str, Any]], Callable[[], int]]:
@@ -472,10 +442,13 @@ def _bins(v: "np.ndarray") -> "np.ndarray":
     """
     import numpy as np
 
-    v = np.maximum(v, 0)
-    e = np.maximum(np.frexp(v.astype(np.float64))[1] - 11, 0)
-    e = np.minimum(e, _EMAX)
-    return np.minimum(_SUB * e + (v >> e), _NBINS - 1)
+    out = v.copy()
+    big = v >= 2 * _SUB
+    if big.any():
+        vb = v[big]
+        e = np.minimum(np.frexp(vb.astype(np.float64))[1] - 11, _EMAX)
+        out[big] = np.minimum(_SUB * e + (vb >> e), _NBINS - 1)
+    return out
 
 
 def _bin_value(b: "np.ndarray") -> "np.ndarray":
@@ -507,32 +480,37 @@ def _percentiles(hist: "np.ndarray", qs: tuple[float, ...]) -> list[float]:
     return out
 
 
-# Row layout of one counted record: 7 counters x 3 classes, then the extra columns.
+# Row of one counted record (a JSON-free internal layout): the counters that cannot be derived from
+# others, then per-record facts. scored = scorers x recorded x kept, record length = recorded
+# total and response length = recorded action + tool are derived when a batch is folded in.
+(_R_P, _R_A, _R_T, _R_SP, _R_SA, _R_ST, _R_FP, _R_FA, _R_FT, _R_HP, _R_HA, _R_HT, _R_DEC, _R_TP, _R_TA, _R_TT,
+ _R_INV, _R_CALLS, _R_FLAGS, _R_WAIT_MS) = range(20)
+_NROW = 20
+_F_TRUNCATED, _F_KEPT, _F_CACHE_LOGGED = 1, 2, 4
+# Histogram series: 7 counters x 3 classes, the 7 counter totals, response length, tool wait [ms].
 _NC = len(COUNTERS) * 3
-_X_RECORD_LEN, _X_RESPONSE_LEN, _X_INVOCATIONS, _X_TOOL_CALLS, _X_TRUNCATED, _X_WAIT_MS, _X_CACHE_LOGGED = range(
-    _NC, _NC + 7
-)
-_NCOL = _NC + 7
-# Histogram series: the 21 class counters, the 7 counter totals, record length, response length, tool wait.
 _H_TOTALS = _NC
-_H_RECORD_LEN = _NC + 7
-_H_RESPONSE_LEN = _NC + 8
-_H_WAIT_MS = _NC + 9
-_NSER = _NC + 10
+_H_RESPONSE_LEN = _NC + 7
+_H_WAIT_MS = _NC + 8
+_NSER = _NC + 9
 
 
 class _Accumulator:
-    """Folds per-record rows into sums, maxima and fixed-size histograms, one batch at a time."""
+    """Folds per-record rows into exact sums, maxima and fixed-size histograms, one batch at a time."""
 
-    def __init__(self, batch: int = 8192) -> None:
+    def __init__(self, scorers: int, batch: int = 16384) -> None:
         import numpy as np
 
+        self.scorers = scorers
         self.batch = batch
         self.rows: list[tuple[int, ...]] = []
         self.n = 0
-        self.sums = np.zeros(_NCOL, dtype=np.int64)
+        self.sums = np.zeros(_NSER, dtype=np.int64)
         self.maxes = np.zeros(_NSER, dtype=np.int64)
         self.hist = np.zeros((_NSER, _NBINS), dtype=np.int64)
+        self.flag_sums = {"truncated": 0, "kept": 0, "cache_logged": 0}
+        self.invocations = 0
+        self.tool_calls = 0
 
     def add(self, row: tuple[int, ...]) -> None:
         self.rows.append(row)
@@ -545,18 +523,27 @@ class _Accumulator:
         if not self.rows:
             return
         a = np.array(self.rows, dtype=np.int64)
-        self.rows = []
+        self.rows.clear()
         b = a.shape[0]
         self.n += b
-        self.sums += a.sum(0)
-        series = np.empty((b, _NSER), dtype=np.int64)
-        series[:, :_NC] = a[:, :_NC]
-        series[:, _H_TOTALS:_H_TOTALS + 7] = a[:, :_NC].reshape(b, 7, 3).sum(2)
-        series[:, _H_RECORD_LEN] = a[:, _X_RECORD_LEN]
-        series[:, _H_RESPONSE_LEN] = a[:, _X_RESPONSE_LEN]
-        series[:, _H_WAIT_MS] = a[:, _X_WAIT_MS]
-        self.maxes = np.maximum(self.maxes, series.max(0))
-        flat = (_bins(series) + np.arange(_NSER, dtype=np.int64) * _NBINS).ravel()
+        flags = a[:, _R_FLAGS]
+        kept = (flags & _F_KEPT) != 0
+        self.flag_sums["truncated"] += int(((flags & _F_TRUNCATED) != 0).sum())
+        self.flag_sums["kept"] += int(kept.sum())
+        self.flag_sums["cache_logged"] += int(((flags & _F_CACHE_LOGGED) != 0).sum())
+        self.invocations += int(a[:, _R_INV].sum())
+        self.tool_calls += int(a[:, _R_CALLS].sum())
+        s = np.zeros((b, _NSER), dtype=np.int64)
+        s[:, 0:12] = a[:, 0:12]  # recorded, sampled, prefill_forwarded, cache_hit
+        s[:, 13] = a[:, _R_DEC]  # decode_forwarded: action positions only
+        s[:, 15:18] = a[:, _R_TP:_R_TT + 1]
+        s[:, 18:21] = a[:, 0:3] * (self.scorers * kept)[:, None]
+        s[:, _H_TOTALS:_H_TOTALS + 7] = s[:, 0:_NC:3] + s[:, 1:_NC:3] + s[:, 2:_NC:3]
+        s[:, _H_RESPONSE_LEN] = a[:, _R_A] + a[:, _R_T]
+        s[:, _H_WAIT_MS] = a[:, _R_WAIT_MS]
+        self.sums += s.sum(0)
+        np.maximum(self.maxes, s.max(0), out=self.maxes)
+        flat = (_bins(s) + np.arange(_NSER, dtype=np.int64) * _NBINS).ravel()
         self.hist += np.bincount(flat, minlength=_NSER * _NBINS).reshape(_NSER, _NBINS)
 
 
@@ -650,20 +637,62 @@ _MAX_KEYS = 256  # distinct stop reasons / versions / lags kept; the rest are co
 
 
 def _bump(d: dict[Any, int], key: Any) -> None:
-    if key in d or len(d) < _MAX_KEYS:
-        d[key] = d.get(key, 0) + 1
+    if key in d:
+        d[key] += 1
+    elif len(d) < _MAX_KEYS:
+        d[key] = 1
     else:
         d["(other)"] = d.get("(other)", 0) + 1
 
 
+def _counts(value: Any) -> tuple[int, int, int]:
+    if type(value) is dict:
+        get = value.get
+        p, a, t = get("prompt", 0), get("action", 0), get("tool", 0)
+        if (
+            type(p) is int and type(a) is int and type(t) is int and p >= 0 and a >= 0 and t >= 0
+            and value.keys() <= _CLASS_KEYS
+        ):
+            return p, a, t
+    raise _Bad("counts", "must map prompt/action/tool to non-negative integers")
+
+
+_CLASS_KEYS = frozenset(TOKEN_CLASSES)
+
+
+def _split_by_counting(
+    o: bytes, spans: Any, cached: list[int] | None, pre: list[int] | None
+) -> tuple[int, int, int, int, int, int]:
+    """Prefill and cache-hit positions by class, counted from the origin mask.
+
+    For a record whose prompt is not a prefix or whose spans are not exactly its action runs (it
+    has failed a check already); a consistent record is split with arithmetic on its spans.
+    Returns ``(prefill prompt, action, tool, cache-hit prompt, action, tool)``.
+    """
+    fP = fA = fT = hP = hA = hT = 0
+    for j, (s, e) in enumerate(spans):
+        if cached is not None:
+            h = cached[j]
+        elif pre is not None:
+            h = max(s - pre[j], 0)
+        else:
+            h = 0
+        h = min(h, s)
+        ip, ia = o.count(0, 0, s), o.count(1, 0, s)
+        hp, ha = o.count(0, 0, h), o.count(1, 0, h)
+        hP += hp
+        hA += ha
+        hT += h - hp - ha
+        fP += ip - hp
+        fA += ia - ha
+        fT += s - ip - ia - (h - hp - ha)
+    return fP, fA, fT, hP, hA, hT
+
+
 class _Reconciler:
-    def __init__(
-        self,
-        workload: "Workload | None",
-        max_staleness: int | None,
-        max_errors: int,
-        unit: str,
-    ) -> None:
+    """Checks records one at a time and counts the well-formed ones into an :class:`_Accumulator`."""
+
+    def __init__(self, workload: "Workload | None", max_staleness: int | None, max_errors: int, unit: str) -> None:
         self.unit = unit
         self.max_errors = max_errors
         self.max_staleness = max_staleness
@@ -672,66 +701,86 @@ class _Reconciler:
             self.drop_truncated = workload.training.drop_truncated
             self.needs_logprobs = workload.method in LOGPROB_METHODS
             self.rollout = workload.has_rollout
-            self.scorers = workload.scorers
+            scorers = workload.scorers
         else:
             self.allowed = frozenset({"action"})
             self.drop_truncated = False
             self.needs_logprobs = True
             self.rollout = True
-            self.scorers = 0
+            scorers = 0
+        self.action_only = self.allowed == {"action"}
         self.failures: list[Failure] = []
         self.failure_counts: dict[str, int] = {name: 0 for name in RECORD_CHECKS}
         self.records = 0
         self.records_failed = 0
-        self.stop_reasons: dict[str, int] = {}
-        self.versions: dict[int, int] = {}
-        self.staleness: dict[int, int] = {}
+        self.stop_reasons: dict[Any, int] = {}
+        self.versions: dict[Any, int] = {}
+        self.staleness: dict[Any, int] = {}
         self.newest_version: int | None = None
         self.stop_not_logged = 0
-        self.acc = _Accumulator()
+        self.acc = _Accumulator(scorers)
+        self.rows = self.acc.rows  # appended to by _check, emptied in place by flush
         self._line = 0
-        self._rid: str | None = None
+        self._rid: Any = None
         self._failed = False
 
     def fail(self, check: str, field: str, message: str) -> None:
         self.failure_counts[check] += 1
         self._failed = True
         if len(self.failures) < self.max_errors:
-            self.failures.append(Failure(self._line, check, field, message, self._rid, self.unit))
+            rid = None if self._rid is None else str(self._rid)
+            self.failures.append(Failure(self._line, check, field, message, rid, self.unit))
 
-    def feed(self, line: int, obj: Any, read: Callable[[dict[str, Any]], _Rec]) -> None:
+    def feed(self, line: int, obj: Any, read: Callable[[dict[str, Any]], dict[str, Any]] | None) -> None:
         """Check and count one record (``obj`` is the decoded JSON value or a Parquet row)."""
         self.records += 1
-        self._line, self._rid, self._failed = line, None, False
-        try:
-            if type(obj) is not dict:
-                raise _Bad("line", f"not a JSON object (got {type(obj).__name__})")
-            rid = obj.get("id")
-            self._rid = None if rid is None else str(rid)
-            rec = read(obj)
-            self._check(rec)
-        except _Bad as bad:
-            self.fail(bad.check, bad.field, bad.message)
+        self._line = line
+        self._failed = False
+        if type(obj) is not dict:
+            self._rid = None
+            self.fail("well_formed", "line", f"not a JSON object (got {type(obj).__name__})")
+        else:
+            self._rid = obj.get("id")
+            try:
+                self._check(obj if read is None else read(obj))
+            except _Bad as bad:
+                self.fail(bad.check, bad.field, bad.message)
         if self._failed:
             self.records_failed += 1
 
     def malformed(self, line: int, message: str) -> None:
+        """Report a line that is not a record at all (not JSON)."""
         self.records += 1
         self.records_failed += 1
         self._line, self._rid = line, None
         self.fail("well_formed", "line", message)
 
-    # The hot path: one call per record.
-    def _check(self, r: _Rec) -> None:  # noqa: C901 (one pass over the record, by design)
-        o, lm = r.origin, r.loss
+    # The hot path: one call per record. Bytes methods do the per-position work in C; a record
+    # whose turns match its origin mask is split by class with arithmetic on its spans alone.
+    def _check(self, d: dict[str, Any]) -> None:  # noqa: C901 (one pass over the record, by design)
+        get = d.get
+        o = _origin_bytes(get("origin"))
+        lm = _loss_bytes(get("loss_mask"))
         L = len(o)
+
         # ---- mask lengths (structural: a record that fails is not counted)
-        n = r.n_tokens
+        n = get("_n_tokens")
+        c = None
         if n is None:
-            assert r.counts is not None
-            n = sum(r.counts)
-        elif r.counts is not None and sum(r.counts) != n:
-            raise _Bad("counts", f"counts sum to {sum(r.counts)} but token_ids has {n}", check="mask_lengths")
+            ids = get("token_ids")
+            counts = get("counts")
+            if ids is not None:
+                if type(ids) is not list:
+                    raise _Bad("token_ids", "must be a list of token IDs (integers)")
+                n = len(ids)
+            if counts is not None:
+                c = _counts(counts)
+                if n is None:
+                    n = c[0] + c[1] + c[2]
+                elif c[0] + c[1] + c[2] != n:
+                    raise _Bad("counts", f"counts sum to {sum(c)} but token_ids has {n}", check="mask_lengths")
+            elif n is None:
+                raise _Bad("token_ids", "missing: give token_ids (a list) or counts ({prompt, action, tool})")
         if L != n:
             raise _Bad("origin", f"{L} entries for {n} tokens", check="mask_lengths")
         if len(lm) != n:
@@ -739,20 +788,232 @@ class _Reconciler:
         P = o.count(0)
         A = o.count(1)
         T = L - P - A
-        if r.counts is not None and r.counts != (P, A, T):
-            k = next(i for i in range(3) if r.counts[i] != (P, A, T)[i])
+        if c is not None and c != (P, A, T):
+            k = next(i for i in range(3) if c[i] != (P, A, T)[i])
             raise _Bad(
                 f"counts.{TOKEN_CLASSES[k]}",
-                f"{r.counts[k]} but the origin mask has {(P, A, T)[k]} {TOKEN_CLASSES[k]} positions",
+                f"{c[k]} but the origin mask has {(P, A, T)[k]} {TOKEN_CLASSES[k]} positions",
                 check="mask_lengths",
             )
 
         # ---- loss on allowed classes only
-        loss_int = int.from_bytes(lm, "big")
-        tr_prompt = (loss_int & int.from_bytes(o.translate(_IS[_PROMPT]), "big")).bit_count() if loss_int else 0
-        tr_action = (loss_int & int.from_bytes(o.translate(_IS[_ACTION]), "big")).bit_count() if loss_int else 0
-        tr_total = lm.count(1) if loss_int else 0
-        tr_tool = tr_total - tr_prompt - tr_action
+        tr_prompt = tr_action = tr_tool = 0
+        if b"\x01" in lm:
+            loss_int = int.from_bytes(lm, "big")
+            act_int = int.from_bytes(o.translate(_IS_ACTION), "big")
+            if self.action_only and not loss_int & ~act_int:
+                tr_action = loss_int.bit_count()
+            else:
+                tr_action = (loss_int & act_int).bit_count()
+                tr_prompt = (loss_int & int.from_bytes(o.translate(_IS_PROMPT), "big")).bit_count()
+                tr_tool = loss_int.bit_count() - tr_action - tr_prompt
+                self._loss_classes(o, loss_int, tr_prompt, tr_action, tr_tool)
+
+        # ---- stop reason, truncation
+        stop = get("stop_reason")
+        truncated = stop == "length"
+        rollout = self.rollout
+        if rollout:
+            sd = self.stop_reasons
+            if type(stop) is str and stop in _STOP_SET:
+                if stop in sd:
+                    sd[stop] += 1
+                else:
+                    sd[stop] = 1
+            elif stop is None:
+                if get("_stop_logged", True):
+                    self.fail("stop_reason", "stop_reason", f"missing; allowed: {', '.join(STOP_REASONS)}")
+                else:
+                    self.stop_not_logged += 1
+                _bump(sd, "(not logged)")
+            else:
+                shown = repr(stop)
+                _bump(sd, shown[:40])
+                self.fail("stop_reason", "stop_reason", f"{shown} is not one of {', '.join(STOP_REASONS)}")
+        if truncated and self.drop_truncated and (tr_prompt or tr_action or tr_tool):
+            self.fail(
+                "truncated_trained",
+                "loss_mask",
+                f"truncated response (stop_reason length) carries loss on {tr_prompt + tr_action + tr_tool} "
+                "position(s) but the workload drops truncated conversations (training.drop_truncated)",
+            )
+
+        # ---- policy version, staleness
+        if rollout:
+            v = get("policy_version")
+            if v is not None:
+                ref = get("trainer_version")
+                vd = self.versions
+                if (
+                    type(v) is int and v in vd and v <= self.newest_version  # type: ignore[operator]
+                    and type(ref) is int and 0 <= ref - v in self.staleness
+                    and (self.max_staleness is None or ref - v <= self.max_staleness)
+                ):
+                    vd[v] += 1  # the common case: a known version, a known lag, within the bound
+                    self.staleness[ref - v] += 1
+                else:
+                    self._staleness(v, ref)
+            elif self.max_staleness is not None:
+                self.fail("staleness", "policy_version", "missing (needed by --max-staleness)")
+
+        # ---- turns, log-probs, cache hits
+        sP = sA = sT = fP = fA = fT = hP = hA = hT = decode = nt = tool_calls = 0
+        flags = 0 if truncated and self.drop_truncated else _F_KEPT
+        if truncated:
+            flags |= _F_TRUNCATED
+        if rollout:
+            turns = get("turns")
+            derived = turns is None
+            if derived:
+                spans: Any = [m.span() for m in _RUNS_OF_ACTIONS.finditer(o)] if A else ()
+            elif type(turns) is list:
+                spans = turns
+            else:
+                raise _Bad("turns", "must be a list of [start, end] spans", check="turn_boundaries")
+            nt = len(spans)
+            cached = get("cached_tokens")
+            pre = get("prefill_tokens")
+            logged = cached is not None or pre is not None
+            if logged:
+                flags |= _F_CACHE_LOGGED
+                if cached is not None and (type(cached) is not list or len(cached) != nt):
+                    _per_turn(cached, nt, "cached_tokens")
+                if pre is not None and (type(pre) is not list or len(pre) != nt):
+                    _per_turn(pre, nt, "prefill_tokens")
+
+            # the prompt is a prefix
+            prefix = not P or o.count(0, 0, P) == P
+            if not prefix:
+                pos = next(i for i in range(L) if o[i] != 0)
+                self.fail(
+                    "turn_boundaries",
+                    "origin",
+                    f"prompt position {o.find(0, pos)} comes after a non-prompt position ({pos}); "
+                    "the prompt must be a prefix",
+                )
+
+            # One pass over the invocations: invocation j samples [s, e); its input is [0, s). The
+            # class split assumes a consistent record (prompt a prefix, spans = action runs);
+            # _split_by_counting recounts one that is not.
+            prev_e = span_len = in_span = before_a = computed = nonempty = 0
+            sum_s = sum_ip = sum_before_a = 0
+            for j in range(nt):
+                if derived:
+                    s, e = spans[j]
+                else:
+                    t = spans[j]
+                    if type(t) is not list or len(t) != 2:
+                        _spans(spans, L)  # raises, naming the bad span
+                    s, e = t
+                    if type(s) is not int or type(e) is not int or not prev_e <= s <= e <= L:
+                        _spans(spans, L)
+                    in_span += o.count(1, s, e)
+                    prev_e = e
+                if logged:
+                    if cached is not None:
+                        h = cached[j]
+                        if type(h) is not int or h < 0:
+                            _per_turn(cached, nt, "cached_tokens")
+                        if pre is not None and h + pre[j] != s:
+                            _per_turn(pre, nt, "prefill_tokens")
+                            self.fail(
+                                "cache_hits",
+                                f"prefill_tokens[{j}]",
+                                f"turn {j + 1}: prefill {pre[j]} + cached {h} = {pre[j] + h}, "
+                                f"but its input is {s} positions",
+                            )
+                    else:
+                        h = pre[j]  # type: ignore[index]
+                        if type(h) is not int or h < 0:
+                            _per_turn(pre, nt, "prefill_tokens")
+                        h = s - h
+                        if h < 0:
+                            self.fail(
+                                "cache_hits",
+                                f"prefill_tokens[{j}]",
+                                f"turn {j + 1} prefills {pre[j]} positions but its input is only {s}",  # type: ignore[index]
+                            )
+                            h = 0
+                    if h > computed:
+                        self.fail(
+                            "cache_hits",
+                            f"cached_tokens[{j}]" if cached is not None else f"prefill_tokens[{j}]",
+                            f"turn {j + 1} claims {h} cached positions but earlier invocations computed only "
+                            f"{computed} (the last sampled token of a turn is never forwarded)",
+                        )
+                        if h > s:
+                            h = s
+                    if h:
+                        hp = h if h < P else P
+                        ha = 0
+                        if h > P:
+                            for k in range(j):
+                                sk, ek = spans[k]
+                                if h <= sk:
+                                    break
+                                ha += (h if h < ek else ek) - sk
+                        hP += hp
+                        hA += ha
+                        hT += h - hp - ha
+                sum_s += s
+                sum_ip += s if s < P else P
+                sum_before_a += before_a
+                before_a += e - s
+                if e > s:
+                    nonempty += 1
+                    computed = e - 1  # the previous input and all but the last sampled token
+                else:
+                    computed = s
+            span_len = before_a
+            decode = span_len - nonempty
+            tool_calls = o.count(b"\x01\x02")
+            fP = sum_ip - hP
+            fA = sum_before_a - hA
+            fT = sum_s - sum_ip - sum_before_a - hT
+
+            # no tool observation precedes the first invocation
+            first = spans[0][0] if nt else L
+            if T and (first > P or not prefix):
+                pos = o.find(2, 0, first)
+                if pos >= 0:
+                    self.fail(
+                        "turn_boundaries",
+                        "origin",
+                        f"tool position {pos} precedes the first turn (starts at {first}): no tool was called yet",
+                    )
+
+            # sampled positions are exactly the action positions
+            consistent = derived or in_span == span_len == A
+            if consistent:
+                sA = span_len
+            else:
+                self._locate_sampled_mismatch(o, spans)
+                sA = in_span
+                sP = sum(o.count(0, s, e) for s, e in spans)
+                sT = span_len - sA - sP
+            if not (consistent and prefix):
+                fP, fA, fT, hP, hA, hT = _split_by_counting(o, spans, cached, pre)
+
+            # log-probs for every sampled position
+            lp = get("logprobs")
+            if lp is None:
+                if span_len and self.needs_logprobs:
+                    self.fail("logprobs", "logprobs", f"missing; {span_len} sampled positions need a behaviour log-prob")
+            else:
+                self._check_logprobs(lp, get("_lp_offset", 0), spans, span_len, L)
+
+        wait = get("tool_wait_s")
+        wait_ms = int(wait * 1000 + 0.5) if type(wait) in (int, float) and wait >= 0 else 0
+        rows = self.rows
+        rows.append(
+            (P, A, T, sP, sA, sT, fP, fA, fT, hP, hA, hT, decode, tr_prompt, tr_action, tr_tool,
+             nt, tool_calls, flags, wait_ms)
+        )
+        if len(rows) >= self.acc.batch:
+            self.acc.flush()
+
+    def _loss_classes(self, o: bytes, loss_int: int, tr_prompt: int, tr_action: int, tr_tool: int) -> None:
+        L = len(o)
         for cls, k, cnt in (("prompt", 0, tr_prompt), ("action", 1, tr_action), ("tool", 2, tr_tool)):
             if cnt and cls not in self.allowed:
                 bad = loss_int & int.from_bytes(o.translate(_IS[k]), "big")
@@ -764,221 +1025,63 @@ class _Reconciler:
                     f"{cnt} {cls} position(s) carry loss, the first at position {pos}; the workload trains {allowed}",
                 )
 
-        # ---- stop reason, truncation
-        stop = r.stop
-        truncated = stop == "length"
-        if self.rollout:
-            if stop is None:
-                if r.stop_logged:
-                    self.fail("stop_reason", "stop_reason", f"missing; allowed: {', '.join(STOP_REASONS)}")
-                else:
-                    self.stop_not_logged += 1
-                _bump(self.stop_reasons, "(not logged)")
-            else:
-                key = stop if type(stop) is str else repr(stop)
-                _bump(self.stop_reasons, key)
-                if stop not in STOP_REASONS:
-                    self.fail("stop_reason", "stop_reason", f"{stop!r} is not one of {', '.join(STOP_REASONS)}")
-        if truncated and self.drop_truncated and tr_total:
-            self.fail(
-                "truncated_trained",
-                "loss_mask",
-                f"truncated response (stop_reason length) carries loss on {tr_total} position(s) but the "
-                "workload drops truncated conversations (training.drop_truncated)",
-            )
+    def _staleness(self, v: Any, ref: Any) -> None:
+        if type(v) is not int or v < 0:
+            self.fail("staleness", "policy_version", f"{v!r} is not a non-negative integer")
+            return
+        d = self.versions
+        if v in d:
+            d[v] += 1
+        else:
+            _bump(d, v)
+        newest = self.newest_version
+        if newest is None or v > newest:
+            self.newest_version = newest = v
+        from_record = ref is not None
+        if from_record and (type(ref) is not int or ref < 0):
+            self.fail("staleness", "trainer_version", f"{ref!r} is not a non-negative integer")
+            return
+        lag = (ref if from_record else newest) - v
+        d = self.staleness
+        if lag in d:
+            d[lag] += 1
+        else:
+            _bump(d, lag)
+        K = self.max_staleness
+        if K is not None and lag > K:
+            source = f"trainer_version {ref}" if from_record else f"the newest policy version so far ({newest})"
+            self.fail("staleness", "policy_version", f"version {v} is {lag} behind {source}; --max-staleness is {K}")
 
-        # ---- policy version, staleness
-        v = r.version
-        if self.rollout:
-            if v is not None and (type(v) is not int or v < 0):
-                self.fail("staleness", "policy_version", f"{v!r} is not a non-negative integer")
-                v = None
-            if v is not None:
-                _bump(self.versions, v)
-                if self.newest_version is None or v > self.newest_version:
-                    self.newest_version = v
-                ref = r.trainer_version
-                if ref is not None and (type(ref) is not int or ref < 0):
-                    self.fail("staleness", "trainer_version", f"{ref!r} is not a non-negative integer")
-                    ref = None
-                if ref is None:
-                    ref = self.newest_version
-                lag = ref - v
-                _bump(self.staleness, lag)
-                K = self.max_staleness
-                if K is not None and lag > K:
-                    source = "trainer_version" if r.trainer_version is not None else "the newest policy version so far"
-                    self.fail(
-                        "staleness",
-                        "policy_version",
-                        f"version {v} is {lag} behind {source} ({ref}); --max-staleness is {K}",
-                    )
-            elif self.max_staleness is not None:
-                self.fail("staleness", "policy_version", "missing (needed by --max-staleness)")
-
-        # ---- turns: spans and per-invocation lists (structural)
-        sampled = [0, 0, 0]
-        prefill = [0, 0, 0]
-        hit = [0, 0, 0]
-        decode = 0
-        invocations = tool_calls = 0
-        cache_logged = 1
-        if self.rollout:
-            if r.turns is None:
-                spans = [m.span() for m in _RUNS_OF_ACTIONS.finditer(o)] if A else []
-            else:
-                spans = _spans(r.turns, L)
-            nt = len(spans)
-            cached = None if r.cached is None else _per_turn(r.cached, nt, "cached_tokens")
-            pre = None if r.prefill is None else _per_turn(r.prefill, nt, "prefill_tokens")
-            cache_logged = int(cached is not None or pre is not None)
-
-            # prompt is a prefix; no tool observation before the first invocation
-            if P and o.count(0, 0, P) != P:
-                pos = next(i for i in range(L) if o[i] != 0)
-                later = o.find(b"\x00", pos)
-                self.fail(
-                    "turn_boundaries",
-                    "origin",
-                    f"prompt position {later} comes after a non-prompt position ({pos}); the prompt must be a prefix",
-                )
-            first = spans[0][0] if spans else L
-            if T and first:
-                pos = o.find(b"\x02", 0, first)
-                if pos >= 0:
-                    self.fail(
-                        "turn_boundaries",
-                        "origin",
-                        f"tool position {pos} precedes the first turn (starts at {first}): no tool was called yet",
-                    )
-
-            # sampled positions are exactly the action positions
-            in_span = 0
-            span_len = 0
-            for s, e in spans:
-                span_len += e - s
-                in_span += o.count(1, s, e)
-            if in_span != span_len or span_len != A:
-                self._locate_sampled_mismatch(o, spans)
-            sampled[1] = in_span
-            sampled[0] = sum(o.count(0, s, e) for s, e in spans) if in_span != span_len else 0
-            sampled[2] = span_len - in_span - sampled[0]
-
-            # log-probs for every sampled position
-            lp = r.logprobs
-            if lp is None:
-                if self.needs_logprobs and span_len:
-                    self.fail("logprobs", "logprobs", f"missing; {span_len} sampled positions need a behaviour log-prob")
-            else:
-                self._check_logprobs(lp, r.lp_offset, spans, span_len, L)
-
-            # inputs, cache hits and prefill per invocation
-            cP = cA = 0  # prompt/action positions before the current span start
-            prev_start = 0
-            computed = 0  # positions earlier invocations computed
-            for j, (s, e) in enumerate(spans):
-                cP += o.count(0, prev_start, s)
-                cA += o.count(1, prev_start, s)
-                prev_start = s
-                if cached is not None:
-                    h = cached[j]
-                    if pre is not None and h + pre[j] != s:
-                        self.fail(
-                            "cache_hits",
-                            f"prefill_tokens[{j}]",
-                            f"turn {j + 1}: prefill {pre[j]} + cached {h} = {pre[j] + h}, but its input is {s} positions",
-                        )
-                elif pre is not None:
-                    h = s - pre[j]
-                    if h < 0:
-                        self.fail(
-                            "cache_hits",
-                            f"prefill_tokens[{j}]",
-                            f"turn {j + 1} prefills {pre[j]} positions but its input is only {s}",
-                        )
-                        h = 0
-                else:
-                    h = 0
-                if h > computed:
-                    self.fail(
-                        "cache_hits",
-                        f"cached_tokens[{j}]" if cached is not None else f"prefill_tokens[{j}]",
-                        f"turn {j + 1} claims {h} cached positions but earlier invocations computed only {computed} "
-                        "(the last sampled token of a turn is never forwarded)",
-                    )
-                if h > s:
-                    h = s
-                if h:
-                    hp = o.count(0, 0, h)
-                    ha = o.count(1, 0, h)
-                    hit[0] += hp
-                    hit[1] += ha
-                    hit[2] += h - hp - ha
-                    prefill[0] += cP - hp
-                    prefill[1] += cA - ha
-                    prefill[2] += s - cP - cA - (h - hp - ha)
-                else:
-                    prefill[0] += cP
-                    prefill[1] += cA
-                    prefill[2] += s - cP - cA
-                d = e - s - 1
-                if d > 0:
-                    decode += d
-                done = s + (d if d > 0 else 0)
-                if done > computed:
-                    computed = done
-                if e < L and o[e] == 2:
-                    tool_calls += 1
-            invocations = nt
-
-        # ---- count
-        kept = not (truncated and self.drop_truncated)
-        sc = self.scorers if kept else 0
-        wait = r.tool_wait_s
-        wait_ms = int(round(wait * 1000)) if type(wait) in (int, float) and wait >= 0 else 0
-        self.acc.add(
-            (
-                P, A, T,
-                sampled[0], sampled[1], sampled[2],
-                prefill[0], prefill[1], prefill[2],
-                hit[0], hit[1], hit[2],
-                0, decode, 0,
-                tr_prompt, tr_action, tr_tool,
-                sc * P, sc * A, sc * T,
-                L, L - P, invocations, tool_calls, int(truncated), wait_ms, cache_logged,
-            )
-        )
-
-    def _locate_sampled_mismatch(self, o: bytes, spans: list[tuple[int, int]]) -> None:
+    def _locate_sampled_mismatch(self, o: bytes, spans: list[Any]) -> None:
         names = ("prompt", "action", "tool")
         for j, (s, e) in enumerate(spans):
-            for i in range(s, e):
-                if o[i] != 1:
-                    self.fail(
-                        "sampled_are_actions",
-                        "turns",
-                        f"position {i} ({names[o[i]]}) is inside turn {j + 1}'s sampled span [{s}, {e})",
-                    )
-                    return
+            i = next((i for i in range(s, e) if o[i] != 1), -1)
+            if i >= 0:
+                self.fail(
+                    "sampled_are_actions",
+                    f"turns[{j}]",
+                    f"position {i} ({names[o[i]]}) is inside turn {j + 1}'s sampled span [{s}, {e})",
+                )
+                return
         prev = 0
         for s, e in [*spans, (len(o), len(o))]:
-            i = o.find(b"\x01", prev, s)
+            i = o.find(1, prev, s)
             if i >= 0:
                 self.fail("sampled_are_actions", "turns", f"action position {i} lies outside every turn's sampled span")
                 return
             prev = e
 
-    def _check_logprobs(self, lp: Any, offset: int, spans: list[tuple[int, int]], span_len: int, L: int) -> None:
+    def _check_logprobs(self, lp: Any, offset: int, spans: Any, span_len: int, L: int) -> None:
         if type(lp) is not list:
             self.fail("logprobs", "logprobs", f"must be a list of numbers, got {type(lp).__name__}")
             return
         n = len(lp)
-        if n == L - offset:
-            parts = [lp[s - offset:e - offset] for s, e in spans if e > s]
-            where = "per position"
-        elif n == span_len:
+        if n == span_len:
             parts = [lp]
-            where = "per sampled position"
+            where = "one per sampled position"
+        elif n == L - offset:
+            parts = [lp[s - offset:e - offset] for s, e in spans if e > s]
+            where = "one per position"
         else:
             self.fail(
                 "logprobs",
@@ -992,14 +1095,12 @@ class _Reconciler:
                 total = sum(part)
             except TypeError:
                 total = math.nan
-            if not math.isfinite(total):
-                bad = next(
-                    (i for i, x in enumerate(part) if type(x) not in (int, float) or not math.isfinite(x)), 0
-                )
+            if total - total != 0:  # NaN or infinite, or not a number
+                bad = next((x for x in part if type(x) not in (int, float) or not math.isfinite(x)), None)
                 self.fail(
                     "logprobs",
                     "logprobs",
-                    f"sampled position has no finite log-prob ({part[bad]!r}; values given {where})",
+                    f"a sampled position has no finite log-prob ({bad!r}; values given {where})",
                 )
                 return
 
@@ -1070,7 +1171,6 @@ def reconcile(
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     size = path.stat().st_size
     rec = _Reconciler(workload, max_staleness, max_errors, unit="row" if parquet else "line")
-    loads = json.loads
     every = 4096
     lines = 0
     if parquet:
@@ -1083,12 +1183,11 @@ def reconcile(
         it, pos, close = _open_lines(path)
         try:
             for lines, raw in enumerate(it, 1):
-                if not raw.strip():
+                obj = _decode_line(raw)
+                if obj is _BLANK:
                     continue
-                try:
-                    obj = loads(raw)
-                except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
-                    rec.malformed(lines, f"not valid JSON ({exc.__class__.__name__}: {str(exc)[:80]})")
+                if obj.__class__ is _NotJSON:
+                    rec.malformed(lines, obj.message)
                     continue
                 rec.feed(lines, obj, read)
                 if progress is not None and not lines % every:
@@ -1142,24 +1241,25 @@ def _finish(
         return out
 
     p50, p95 = pct(50), pct(95)
-    rl50, rl95 = _percentiles(acc.hist[_H_RECORD_LEN], (50, 95))
+    rec_total = _H_TOTALS  # the recorded total is the record length
+    rl50, rl95 = _percentiles(acc.hist[rec_total], (50, 95))
     stats = {
-        "invocations": float(sums[_X_INVOCATIONS]) * inv,
-        "tool_calls": float(sums[_X_TOOL_CALLS]) * inv,
-        "tool_wait_s": float(sums[_X_WAIT_MS]) * inv / 1000.0,
+        "invocations": acc.invocations * inv,
+        "tool_calls": acc.tool_calls * inv,
+        "tool_wait_s": float(sums[_H_WAIT_MS]) * inv / 1000.0,
         "tool_wait_s_p95": _percentiles(acc.hist[_H_WAIT_MS], (95,))[0] / 1000.0,
-        "truncated_fraction": float(sums[_X_TRUNCATED]) * inv,
+        "truncated_fraction": acc.flag_sums["truncated"] * inv,
         "record_length_p50": rl50,
         "record_length_p95": rl95,
-        "record_length_max": int(acc.maxes[_H_RECORD_LEN]),
+        "record_length_max": int(acc.maxes[rec_total]),
     }
     qs = (50, 90, 95, 99)
     resp = dict(zip(("p50", "p90", "p95", "p99"), _percentiles(acc.hist[_H_RESPONSE_LEN], qs)))
-    resp["mean"] = float(sums[_X_RESPONSE_LEN]) * inv
+    resp["mean"] = float(sums[_H_RESPONSE_LEN]) * inv
     resp["max"] = float(acc.maxes[_H_RESPONSE_LEN])
 
     notes: list[str] = []
-    cache_logged = int(sums[_X_CACHE_LOGGED])
+    cache_logged = acc.flag_sums["cache_logged"]
     if n and cache_logged < n and rec.rollout:
         notes.append(
             f"{n - cache_logged:,} of {n:,} counted records log neither cached_tokens nor prefill_tokens: "
