@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from capplan.hardware import HardwareProfile
     from capplan.kv import KVResult
     from capplan.modelspec import ModelSpec

@@ -22,11 +22,15 @@ _FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 def csv_safe(value: Any) -> Any:
     """Neutralise a text cell a spreadsheet would run as a formula; numbers pass unchanged.
 
-    >>> csv_safe("=SUM(A1)"), csv_safe(-3), csv_safe("h100-sxm")
-    ("'=SUM(A1)", -3, 'h100-sxm')
+    A missing number (``None`` or NaN) becomes an empty cell, not the text ``nan``.
+
+    >>> csv_safe("=SUM(A1)"), csv_safe(-3), csv_safe("h100-sxm"), csv_safe(float("nan"))
+    ("'=SUM(A1)", -3, 'h100-sxm', '')
     """
     if isinstance(value, str) and value.startswith(_FORMULA_PREFIXES):
         return "'" + value
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
     return value
 
 

@@ -228,51 +228,110 @@ def step_work(workload: "Workload", spec: "ModelSpec", conv: Any, counts: dict[s
 
 
 def shrinking_batch_decode_s(
-    lengths: "np.ndarray", conversations_per_replica: float, batch: float, step_time: Any
-) -> tuple[float, float]:
+    lengths: "np.ndarray", conversations_per_replica: Any, batch: Any, step_time: Any
+) -> tuple[Any, Any]:
     """Decode time of the longest conversation as the batch shrinks, and the step's max length.
 
     With ``n`` conversations started together on a replica whose decode batch is capped at
     ``B``, the number still decoding at token ``k`` is ``min(B, n S(k))`` where ``S`` is the
     survival function of the per-conversation sampled tokens. The longest conversation (the
-    ``1 - 1/n`` quantile, ``L_max``) decodes ``L_max`` steps; summing the step time at the
+    ``1 - 1/(n + 1)`` quantile, ``L_max``) decodes ``L_max`` steps; summing the step time at the
     batch in force::
 
         T_tail = sum_{k=1..L_max} t(min(B, n S(k)))
 
-    evaluated on a quantile grid (``_TAIL_POINTS`` points).
+    evaluated on a grid of ``_TAIL_POINTS`` token positions. Vectorised: ``n`` and ``B`` may be
+    arrays of the same shape (one entry per replica count).
 
     Parameters
     ----------
     lengths : array
         Sampled tokens per conversation from the Monte Carlo sample [tokens].
-    conversations_per_replica : float
+    conversations_per_replica : float or array
         ``n`` [conversations].
-    batch : float
+    batch : float or array
         Decode batch cap ``B`` [sequences].
     step_time : callable
         ``t(batch_array) -> seconds`` (vectorised).
 
     Returns
     -------
-    (T_tail, L_max) : tuple of float
-        [s], [tokens]
+    (T_tail, L_max)
+        [s], [tokens]; floats for scalar inputs, else arrays.
     """
     import numpy as np
 
+    scalar = np.ndim(conversations_per_replica) == 0 and np.ndim(batch) == 0
+    n = np.maximum(np.atleast_1d(np.asarray(conversations_per_replica, dtype=float)), 1.0)
+    B = np.broadcast_to(np.atleast_1d(np.asarray(batch, dtype=float)), n.shape)
     L = np.sort(np.asarray(lengths, dtype=float))
     if L.size == 0 or L[-1] <= 0:
-        return 0.0, 0.0
-    n = max(conversations_per_replica, 1.0)
-    q_max = 1.0 - 1.0 / (n + 1)
-    L_max = float(np.quantile(L, q_max)) if L.size > 1 else float(L[0])
-    # token positions k on a grid; survival S(k) = P(length >= k)
-    ks = np.linspace(0.0, L_max, _TAIL_POINTS + 1)
-    mids = (ks[:-1] + ks[1:]) / 2
-    surv = 1.0 - np.searchsorted(L, mids, side="left") / L.size
-    active = np.clip(np.minimum(batch, n * surv), 1.0, None)
-    dk = np.diff(ks)
-    return float((dk * np.asarray(step_time(active))).sum()), L_max
+        zero = np.zeros(n.shape)
+        return (0.0, 0.0) if scalar else (zero, zero)
+    L_max = np.quantile(L, 1.0 - 1.0 / (n + 1)) if L.size > 1 else np.full(n.shape, L[0])
+    frac = np.linspace(0.0, 1.0, _TAIL_POINTS + 1)
+    ks = L_max[:, None] * frac[None, :]
+    mids = (ks[:, :-1] + ks[:, 1:]) / 2
+    surv = 1.0 - np.searchsorted(L, mids.ravel(), side="left").reshape(mids.shape) / L.size
+    active = np.clip(np.minimum(B[:, None], n[:, None] * surv), 1.0, None)
+    tail = (np.diff(ks, axis=1) * np.asarray(step_time(active)).reshape(active.shape)).sum(1)
+    if scalar:
+        return float(tail[0]), float(L_max[0])
+    return tail, L_max
+
+
+@dataclass
+class RolloutModel:
+    """Rollout timing of one replica configuration, vectorised over the replica count.
+
+    Built by :func:`rollout_model`; :meth:`times` is what both :func:`plan_workload` and the
+    sweep evaluate, so a plan and a sweep row agree.
+    """
+
+    work: StepWork
+    decode_batch: float
+    """Decode batch allowed by memory / the scheduler (0 without a rollout engine) [sequences]."""
+    binding: str
+    pre_s: float
+    """Replica-seconds of prefill per step."""
+    score_s: float
+    """Replica-seconds of teacher scoring per step."""
+    t_decode: Any
+    """``t(batch) -> seconds``: decode step time at the step's mean context (vectorised)."""
+
+    def times(self, replicas: Any) -> dict[str, Any]:
+        """Per-replica batch, decode replica-seconds, work time, tail and rollout time [s].
+
+        ``t_work = (prefill + decode + scoring replica-seconds) / R`` with decode at
+        ``b = max(1, min(B, n))``, ``n = conversations / R``; the tail is the longest
+        conversation's critical path: its sampled tokens at the mean step time of the shrinking
+        batch plus its tool waits (the ``1 - 1/(n+1)`` quantile); rollout = max of the two.
+        """
+        import numpy as np
+
+        R = np.maximum(np.atleast_1d(np.asarray(replicas, dtype=float)), 1.0)
+        n = self.work.conversations / R
+        if not self.decode_batch:
+            z = np.zeros(R.shape)
+            return {"R": R, "n": n, "b": z, "dec_s": z, "t_work": (self.pre_s + self.score_s) / R, "t_tail": z,
+                    "rollout": (self.pre_s + self.score_s) / R, "arrival": np.zeros(R.shape, bool), "L_max": z}
+        b = np.maximum(1.0, np.minimum(self.decode_batch, n))
+        t_b = np.asarray(self.t_decode(b), dtype=float)
+        dec_s = self.work.decode_tokens / b * t_b
+        t_work = (self.pre_s + dec_s + self.score_s) / R
+        tail, L_max = shrinking_batch_decode_s(self.work.sampled_per_conversation, n, b, self.t_decode)
+        mean_step = np.where(L_max > 0, tail / np.where(L_max > 0, L_max, 1.0), 0.0)
+        q = 1.0 - 1.0 / (n + 1.0)
+        L = self.work.sampled_per_conversation
+        W = self.work.wait_per_conversation
+        if L.size <= 1:
+            chain = mean_step * (L.max(initial=0.0)) + W.max(initial=0.0)
+        elif not W.any():
+            chain = mean_step * np.quantile(L, q)
+        else:
+            chain = np.array([np.quantile(L * m + W, qq) for m, qq in zip(mean_step, q)])
+        return {"R": R, "n": n, "b": b, "dec_s": dec_s, "t_work": t_work, "t_tail": chain,
+                "rollout": np.maximum(t_work, chain), "arrival": n < self.decode_batch, "L_max": L_max}
 
 
 def static_batching_waste(lengths: "np.ndarray", batch: int) -> tuple[float, float]:
@@ -345,6 +404,107 @@ class _Replica:
         return steps * float(c.step_time_s), steps * float(c.flops), steps * float(c.bytes)
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A workload's sampled conversations and what follows from them alone (model-dependent work)."""
+
+    conv: Any
+    counts: dict[str, Any]
+    aux: dict[str, Any]
+    ledger: Any
+    work: StepWork
+    per_conv_forward_flops: float
+    trainer_passes: int
+    trainer_flops: float
+
+
+def prepare(workload: "Workload", spec: "ModelSpec", conversations: int | None = None) -> Prepared:
+    """Sample ``workload`` once and derive its step work and trainer FLOPs for ``spec``."""
+    from capplan.ledger import count_positions, ledger_from_conversations, sample_conversations
+    from capplan.trainer import forward_flops
+
+    n = 1 if workload.conversation.is_fixed() else (conversations or workload.sampling.conversations)
+    conv = sample_conversations(workload, n=n)
+    counts, aux = count_positions(workload, conv)
+    ledger = ledger_from_conversations(workload, conv, counts, aux)
+    work = step_work(workload, spec, conv, counts, aux)
+    per_conv = forward_flops(spec, work.record_lengths_kept) / max(conv.n, 1)
+    passes = 3 + int(workload.training.recompute_logprobs and workload.has_rollout) + int(workload.training.reference_forward)
+    flops = passes * per_conv * workload.volume.conversations_per_step if workload.has_trainer else 0.0
+    return Prepared(conv, counts, aux, ledger, work, per_conv, passes, flops)
+
+
+@dataclass(frozen=True)
+class ReplicaSetup:
+    """One inference replica configuration: KV, concurrency, step-time function and step costs."""
+
+    kv: Any
+    conc: Any
+    rep: "_Replica"
+    ctx: float
+    t_decode: Any
+    decode_batch: float
+    binding: str
+    pre_s: float
+    pre_flops: float
+    pre_bytes: float
+    score_s: float
+    score_flops: float
+    score_bytes: float
+
+    def rollout_model(self, work: StepWork) -> "RolloutModel":
+        return RolloutModel(work, self.decode_batch, self.binding, self.pre_s, self.score_s, self.t_decode)
+
+
+def replica_setup(
+    workload: "Workload",
+    prep: Prepared,
+    spec: "ModelSpec",
+    hw: "HardwareProfile",
+    tp: int,
+    kv_dtype: str = "bf16",
+    weight_dtype: str = "bf16",
+    gpu_mem_util: float = 0.9,
+    teacher: "ModelSpec | None" = None,
+) -> ReplicaSetup:
+    """KV capacity, concurrency and per-step prefill/scoring costs of one replica configuration.
+
+    Raises
+    ------
+    DoesNotFitError, InputError
+        From :func:`capplan.kv.compute_kv` (the model does not fit at ``tp``; impossible ``tp``).
+    """
+    import numpy as np
+
+    from capplan.concurrency import workload_concurrency
+    from capplan.kv import KVInputs, compute_kv
+
+    conv, work = prep.conv, prep.work
+    context = int(np.percentile(conv.record_length, 99)) if conv.n > 1 else int(conv.record_length.max())
+    kv = compute_kv(spec, hw, KVInputs(tp=tp, kv_dtype=kv_dtype, weight_dtype=weight_dtype, context=max(context, 1), gpu_mem_util=gpu_mem_util))
+    rep = _Replica(spec, hw, tp, kv_dtype, weight_dtype)
+    ctx = work.decode_context_mean
+
+    def t_decode(b: Any) -> Any:
+        return rep.decode(b, ctx).step_time_s
+
+    conc = None
+    if workload.has_rollout:
+        conc = workload_concurrency(spec, hw, kv, workload, max_num_seqs=kv.max_num_seqs, step_time=lambda b, c: float(t_decode(b)))
+    chunk = kv.max_batched_tokens
+    pre = rep.chunked(work.prefill_tokens, work.prefill_pairs, work.prefill_pairs_window, work.prefill_kv_read, work.invocations, work.invocations, chunk)
+    score = (0.0, 0.0, 0.0)
+    if work.score_tokens > 0:
+        trep = _Replica(teacher or spec, hw, tp, kv_dtype, weight_dtype)
+        seqs = float(work.record_lengths_kept.size) * workload.volume.conversations_per_step / max(conv.n, 1)
+        score = trep.chunked(work.score_tokens, work.score_pairs, work.score_pairs_window, 0.0, seqs, work.score_tokens, chunk)
+    if conc is not None:
+        decode_batch, binding = float(conc.runnable_sequences), conc.binding
+    else:
+        decode_batch, binding = 0.0, "no rollout engine"
+    return ReplicaSetup(kv, conc, rep, ctx, t_decode, decode_batch, binding, *pre, *score)
+
+
 def plan_workload(workload: "Workload", inp: PlanInputs, conversations: int | None = None) -> Plan:
     """Plan ``workload`` on ``inp`` (see the module docstring for what is answered).
 
@@ -358,17 +518,7 @@ def plan_workload(workload: "Workload", inp: PlanInputs, conversations: int | No
     """
     import numpy as np
 
-    from capplan.concurrency import workload_concurrency
-    from capplan.kv import KVInputs, compute_kv
-    from capplan.ledger import count_positions, ledger_from_conversations, sample_conversations
-    from capplan.trainer import (
-        MICRO_BATCH_TOKENS,
-        TRAIN_MFU,
-        forward_flops,
-        min_trainer_gpus,
-        trainer_step_time_s,
-        weight_sync_time_s,
-    )
+    from capplan.trainer import MICRO_BATCH_TOKENS, TRAIN_MFU, min_trainer_gpus, trainer_step_time_s, weight_sync_time_s
 
     spec, hw, tp = inp.model, inp.hardware, inp.tp
     thw = inp.trainer_hardware or hw
@@ -376,39 +526,28 @@ def plan_workload(workload: "Workload", inp: PlanInputs, conversations: int | No
     assumptions: list[str] = []
 
     # --- sample once: ledger and work come from the same conversations ----------------------
-    n = 1 if workload.conversation.is_fixed() else (conversations or workload.sampling.conversations)
-    conv = sample_conversations(workload, n=n)
-    counts, aux = count_positions(workload, conv)
-    ledger = ledger_from_conversations(workload, conv, counts, aux)
-    work = step_work(workload, spec, conv, counts, aux)
+    prep = prepare(workload, spec, conversations)
+    conv, ledger, work = prep.conv, prep.ledger, prep.work
     f = workload.training.filtered_group_fraction
     filter_factor = 1.0 / (1.0 - f)
     N = workload.volume.conversations_per_step
     explain.append(
         f"conversations generated per trained step = prompts x samples / (1 - filtered) = {N:,} / (1 - {f:g}) = {work.conversations:,.1f}"
     )
-
-    # --- KV and concurrency on one replica ---------------------------------------------------
-    context = int(np.percentile(conv.record_length, 99)) if conv.n > 1 else int(conv.record_length.max())
-    kv = compute_kv(
-        spec, hw, KVInputs(tp=tp, kv_dtype=inp.kv_dtype, weight_dtype=inp.weight_dtype, context=max(context, 1), gpu_mem_util=inp.gpu_mem_util)
-    )
-    rep = _Replica(spec, hw, tp, inp.kv_dtype, inp.weight_dtype)
-    ctx = work.decode_context_mean
-
-    def t_decode(b: Any) -> Any:
-        return rep.decode(b, ctx).step_time_s
-
     has_rollout = workload.has_rollout
-    conc = workload_concurrency(spec, hw, kv, workload, max_num_seqs=kv.max_num_seqs, step_time=lambda b, c: float(t_decode(b))) if has_rollout else None
+
+    # --- KV, concurrency and step costs on one replica ---------------------------------------
+    rs = replica_setup(workload, prep, spec, hw, tp, inp.kv_dtype, inp.weight_dtype, inp.gpu_mem_util, inp.teacher)
+    kv, conc, rep, ctx, t_decode = rs.kv, rs.conc, rs.rep, rs.ctx, rs.t_decode
+    pre_s, pre_flops, pre_bytes = rs.pre_s, rs.pre_flops, rs.pre_bytes
+    score_s, score_flops, score_bytes = rs.score_s, rs.score_flops, rs.score_bytes
+    chunk = kv.max_batched_tokens
+    decode_batch, binding = rs.decode_batch, rs.binding
 
     # --- trainer ---------------------------------------------------------------------------
     trainer = workload.has_trainer
     mfu_train = inp.trainer_mfu if inp.trainer_mfu is not None else TRAIN_MFU
-    lengths = work.record_lengths_kept
-    per_conv_fwd = forward_flops(spec, lengths) / max(conv.n, 1)
-    passes = 3 + int(workload.training.recompute_logprobs and has_rollout) + int(workload.training.reference_forward)
-    trainer_flops = passes * per_conv_fwd * N if trainer else 0.0
+    per_conv_fwd, passes, trainer_flops = prep.per_conv_forward_flops, prep.trainer_passes, prep.trainer_flops
     trainer_min = min_trainer_gpus(spec, thw, MICRO_BATCH_TOKENS) if trainer else 0
     if trainer:
         explain.append(
@@ -421,24 +560,6 @@ def plan_workload(workload: "Workload", inp: PlanInputs, conversations: int | No
         )
     sync_s = weight_sync_time_s(spec, hw, tp) if (trainer and has_rollout) else 0.0
 
-    # --- per-step costs (whole step, all replicas together) ---------------------------------
-    chunk = kv.max_batched_tokens
-    pre_s, pre_flops, pre_bytes = rep.chunked(
-        work.prefill_tokens, work.prefill_pairs, work.prefill_pairs_window, work.prefill_kv_read, work.invocations, work.invocations, chunk
-    )
-    teacher = inp.teacher or spec
-    score_s = score_flops = score_bytes = 0.0
-    if work.score_tokens > 0:
-        trep = _Replica(teacher, hw, tp, inp.kv_dtype, inp.weight_dtype)
-        score_s, score_flops, score_bytes = trep.chunked(
-            work.score_tokens, work.score_pairs, work.score_pairs_window, 0.0, float(lengths.size) * N / max(conv.n, 1), work.score_tokens, chunk
-        )
-
-    if has_rollout and conc is not None:
-        decode_batch = float(conc.runnable_sequences)
-        binding = conc.binding
-    else:
-        decode_batch, binding = 0.0, "no rollout engine"
     serving = None
     if workload.method == "serving":
         serving = _serving(workload, rep, kv, conc, work, conv, ctx, pre_s, explain)
@@ -448,29 +569,22 @@ def plan_workload(workload: "Workload", inp: PlanInputs, conversations: int | No
     # --- sizing ------------------------------------------------------------------------------
     max_replicas = max(1, math.ceil(work.conversations))  # more replicas than conversations idle
 
+    model = RolloutModel(work, decode_batch, binding, pre_s, score_s, t_decode)  # serving may cap the batch
+
     def evaluate(inference_gpus: int, trainer_gpus: int) -> dict[str, Any]:
         """Rollout, trainer and step times for one split."""
-        R = max(inference_gpus // tp, 1)
-        per_rep_conv = work.conversations / R
-        b = max(1.0, min(decode_batch, per_rep_conv)) if decode_batch else 0.0
-        b_lim = "arrival of work" if decode_batch and per_rep_conv < decode_batch else binding
-        dec_s = float(work.decode_tokens / b * t_decode(b)) if b > 0 else 0.0  # replica-seconds, whole step
-        t_work = (pre_s + dec_s + score_s) / R
-        tail, L_max = shrinking_batch_decode_s(work.sampled_per_conversation, per_rep_conv, b, t_decode) if b > 0 else (0.0, 0.0)
-        mean_step = tail / L_max if L_max else 0.0
-        crit = work.sampled_per_conversation * mean_step + work.wait_per_conversation
-        q = 1 - 1 / (per_rep_conv + 1)
-        t_chain = float(np.quantile(crit, q)) if crit.size > 1 else float(crit.max(initial=0.0))
-        rollout = max(t_work, t_chain)
+        r = {k: (v[0].item() if hasattr(v[0], "item") else v[0]) for k, v in model.times(max(inference_gpus // tp, 1)).items()}
+        r["R"] = int(r["R"])
+        r["binding"] = "arrival of work" if r["arrival"] else binding
         t_train = trainer_step_time_s(trainer_flops, thw, trainer_gpus, mfu_train) if trainer and trainer_gpus else 0.0
         if not has_rollout:
             step = t_train
         elif inp.mode == "sync":
-            step = rollout + sync_s + t_train
+            step = r["rollout"] + sync_s + t_train
         else:
-            step = max(t_work, t_train + sync_s) if trainer else rollout
-        return {"R": R, "b": b, "binding": b_lim, "dec_s": dec_s, "t_work": t_work, "t_tail": t_chain,
-                "rollout": rollout, "t_train": t_train, "step": step, "L_max": L_max}
+            step = max(r["t_work"], t_train + sync_s) if trainer else r["rollout"]
+        r.update(t_train=t_train, step=step)
+        return r
 
     def smallest(lo: int, hi: int, ok: Any) -> int:
         """Smallest integer in [lo, hi] with ok(x) true (ok monotone), else hi."""

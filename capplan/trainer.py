@@ -24,7 +24,6 @@ Assumptions (each a named, overridable input, labelled as an assumption in outpu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:

@@ -79,6 +79,7 @@ from capplan.cli import map_cmd as _map_cmd  # noqa: E402,F401
 from capplan.cli import misc_cmd as _misc_cmd  # noqa: E402,F401
 from capplan.cli import plan_cmd as _plan_cmd  # noqa: E402,F401
 from capplan.cli import roofline_cmd as _roofline_cmd  # noqa: E402,F401
+from capplan.cli import sweep_cmd as _sweep_cmd  # noqa: E402,F401
 from capplan.cli import profiles_cmd as _profiles_cmd  # noqa: E402,F401
 from capplan.cli import reconcile_cmd as _reconcile_cmd  # noqa: E402,F401
 

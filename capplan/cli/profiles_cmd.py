@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from capplan.cli.app import app
-from capplan.cli.common import ForceOpt, call, console, emit, fail
+from capplan.cli.common import ForceOpt, console, emit, fail
 
 profiles_app = typer.Typer(
     help=(

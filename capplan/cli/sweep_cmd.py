@@ -1,0 +1,166 @@
+"""``capplan sweep``: every hardware x tp x dtype x GPU-split combination of a plan."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from capplan.cli.app import app
+from capplan.cli.common import ForceOpt, call, console, emit, fail
+
+
+class Objective(str, Enum):
+    per_gpu = "per-gpu"
+    throughput = "throughput"
+    cost = "cost"
+
+
+def parse_ints(values: list[str] | None, flag: str) -> list[int]:
+    """``1,2,4`` and ranges ``8:512:8`` (start:stop:step, stop included) into ints."""
+    out: list[int] = []
+    for v in values or []:
+        for item in str(v).split(","):
+            item = item.strip()
+            if not item:
+                continue
+            try:
+                if ":" in item:
+                    start, stop, *step = (int(x) for x in item.split(":"))
+                    out.extend(range(start, stop + 1, step[0] if step else 1))
+                else:
+                    out.append(int(item))
+            except ValueError:
+                raise fail(f"{flag} {item!r}: expected integers, a list (1,2,4) or a range (8:512:8)") from None
+    if any(x < 1 for x in out):
+        raise fail(f"{flag}: GPU counts must be >= 1")
+    return out
+
+
+def parse_names(values: list[str] | None) -> list[str]:
+    return [x.strip() for v in values or [] for x in str(v).split(",") if x.strip()]
+
+
+@app.command(
+    "sweep",
+    help=(
+        "Plan every combination of hardware, tensor-parallel degree, KV and weight dtype, inference "
+        "GPUs and trainer GPUs, vectorised; print the best few by the objective and write the full "
+        "grid to CSV.\n\n"
+        "Objectives: per-gpu (trained tokens/s per GPU, default), throughput (trained tokens/s), "
+        "cost (USD per million trained tokens; needs --gpu-hour-price).\n\n"
+        "Examples:\n\n"
+        "\b\n"
+        "  capplan sweep reasoning-rl-olmo3-7b --hardware h100-sxm,h200,b200 --tp 1,2,4,8 --kv-dtype bf16,fp8\n"
+        "  capplan sweep agentic-tool-rl --hardware h100-sxm --tp 1,2 --inference-gpus 8:256:8 \\\n"
+        "      --trainer-gpus 8,16,32 --output grid.csv\n"
+        "  capplan sweep reasoning-rl-olmo3-32b --hardware h100-sxm,b200 --tp 8 --gpu-hour-price 2.5 --objective cost"
+    ),
+)
+def sweep_cmd(
+    workload: Annotated[str, typer.Argument(help="Workload file or bundled name.")],
+    hardware: Annotated[list[str], typer.Option("--hardware", "-H", help="Hardware profiles, e.g. h100-sxm,h200.")],
+    tp: Annotated[list[str] | None, typer.Option("--tp", help="Tensor-parallel degrees, e.g. 1,2,4,8.")] = None,
+    kv_dtype: Annotated[list[str] | None, typer.Option("--kv-dtype", help="KV dtypes, e.g. bf16,fp8.")] = None,
+    weight_dtype: Annotated[list[str] | None, typer.Option("--weight-dtype", help="Weight dtypes, e.g. bf16,fp8.")] = None,
+    inference_gpus: Annotated[
+        list[str] | None, typer.Option("--inference-gpus", help="Inference GPU counts: list or start:stop:step.")
+    ] = None,
+    trainer_gpus: Annotated[
+        list[str] | None, typer.Option("--trainer-gpus", help="Trainer GPU counts: list or start:stop:step.")
+    ] = None,
+    trainer_hardware: Annotated[str | None, typer.Option("--trainer-hardware", help="Trainer profile (default: each --hardware).")] = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Model preset or path (default: the workload's).")] = None,
+    mode: Annotated[str, typer.Option("--mode", help="sync or async.")] = "sync",
+    gpu_hour_price: Annotated[float | None, typer.Option("--gpu-hour-price", help="USD per GPU-hour, for cost columns.", min=0)] = None,
+    objective: Annotated[Objective, typer.Option("--objective", help="Rank by per-gpu, throughput or cost.")] = Objective.per_gpu,
+    top: Annotated[int, typer.Option("--top", help="Rows to show.", min=1)] = 10,
+    conversations: Annotated[int | None, typer.Option("--conversations", help="Monte Carlo sample size.", min=1)] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the full grid as CSV (or .json).", dir_okay=False)] = None,
+    force: ForceOpt = False,
+) -> None:
+    import sys
+
+    from capplan.hardware import load_hardware
+    from capplan.modelspec import load_model_spec
+    from capplan.sweep import best, sweep
+    from capplan.workload import load_workload
+
+    if objective is Objective.cost and gpu_hour_price is None:
+        raise fail("--objective cost needs --gpu-hour-price")
+    w = call(lambda: load_workload(workload))
+    ref = model or w.model
+    if ref is None:
+        raise fail(f"{workload}: the workload names no model; add 'model:' to it or pass --model")
+    spec = call(lambda: load_model_spec(ref))
+    hws = [call(lambda: load_hardware(h)) for h in parse_names(hardware)]
+    thw = call(lambda: load_hardware(trainer_hardware)) if trainer_hardware else None
+    tps = parse_ints(tp, "--tp") or [1]
+    kvs = parse_names(kv_dtype) or ["bf16"]
+    wds = parse_names(weight_dtype) or ["bf16"]
+    progress = None
+    if sys.stderr.isatty():
+        from rich.progress import Progress
+
+        progress = Progress(console=console(stderr=True), transient=True)
+        task = progress.add_task("sweeping", total=len(hws) * len(tps) * len(kvs) * len(wds))
+        progress.start()
+
+    def tick(done: int, total: int) -> None:
+        if progress is not None:
+            progress.update(task, completed=done)
+
+    try:
+        grid = call(
+            lambda: sweep(
+                w, spec, hws, tps, kvs, wds,
+                inference_gpus=parse_ints(inference_gpus, "--inference-gpus") or None,
+                trainer_gpus=parse_ints(trainer_gpus, "--trainer-gpus") or None,
+                trainer_hardware=thw, mode=mode, gpu_hour_price=gpu_hour_price,
+                conversations=conversations, on_config=tick,
+            )
+        )
+    finally:
+        if progress is not None:
+            progress.stop()
+    if output is not None:
+        from capplan.output import to_csv, to_json
+
+        if output.suffix == ".json":
+            text = to_json(grid.astype(object).where(grid.notna(), None).to_dict(orient="records"))
+        else:
+            text = to_csv(list(grid.columns), grid.itertuples(index=False))
+        emit(text, output, force)
+    from rich.table import Table
+
+    key = {"per-gpu": "per-gpu", "throughput": "throughput", "cost": "cost"}[objective.value]
+    top_rows = best(grid, key, top)
+    con = console()
+    t = Table(
+        title=f"{w.name} on {spec.name}: best {len(top_rows)} of {len(grid):,} combinations "
+        f"({int(grid['feasible'].sum()):,} feasible), by {objective.value}",
+        title_justify="left",
+    )
+    cols = [
+        ("step\n[s]", "step_time_s", lambda v: f"{v:,.0f}"),
+        ("trained\ntok/s", "trained_tokens_per_s", lambda v: f"{v:,.0f}"),
+        ("per GPU\n[tok/s]", "trained_tokens_per_s_per_gpu", lambda v: f"{v:,.1f}"),
+        ("node\nratio", "node_ratio", lambda v: f"{v:,.2f}"),
+        ("trainer\nidle", "trainer_idle_fraction", lambda v: f"{v:.0%}"),
+    ]
+    if gpu_hour_price is not None:
+        cols.append(("USD per M\ntrained", "cost_per_million_trained_tokens_usd", lambda v: f"{v:,.2f}"))
+    t.add_column("GPU, tp,\nKV/weights", no_wrap=True)
+    t.add_column("GPUs\ninf+train", justify="right", no_wrap=True)
+    for label, _, _ in cols:
+        t.add_column(label, justify="right", no_wrap=True)
+    for _, row in top_rows.iterrows():
+        config = f"{row['hardware']} tp{row['tp']} {row['kv_dtype']}/{row['weight_dtype']}"
+        gpus = f"{row['inference_gpus']:,}+{row['trainer_gpus']:,}"
+        t.add_row(config, gpus, *(fmt(row[c]) for _, c, fmt in cols))
+    con.print(t)
+    if top_rows.empty:
+        reasons = grid.loc[~grid["feasible"], "reason"].drop_duplicates().head(3).tolist()
+        con.print("No feasible combination: " + "; ".join(reasons))

@@ -1,0 +1,86 @@
+"""Sweeps agree with plans cell by cell, flag infeasible cells, and export spreadsheet-safe CSV."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+
+from capplan.hardware import load_hardware
+from capplan.modelspec import load_model_spec
+from capplan.plan import PlanInputs, plan_workload
+from capplan.sweep import sweep
+from capplan.workload import load_workload
+
+
+def test_sweep_rows_equal_plans():
+    """Each feasible row is the same arithmetic as `capplan plan` with both GPU counts given."""
+    w = load_workload("agentic-tool-rl")
+    spec = load_model_spec("qwen3-8b")
+    hws = [load_hardware("h100-sxm"), load_hardware("h200")]
+    grid = sweep(w, spec, hws, [1, 2], ["bf16", "fp8"], inference_gpus=[2, 4, 6], trainer_gpus=[4, 8], conversations=3000)
+    assert len(grid) == 2 * 2 * 2 * 3 * 2
+    for _, row in grid[grid["feasible"]].sample(6, random_state=0).iterrows():
+        hw = load_hardware(row["hardware"])
+        p = plan_workload(
+            w,
+            PlanInputs(hardware=hw, model=spec, tp=int(row["tp"]), kv_dtype=row["kv_dtype"],
+                       inference_gpus=int(row["inference_gpus"]), trainer_gpus=int(row["trainer_gpus"])),
+            conversations=3000,
+        )
+        assert row["step_time_s"] == pytest.approx(p.step_time_s)
+        assert row["rollout_time_s"] == pytest.approx(p.rollout_time_s)
+        assert row["trained_tokens_per_s"] == pytest.approx(p.trained_tokens_per_s)
+        assert row["binding_constraint"] == p.binding_constraint
+
+
+def test_sweep_flags_infeasible_cells():
+    """OLMo-3-32B's bf16 weights (60 GiB) exceed one 22 GiB L4; 3 inference GPUs cannot host tp-2
+    replicas; one trainer GPU cannot hold 16 B/param of a 7B model."""
+    w = load_workload("reasoning-rl-olmo3-32b")
+    grid = sweep(w, load_model_spec("olmo-3-32b"), [load_hardware("l4")], [1], trainer_hardware=load_hardware("h100-sxm"), conversations=500)
+    assert not grid["feasible"].any() and grid["reason"].str.contains("exceed the memory budget").all()
+    w = load_workload("reasoning-rl-olmo3-7b")
+    grid = sweep(w, load_model_spec("olmo-3-7b"), [load_hardware("h100-sxm")], [2], inference_gpus=[2, 3], trainer_gpus=[1, 8], conversations=500)
+    odd = grid[grid["inference_gpus"] == 3]
+    assert (~odd["feasible"]).all() and (odd["reason"] == "inference GPUs not a multiple of tp 2").all()
+    small = grid[(grid["trainer_gpus"] == 1) & (grid["inference_gpus"] == 2)]
+    assert (~small["feasible"]).all() and small["reason"].str.startswith("trainer needs >=").all()
+    assert grid[(grid["trainer_gpus"] == 8) & (grid["inference_gpus"] == 2)]["feasible"].all()
+
+
+def test_sweep_cli(runner, tmp_path):
+    from capplan.cli.app import app
+
+    out = tmp_path / "grid.csv"
+    r = runner.invoke(
+        app,
+        ["sweep", "seed-replay", "-m", "llama-3.1-8b", "-H", "h100-sxm,h200", "--tp", "1,2", "--inference-gpus", "2:8:2",
+         "--trainer-gpus", "4,8", "--gpu-hour-price", "2.5", "--objective", "cost", "-o", str(out)],
+    )
+    assert r.exit_code == 0, r.output
+    assert "best 10 of 32 combinations" in r.stdout and "by cost" in r.stdout
+    rows = list(csv.DictReader(io.StringIO(out.read_text())))
+    assert len(rows) == 2 * 2 * 4 * 2
+    assert all(float(x["cost_per_step_usd"]) > 0 for x in rows if x["feasible"] == "True")
+    again = runner.invoke(app, ["sweep", "seed-replay", "-m", "llama-3.1-8b", "-H", "h100-sxm", "-o", str(out)])
+    assert again.exit_code == 2 and "file exists" in again.stderr
+
+
+def test_sweep_cli_errors(runner):
+    from capplan.cli.app import app
+
+    r = runner.invoke(app, ["sweep", "seed-replay", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--objective", "cost"])
+    assert r.exit_code == 2 and "--gpu-hour-price" in r.stderr
+    r = runner.invoke(app, ["sweep", "seed-replay", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--tp", "one"])
+    assert r.exit_code == 2 and "expected integers" in r.stderr
+
+
+def test_csv_export_is_spreadsheet_safe():
+    from capplan.output import to_csv
+
+    text = to_csv(["name", "value", "missing"], [["=cmd|' /C calc'!A0", -1.5, float("nan")], ["@SUM(A1)", 2, None]])
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows[1] == ["'=cmd|' /C calc'!A0", "-1.5", ""]
+    assert rows[2] == ["'@SUM(A1)", "2", ""]
