@@ -392,7 +392,7 @@ def _decode_line(raw: bytes) -> Any:
     if not raw.strip():
         return _BLANK
     try:
-        return json.loads(raw)
+        return json.loads(raw.rstrip(b"\r\n"))
     except ValueError as exc:
         return _NotJSON(f"not valid JSON ({exc.__class__.__name__}: {str(exc)[:80]})")
 
