@@ -44,7 +44,7 @@ Mode = Literal["sync", "async"]
 MAX_GPUS = 8192
 #: When balance is out of reach, inference stops growing once the rollout is within this
 #: fraction of its shortest possible value.
-DIMINISHING_RETURNS = 0.10
+DIMINISHING_RETURNS = 0.25
 #: Quantile grid used for the tail's survival profile.
 _TAIL_POINTS = 256
 
