@@ -225,7 +225,7 @@ def test_kv_cli_errors(runner):
     r = runner.invoke(app, ["kv", "-m", "llama-3.1-8b", "-H", "h200x"])
     assert r.exit_code == 2 and "did you mean 'h200'?" in r.stderr
     r = runner.invoke(app, ["kv", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--context", "lots"])
-    assert r.exit_code == 2 and "--context 'lots': expected a int" in r.stderr
+    assert r.exit_code == 2 and "--context 'lots': expected integers" in r.stderr
 
 
 def test_kv_cli_table(runner):

@@ -81,3 +81,28 @@ def fmt_num(value: float | int, digits: int = 1) -> str:
     if isinstance(value, int) or float(value).is_integer():
         return f"{int(value):,}"
     return f"{value:,.{digits}f}"
+
+
+def parse_ints(values: list[str] | None, flag: str, minimum: int = 1) -> list[int]:
+    """``--flag 1,2 --flag 4`` and ranges ``8:512:8`` (start:stop:step, stop included) as ints.
+
+    A bad item is a one-line error naming the flag.
+    """
+    out: list[int] = []
+    for item in parse_names(values):
+        try:
+            if ":" in item:
+                start, stop, *step = (int(x) for x in item.split(":"))
+                out.extend(range(start, stop + 1, step[0] if step else 1))
+            else:
+                out.append(int(item))
+        except ValueError:
+            raise fail(f"{flag} {item!r}: expected integers, a list (1,2,4) or a range (8:512:8)") from None
+    if any(x < minimum for x in out):
+        raise fail(f"{flag}: values must be >= {minimum}")
+    return out
+
+
+def parse_names(values: list[str] | None) -> list[str]:
+    """``--flag a,b --flag c`` as ``['a', 'b', 'c']``."""
+    return [x.strip() for v in values or [] for x in str(v).split(",") if x.strip()]

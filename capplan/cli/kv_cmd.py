@@ -7,25 +7,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from capplan.cli.app import app
-from capplan.cli.common import Format, FormatOpt, ForceOpt, OutputOpt, call, console, emit, file_console, fail
+from capplan.cli.common import Format, FormatOpt, ForceOpt, OutputOpt, call, console, emit, file_console, parse_ints
 
 if TYPE_CHECKING:
     from capplan.kv import KVResult
-
-
-def parse_list(values: list[str] | None, cast: type, flag: str) -> list:
-    """Accept ``--flag 1,2 --flag 4`` as ``[1, 2, 4]``; a bad item is a one-line error."""
-    out = []
-    for v in values or []:
-        for item in str(v).split(","):
-            item = item.strip()
-            if not item:
-                continue
-            try:
-                out.append(cast(item))
-            except ValueError:
-                raise fail(f"{flag} {item!r}: expected a {cast.__name__}") from None
-    return out
 
 
 @app.command(
@@ -103,8 +88,8 @@ def kv(
 
     spec = call(lambda: load_model_spec(model))
     hw = call(lambda: load_hardware(hardware))
-    tps = parse_list(tp, int, "--tp") or [1]
-    contexts = parse_list(context, int, "--context") or [8192]
+    tps = parse_ints(tp, "--tp") or [1]
+    contexts = parse_ints(context, "--context") or [8192]
     rows: list[KVResult] = []
     for t in tps:
         for ctx in contexts:

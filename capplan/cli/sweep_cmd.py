@@ -9,38 +9,13 @@ from typing import Annotated
 import typer
 
 from capplan.cli.app import app
-from capplan.cli.common import ForceOpt, call, console, emit, fail
+from capplan.cli.common import ForceOpt, call, console, emit, fail, parse_ints, parse_names
 
 
 class Objective(str, Enum):
     per_gpu = "per-gpu"
     throughput = "throughput"
     cost = "cost"
-
-
-def parse_ints(values: list[str] | None, flag: str) -> list[int]:
-    """``1,2,4`` and ranges ``8:512:8`` (start:stop:step, stop included) into ints."""
-    out: list[int] = []
-    for v in values or []:
-        for item in str(v).split(","):
-            item = item.strip()
-            if not item:
-                continue
-            try:
-                if ":" in item:
-                    start, stop, *step = (int(x) for x in item.split(":"))
-                    out.extend(range(start, stop + 1, step[0] if step else 1))
-                else:
-                    out.append(int(item))
-            except ValueError:
-                raise fail(f"{flag} {item!r}: expected integers, a list (1,2,4) or a range (8:512:8)") from None
-    if any(x < 1 for x in out):
-        raise fail(f"{flag}: GPU counts must be >= 1")
-    return out
-
-
-def parse_names(values: list[str] | None) -> list[str]:
-    return [x.strip() for v in values or [] for x in str(v).split(",") if x.strip()]
 
 
 @app.command(
