@@ -10,6 +10,12 @@ tool observation after every turn but the last, one log-prob per sampled positio
 prefix reuse logged as ``cached_tokens`` and ``prefill_tokens``, 256 records per trainer step with
 a policy lag of 0-2 versions, and stop reason ``stop`` (5% ``length``). Every record passes every
 check unless ``--defects`` asks for broken ones. The same ``--seed`` gives the same file.
+
+With ``--workload W`` the records are instead the conversations ``capplan ledger W`` samples
+(``capplan.reconcile.plan_records``), so ``capplan ledger reconcile FILE --workload W`` matches the
+plan within Monte Carlo noise (and exactly with the same seed and count)::
+
+    python benchmarks/make_trajectories.py --workload agentic-tool-rl --records 20000 -o /tmp/agentic.jsonl.gz
 """
 
 from __future__ import annotations
@@ -86,9 +92,16 @@ def _break(rng: random.Random, rec: dict[str, Any]) -> dict[str, Any] | str:
     return rec
 
 
-def write(out: IO[str], n: int, seed: int, token_ids: bool, defects: float) -> None:
+def write(out: IO[str], n: int, seed: int, token_ids: bool, defects: float, workload: str | None = None) -> None:
     rng = random.Random(seed)
     dumps = json.JSONEncoder(separators=(",", ":")).encode
+    if workload is not None:
+        from capplan.reconcile import plan_records
+        from capplan.workload import load_workload
+
+        for planned in plan_records(load_workload(workload), n=n, seed=seed):
+            out.write(dumps(planned) + "\n")
+        return
     for i in range(n):
         rec: dict[str, Any] | str = record(rng, i, token_ids)
         if defects and rng.random() < defects:
@@ -103,14 +116,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--token-ids", action="store_true", help="write token_ids instead of per-class counts")
     parser.add_argument("--defects", type=float, default=0.0, help="fraction of records to break [0-1]")
+    parser.add_argument("--workload", help="write the conversations this workload's plan samples instead")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     if args.output.suffix == ".gz":
         with gzip.open(args.output, "wt", compresslevel=1, encoding="utf-8") as fh:
-            write(fh, args.records, args.seed, args.token_ids, args.defects)
+            write(fh, args.records, args.seed, args.token_ids, args.defects, args.workload)
     else:
         with open(args.output, "w", encoding="utf-8") as fh:
-            write(fh, args.records, args.seed, args.token_ids, args.defects)
+            write(fh, args.records, args.seed, args.token_ids, args.defects, args.workload)
     size = args.output.stat().st_size
     print(
         f"wrote {args.records:,} records to {args.output} ({size / 2**20:,.1f} MiB) in "

@@ -633,13 +633,13 @@ class Reconciliation:
 
 # --------------------------------------------------------------------------- the reconciler
 
-_MAX_KEYS = 256  # distinct stop reasons / versions / lags kept; the rest are counted as "(other)"
+_MAX_KEYS = 65536  # distinct policy versions / lags / stop reasons kept; the rest count as "(other)"
 
 
-def _bump(d: dict[Any, int], key: Any) -> None:
+def _bump(d: dict[Any, int], key: Any, cap: int = _MAX_KEYS) -> None:
     if key in d:
         d[key] += 1
-    elif len(d) < _MAX_KEYS:
+    elif len(d) < cap:
         d[key] = 1
     else:
         d["(other)"] = d.get("(other)", 0) + 1
@@ -828,7 +828,7 @@ class _Reconciler:
                 _bump(sd, "(not logged)")
             else:
                 shown = repr(stop)
-                _bump(sd, shown[:40])
+                _bump(sd, shown[:40], cap=64)
                 self.fail("stop_reason", "stop_reason", f"{shown} is not one of {', '.join(STOP_REASONS)}")
         if truncated and self.drop_truncated and (tr_prompt or tr_action or tr_tool):
             self.fail(
@@ -1220,12 +1220,12 @@ def _finish(
     N = workload.volume.conversations_per_step if workload is not None else 1
     sums = acc.sums
 
-    def by_class(values: "np.ndarray", scale: float) -> dict[str, float]:
-        vals = [float(x) * scale for x in values]
+    def by_class(values: "np.ndarray", n: int) -> dict[str, float]:
+        vals = [float(x) / n if n else 0.0 for x in values]  # as numpy's mean of the counts
         return dict(zip(CLASSES_AND_TOTAL, [*vals, sum(vals)]))
 
     inv = 1.0 / n if n else 0.0
-    per_conv = {c: by_class(sums[3 * k:3 * k + 3], inv) for k, c in enumerate(COUNTERS)}
+    per_conv = {c: by_class(sums[3 * k:3 * k + 3], n) for k, c in enumerate(COUNTERS)}
     per_step = {c: {k: v * N for k, v in d.items()} for c, d in per_conv.items()}
     totals = {
         c: dict(zip(CLASSES_AND_TOTAL, [*(int(x) for x in sums[3 * k:3 * k + 3]), int(sums[3 * k:3 * k + 3].sum())]))
@@ -1373,3 +1373,74 @@ def _compare(
                 status = "FAIL"
             rows.append(PlanRow(counter, cls, o, p, rel, status))
     return rows
+
+
+def plan_records(
+    workload: "Workload", n: int | None = None, seed: int | None = None, logprobs: bool = True
+) -> Iterator[dict[str, Any]]:
+    """Records in capplan's format for conversations sampled from ``workload``'s plan.
+
+    The conversations are those :func:`capplan.ledger.compute_ledger` samples with the same ``n``
+    and ``seed``, so reconciling the records (with ``plan_conversations=n``) gives the plan's
+    per-conversation ledger exactly. For tests, examples and benchmarks: a log of a real pipeline
+    is what this module is for.
+
+    Parameters
+    ----------
+    workload : Workload
+        The plan.
+    n : int, optional
+        Conversations [records]; default ``sampling.conversations`` (1 for a fixed workload).
+    seed : int, optional
+        Overrides ``sampling.seed``.
+    logprobs : bool
+        Write a placeholder log-prob (-0.5) for every sampled position.
+
+    Notes
+    -----
+    Cached positions per invocation are what the ledger counts as hits: the prefix earlier
+    invocations computed (``reuse: auto``; nothing after a tool wait with ``evict``), the claimed
+    reuse cut to the input (``explicit``), or none. A truncated conversation stops with
+    ``length`` and, when the workload drops truncations, carries no loss.
+    """
+    from capplan.ledger import count_positions, sample_conversations
+
+    conv = sample_conversations(workload, n=n, seed=seed)
+    _, aux = count_positions(workload, conv)
+    hits = aux["claimed"].clip(max=aux["input_per_turn"])
+    loss_on = set(workload.training.loss_on) if workload.has_trainer else set()
+    letters = {"prompt": "p", "action": "a", "tool": "t"}
+    for i in range(conv.n):
+        P = int(conv.prompt[i])
+        origin = ["p" * P]
+        spans: list[list[int]] = []
+        cached: list[int] = []
+        pos = P
+        for j in range(conv.actions.shape[1]):
+            if not conv.invoked[i, j]:
+                continue
+            a, t = int(conv.actions[i, j]), int(conv.tools[i, j])
+            spans.append([pos, pos + a])
+            cached.append(int(hits[i, j]))
+            origin.append("a" * a + "t" * t)
+            pos += a + t
+        o = "".join(origin)
+        truncated = bool(conv.truncated[i])
+        trained = loss_on if not (truncated and workload.training.drop_truncated) else set()
+        keep = {letters[c] for c in trained}
+        rec: dict[str, Any] = {
+            "id": i,
+            "counts": {"prompt": P, "action": o.count("a"), "tool": o.count("t")},
+            "origin": o,
+            "loss_mask": "".join("1" if ch in keep else "0" for ch in o) if keep else "0" * len(o),
+            "stop_reason": "length" if truncated else "stop",
+            "policy_version": 0,
+            "tool_wait_s": float(conv.waits_s[i].sum()),
+        }
+        if workload.has_rollout:
+            rec["turns"] = spans
+            rec["cached_tokens"] = cached
+            rec["prefill_tokens"] = [s - h for (s, _), h in zip(spans, cached)]
+            if logprobs:
+                rec["logprobs"] = [-0.5] * sum(e - s for s, e in spans)
+        yield rec

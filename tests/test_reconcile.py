@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from capplan.cli.app import app
 from capplan.errors import InputError
 from capplan.ledger import COUNTERS, compute_ledger
-from capplan.reconcile import MAPPINGS, RECORD_CHECKS, _bin_value, _bins, _percentiles, reconcile
+from capplan.reconcile import MAPPINGS, RECORD_CHECKS, _bin_value, _bins, _percentiles, plan_records, reconcile
+from capplan.resources import bundled_names
 from capplan.workload import load_workload
 
 FIX = Path(__file__).parent / "fixtures" / "reconcile"
@@ -59,6 +60,22 @@ def test_clean_fixture_is_the_planned_ledger_exactly():
     assert (stats["invocations"], stats["tool_calls"], stats["tool_wait_s"]) == (2, 1, 2.5)
     assert r.response_length["p50"] == 13  # 8 actions + 5 tool positions after the prompt
     assert all(p.status == "ok" for p in r.plan or [])
+
+
+@pytest.mark.parametrize("name", bundled_names("workloads"))
+def test_records_of_a_plan_reconcile_to_the_plan_exactly(tmp_path, name):
+    """Records written for the 200 conversations compute_ledger samples (seed 3) count to exactly its
+    per-conversation ledger: truncation, auto/explicit reuse, eviction, scorers, sft and serving alike."""
+    w = load_workload(name)
+    path = _write(tmp_path / "plan.jsonl", list(plan_records(w, n=200, seed=3, logprobs=False)))
+    r = reconcile(path, w, plan_conversations=200)
+    assert r.ledger.per_conversation == compute_ledger(w, conversations=200, seed=3).per_conversation
+    expected = set()
+    if w.method in ("outcome-rl", "multi-turn-rl"):
+        expected.add("logprobs")  # written without log-probs, which these methods need
+    if name == "seed-replay-claim16":
+        expected.add("cache_hits")  # claims 16 positions where 15 were computed, on purpose
+    assert {k for k, v in r.failure_counts.items() if v} == expected
 
 
 def test_without_reuse_logged_every_invocation_prefills_its_input(tmp_path):
@@ -399,7 +416,7 @@ def test_table_output(runner, tmp_path):
     text = " ".join(out.read_text().split())
     assert "observed per conversation [positions], mean of 3 counted records" in text
     assert "Against the plan of seed-replay-auto (tolerance 5.0%)" in text
-    assert "Stop reasons: stop 3 (100.0%)" in text
+    assert "Stop reasons: stop: 3 (100.0%)" in text
 
 
 @pytest.mark.parametrize(

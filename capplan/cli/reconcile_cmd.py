@@ -254,11 +254,15 @@ def render_table(result: "Reconciliation", output: object, force: bool) -> None:
 
 
 def _hist_text(hist: dict[str, int], limit: int = 20) -> str:
+    """``key: records (share)`` for each key; a long numeric histogram is summarised by its range."""
     if not hist:
         return "none"
     total = sum(hist.values())
     items = list(hist.items())
-    text = ", ".join(f"{k} {n:,} ({n / total:.1%})" for k, n in items[:limit])
     if len(items) > limit:
-        text += f", ... ({len(items) - limit} more)"
-    return text
+        keys = [k for k, _ in items if k != "(other)"]
+        top = sorted(items, key=lambda kv: -kv[1])[:5]
+        return f"{len(items):,} distinct, {keys[0]} to {keys[-1]}; most frequent: " + ", ".join(
+            f"{k}: {n:,} ({n / total:.1%})" for k, n in top
+        )
+    return ", ".join(f"{k}: {n:,} ({n / total:.1%})" for k, n in items)
