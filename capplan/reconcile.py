@@ -1158,6 +1158,20 @@ def reconcile(
     A per-conversation mean ``o`` matches its plan ``p`` when ``|o - p| <= tolerance * p`` (both
     zero also match). Counters the log cannot show (cache hits when no record logs
     ``cached_tokens`` or ``prefill_tokens``) are reported "not logged" rather than compared.
+
+    Examples
+    --------
+    The seed's replay record logged by a pipeline with automatic prefix reuse: turn 2 reuses the
+    12 + 3 = 15 positions turn 1 computed and prefills 21 - 15 = 6:
+
+    >>> import json, tempfile
+    >>> from capplan.workload import load_workload
+    >>> w = load_workload("seed-replay-auto")
+    >>> log = Path(tempfile.mkdtemp()) / "rollouts.jsonl"
+    >>> _ = log.write_text("".join(json.dumps(r) + chr(10) for r in plan_records(w)))
+    >>> r = reconcile(log, w)
+    >>> r.ok, r.ledger.per_conversation["prefill_forwarded"]["total"], r.ledger.per_conversation["cache_hit"]["total"]
+    (True, 18.0, 15.0)
     """
     path = Path(path)
     if mapping not in MAPPINGS:
