@@ -58,7 +58,7 @@ class WorkloadConcurrency:
     mean_lifetime_s: float
     """Mean decode time plus tool wait of a conversation [s] (prefill not included)."""
     binding: str
-    """``memory`` (KV capacity), ``max_num_seqs`` (scheduler cap on runnable sequences)."""
+    """``memory`` (KV capacity), ``max_num_seqs`` or ``scheduler token budget`` (scheduler caps)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,6 +95,7 @@ def workload_concurrency(
     conversations: int = 20_000,
     max_num_seqs: int = 256,
     step_time: Callable[[float, float], float] | None = None,
+    max_batched_tokens: int | None = None,
 ) -> WorkloadConcurrency:
     """Resident, runnable and waiting conversations of ``workload`` on one replica.
 
@@ -106,6 +107,8 @@ def workload_concurrency(
         Monte Carlo sample of conversations (fixed workloads use one, exactly).
     max_num_seqs : int
         Scheduler cap on sequences decoding at once (vLLM's default 256).
+    max_batched_tokens : int, optional
+        Scheduler token budget per step; each decoding sequence needs one token of it.
     step_time : callable, optional
         ``f(batch, mean_context) -> seconds``; default the roofline decode step.
     """
@@ -135,6 +138,10 @@ def workload_concurrency(
     step = step_time or memory_bound_decode_step(spec, hw, kv)
 
     capacity = kv.kv_capacity_tokens
+    cap = float(max_num_seqs)
+    cap_name = "max_num_seqs"
+    if max_batched_tokens is not None and max_batched_tokens < max_num_seqs:
+        cap, cap_name = float(max_batched_tokens), "scheduler token budget"
     t_tok = step(1, mean_ctx)
     binding = "memory"
     n = runnable = 0.0
@@ -145,11 +152,11 @@ def workload_concurrency(
         n = capacity / held if held > 0 else math.inf
         runnable = n * decode_time / lifetime if lifetime > 0 else 0.0
         binding = "memory"
-        if runnable > max_num_seqs:
+        if runnable > cap:
             # the scheduler caps decoding sequences; resident conversations shrink in proportion
-            n *= max_num_seqs / runnable
-            runnable = float(max_num_seqs)
-            binding = "max_num_seqs"
+            n *= cap / runnable
+            runnable = cap
+            binding = cap_name
         new = step(runnable, mean_ctx)
         if abs(new - t_tok) <= 1e-9 + 1e-6 * t_tok:
             t_tok = new

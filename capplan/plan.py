@@ -490,7 +490,10 @@ def replica_setup(
 
     conc = None
     if workload.has_rollout:
-        conc = workload_concurrency(spec, hw, kv, workload, max_num_seqs=kv.max_num_seqs, step_time=lambda b, c: float(t_decode(b)))
+        conc = workload_concurrency(
+            spec, hw, kv, workload, max_num_seqs=kv.max_num_seqs, step_time=lambda b, c: float(t_decode(b)),
+            max_batched_tokens=kv.max_batched_tokens,
+        )
     chunk = kv.max_batched_tokens
     pre = rep.chunked(work.prefill_tokens, work.prefill_pairs, work.prefill_pairs_window, work.prefill_kv_read, work.invocations, work.invocations, chunk)
     score = (0.0, 0.0, 0.0)
