@@ -31,10 +31,13 @@ app = typer.Typer(
     help=(
         "Workload accounting and capacity planning for LLM inference and RL post-training.\n\n"
         "Examples:\n\n\b\n"
-        "  capplan ledger seed-replay              # per-token-class ledger of a bundled workload\n"
-        "  capplan ledger my-workload.yaml --check # CI gate: exit 1 on a broken identity\n"
-        "  capplan map agentic-tool-rl --format mermaid\n"
-        "  capplan validate workloads/*.yaml"
+        "  capplan plan reasoning-rl-olmo3-7b --hardware h100-sxm   # the capacity plan\n"
+        "  capplan kv --model llama-3.1-8b --hardware h100-sxm     # KV budget and concurrency\n"
+        "  capplan roofline --model llama-3.1-8b --hardware h100-sxm\n"
+        "  capplan ledger seed-replay                              # per-token-class ledger\n"
+        "  capplan ledger my-workload.yaml --check                 # CI gate: exit 1 on a broken identity\n"
+        "  capplan sweep agentic-tool-rl --hardware h100-sxm,h200 --tp 1,2,4\n"
+        "  capplan profiles list"
     ),
     no_args_is_help=True,
     add_completion=False,
