@@ -745,6 +745,9 @@ class _Reconciler:
                 self._check(obj if read is None else read(obj))
             except _Bad as bad:
                 self.fail(bad.check, bad.field, bad.message)
+            except (TypeError, ValueError, OverflowError, IndexError, KeyError, AttributeError) as exc:
+                # a value of a type no check expected: reported, never a crash
+                self.fail("well_formed", "record", f"cannot be read ({exc.__class__.__name__}: {str(exc)[:80]})")
         if self._failed:
             self.records_failed += 1
 
@@ -914,7 +917,7 @@ class _Reconciler:
                         h = cached[j]
                         if type(h) is not int or h < 0:
                             _per_turn(cached, nt, "cached_tokens")
-                        if pre is not None and h + pre[j] != s:
+                        if pre is not None and (type(pre[j]) is not int or h + pre[j] != s):
                             _per_turn(pre, nt, "prefill_tokens")
                             self.fail(
                                 "cache_hits",
@@ -1003,7 +1006,12 @@ class _Reconciler:
                 self._check_logprobs(lp, get("_lp_offset", 0), spans, span_len, L)
 
         wait = get("tool_wait_s")
-        wait_ms = int(wait * 1000 + 0.5) if type(wait) in (int, float) and wait >= 0 else 0
+        wait_ms = 0
+        if wait is not None:
+            if type(wait) in (int, float) and 0 <= wait <= 1e9:
+                wait_ms = int(wait * 1000 + 0.5)
+            else:
+                self.fail("well_formed", "tool_wait_s", f"{wait!r} is not a number of seconds (0 to 1e9)")
         rows = self.rows
         rows.append(
             (P, A, T, sP, sA, sT, fP, fA, fT, hP, hA, hT, decode, tr_prompt, tr_action, tr_tool,

@@ -155,6 +155,9 @@ def test_every_check_has_a_fixture():
         ({"stop_reason": None}, "stop_reason", "missing; allowed: stop, length, tool_calls, abort"),
         ({"stop_reason": ["stop"]}, "stop_reason", "['stop'] is not one of"),
         ({"policy_version": "7"}, "staleness", "'7' is not a non-negative integer"),
+        ({"prefill_tokens": [12, "6"]}, "turn_boundaries", "prefill_tokens[1]: '6' is not a non-negative integer"),
+        ({"tool_wait_s": float("inf")}, "well_formed", "tool_wait_s: inf is not a number of seconds"),
+        ({"_lp_offset": "x", "logprobs": [-0.1] * 25}, "well_formed", "record: cannot be read (TypeError"),
     ],
 )
 def test_rule_messages(tmp_path, changes, check, message):
@@ -450,6 +453,17 @@ def test_progress_is_reported(tmp_path):
     size = path.stat().st_size
     assert r.records == 9003 and len(calls) == 3 and calls[-1] == (size, size)
     assert all(0 < d <= size for d, _ in calls)
+
+
+def test_no_progress_bar_off_a_terminal(tmp_path):
+    """Under pytest standard error is not a terminal: no bar, even for a file past the size threshold."""
+    from capplan.cli.reconcile_cmd import PROGRESS_MIN_BYTES, _progress
+
+    big = tmp_path / "big.jsonl"
+    with big.open("wb") as fh:
+        fh.truncate(PROGRESS_MIN_BYTES)
+    with _progress(big) as update:
+        assert update is None
 
 
 # ---------------------------------------------------------------- histograms
