@@ -485,7 +485,7 @@ def _percentiles(hist: "np.ndarray", qs: tuple[float, ...]) -> list[float]:
 # total and response length = recorded action + tool are derived when a batch is folded in.
 (_R_P, _R_A, _R_T, _R_SP, _R_SA, _R_ST, _R_FP, _R_FA, _R_FT, _R_HP, _R_HA, _R_HT, _R_DEC, _R_TP, _R_TA, _R_TT,
  _R_INV, _R_CALLS, _R_FLAGS, _R_WAIT_MS) = range(20)
-_NROW = 20
+_NROW = 20  # values per row
 _F_TRUNCATED, _F_KEPT, _F_CACHE_LOGGED = 1, 2, 4
 # Histogram series: 7 counters x 3 classes, the 7 counter totals, response length, tool wait [ms].
 _NC = len(COUNTERS) * 3

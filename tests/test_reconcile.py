@@ -113,7 +113,7 @@ def test_each_fixture_breaks_exactly_its_check(runner, fixture, check, field):
     doc = json.loads(result.stdout)
     assert {k for k, v in doc["failure_counts"].items() if v} == {check}
     assert [(f["line"], f["check"], f["field"]) for f in doc["failures"]] == [(2, check, field)]
-    assert result.stderr.startswith(f"check failed: line 2")
+    assert result.stderr.startswith("check failed: line 2")
     assert f": {field}: " in result.stderr
     failed = [c["name"] for c in doc["checks"] if not c["ok"]]
     assert failed == [check]
