@@ -1,0 +1,354 @@
+"""``capplan simulate``: a discrete-event simulation of rollout, tools and trainer."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Callable
+
+import typer
+
+from capplan.cli.app import app
+from capplan.cli.common import Format, FormatOpt, ForceOpt, call, console, emit, fail
+
+if TYPE_CHECKING:
+    from capplan.simulate import SimResult
+
+PLOT_HINT = "pip install 'capplan[plot]'"
+
+
+class Mode(str, Enum):
+    sync = "sync"
+    async_ = "async"
+
+
+class Sampling(str, Enum):
+    active = "active"
+    oversample = "oversample"
+
+
+@app.command(
+    "simulate",
+    help=(
+        "Simulate rollout and training event by event: inference replicas with continuous batching (or "
+        "static), KV capacity and preemption, tool calls on environment workers, and a trainer that ingests "
+        "finished groups, rejects stale ones and pushes weights. Shows the queues, tails and stalls an "
+        "average hides, and completed against accepted throughput.\n\n"
+        "Conversations are the workload's own draws (the same as `capplan ledger`); engine steps are priced "
+        "by the roofline model, KV capacity by the KV calculator, the trainer by the trainer model. The same "
+        "--seed gives the same result.\n\n"
+        "Examples:\n\n\b\n"
+        "  capplan simulate agentic-tool-rl --hardware h100-sxm --inference-replicas 8 --steps 20\n"
+        "  capplan simulate agentic-tool-rl -H h100-sxm --inference-replicas 8 --mode async --max-staleness 1\n"
+        "  capplan simulate reasoning-rl-olmo3-7b -H h100-sxm --inference-replicas 56 --trainer-gpus 16 \\\n"
+        "      --mode async --inflight-updates --output sim.json --timeline sim.png\n"
+        "  capplan simulate agentic-tool-rl -H h100-sxm --inference-replicas 8 --sweep-staleness 0,1,2,4\n"
+        "  capplan simulate seed-replay-auto -m llama-3.1-8b -H h100-sxm --steps 2 --trajectories t.jsonl"
+    ),
+)
+def simulate(
+    workload: Annotated[str, typer.Argument(help="Workload file or bundled name.")],
+    hardware: Annotated[str, typer.Option("--hardware", "-H", help="Inference hardware profile name or path.")],
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="Model preset or path (default: the workload's model).")
+    ] = None,
+    trainer_hardware: Annotated[
+        str | None, typer.Option("--trainer-hardware", help="Trainer hardware profile (default: --hardware).")
+    ] = None,
+    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree of each replica [GPUs].", min=1)] = 1,
+    inference_replicas: Annotated[
+        int, typer.Option("--inference-replicas", help="Inference engine replicas.", min=1)
+    ] = 1,
+    env_workers: Annotated[
+        int | None,
+        typer.Option("--env-workers", help="Environment workers running tool calls (default: one per call).", min=1),
+    ] = None,
+    trainer_gpus: Annotated[
+        int | None,
+        typer.Option("--trainer-gpus", help="Trainer GPUs (default: the fewest that hold the training state).", min=1),
+    ] = None,
+    mode: Annotated[
+        Mode, typer.Option("--mode", help="sync: generation pauses for each update; async: it does not.")
+    ] = Mode.sync,
+    max_staleness: Annotated[
+        int,
+        typer.Option("--max-staleness", help="Async: reject trajectories more than K policy versions old.", min=0),
+    ] = 1,
+    max_inflight_groups: Annotated[
+        int | None,
+        typer.Option(
+            "--max-inflight-groups",
+            help="Async: keep at most N prompt groups generating, whatever their age (default: the staleness "
+            "gate, (K + version + 1) x prompts_per_step groups dispatched and not rejected).",
+            min=1,
+        ),
+    ] = None,
+    sampling: Annotated[
+        Sampling,
+        typer.Option(
+            "--sampling",
+            help="active: fill each batch from finished groups, replacing filtered ones; oversample: dispatch "
+            "--oversample x prompts per update and train on what survives the filter.",
+        ),
+    ] = Sampling.active,
+    oversample: Annotated[
+        float | None,
+        typer.Option("--oversample", help="Groups per update / prompts per step (default 1 / (1 - filtered fraction)).", min=1),
+    ] = None,
+    static_batching: Annotated[
+        bool, typer.Option("--static-batching", help="Admit a batch only when the previous one has finished.")
+    ] = False,
+    inflight_updates: Annotated[
+        bool,
+        typer.Option("--inflight-updates", help="Async: load new weights at the next step without draining replicas."),
+    ] = False,
+    steps: Annotated[int, typer.Option("--steps", help="Trainer updates to simulate.", min=1)] = 10,
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed of every draw (default: the workload's).", min=0)] = None,
+    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="bf16, fp16, fp8, int8 or int4.")] = "bf16",
+    weight_dtype: Annotated[str, typer.Option("--weight-dtype", help="bf16, fp16, fp8, int8 or int4.")] = "bf16",
+    max_num_seqs: Annotated[
+        int | None, typer.Option("--max-num-seqs", help="Running sequences per replica (default: vLLM's).", min=1)
+    ] = None,
+    max_batched_tokens: Annotated[
+        int | None, typer.Option("--max-batched-tokens", help="Token budget per engine step (default: vLLM's).", min=1)
+    ] = None,
+    sweep_staleness: Annotated[
+        str | None,
+        typer.Option(
+            "--sweep-staleness",
+            help="Comma-separated bounds, e.g. 0,1,2,4: one sync run and one async run per bound, in one table.",
+        ),
+    ] = None,
+    format: FormatOpt = Format.table,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the full result as JSON to this file.", dir_okay=False)
+    ] = None,
+    trajectories: Annotated[
+        Path | None,
+        typer.Option(
+            "--trajectories",
+            help="Write completed trajectories as JSONL in `capplan ledger reconcile`'s format.",
+            dir_okay=False,
+        ),
+    ] = None,
+    timeline: Annotated[
+        Path | None,
+        typer.Option(
+            "--timeline",
+            help=f"Plot batch, KV occupancy, queues and trainer state over time (.png/.svg; {PLOT_HINT}); "
+            "with --sweep-staleness, throughput against the bound.",
+            dir_okay=False,
+        ),
+    ] = None,
+    force: ForceOpt = False,
+) -> None:
+    from capplan.hardware import load_hardware
+    from capplan.simulate import SimConfig
+    from capplan.workload import load_workload
+
+    if format is Format.csv:
+        raise fail("--format csv is not available for simulate; use table or json")
+    bounds = None
+    if sweep_staleness is not None:
+        try:
+            bounds = [int(x) for x in sweep_staleness.split(",") if x.strip()]
+        except ValueError:
+            raise fail(f"--sweep-staleness {sweep_staleness}: give comma-separated integers, e.g. 0,1,2,4") from None
+        if not bounds or any(b < 0 for b in bounds):
+            raise fail(f"--sweep-staleness {sweep_staleness}: every bound must be an integer >= 0")
+        if trajectories is not None:
+            raise fail("--trajectories writes one run; drop it or --sweep-staleness")
+    for path in (output, trajectories, timeline):
+        if path is not None and path.exists() and not force:
+            raise fail(f"{path}: file exists; pass --force to overwrite it")
+    if timeline is not None:
+        if timeline.suffix.lower() not in (".png", ".svg"):
+            raise fail(f"--timeline {timeline}: give a .png or .svg file name")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise fail(f"--timeline needs matplotlib, which is not installed; install it with: {PLOT_HINT}") from None
+
+    w = call(lambda: load_workload(workload))
+    hw = call(lambda: load_hardware(hardware))
+    thw = call(lambda: load_hardware(trainer_hardware)) if trainer_hardware is not None else None
+    cfg = SimConfig(
+        tp=tp, inference_replicas=inference_replicas, env_workers=env_workers, trainer_gpus=trainer_gpus,
+        mode=mode.value, max_staleness=max_staleness, max_inflight_groups=max_inflight_groups, sampling=sampling.value, oversample=oversample,  # type: ignore[arg-type]
+        static_batching=static_batching, inflight_updates=inflight_updates, steps=steps, seed=seed,
+        kv_dtype=kv_dtype, weight_dtype=weight_dtype, max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
+    )
+    if bounds is not None:
+        _sweep(w, hw, thw, cfg, bounds, model, format, output, timeline, force)
+        return
+    from capplan.simulate import simulate as run
+
+    with _Progress(steps) as progress:
+        result = call(lambda: run(w, hw, cfg, model=model, trainer_hardware=thw, progress=progress))
+    from capplan.output import to_json
+
+    if format is Format.json:
+        emit(to_json(result.as_dict()), None, force)
+    else:
+        render(result)
+    if output is not None:
+        emit(to_json(result.as_dict()), output, force)
+    if trajectories is not None:
+        from capplan.simulate import write_trajectories
+
+        path = call(lambda: write_trajectories(result, w, trajectories, force=force))
+        typer.echo(f"wrote {path}", err=True)
+    if timeline is not None:
+        from capplan.simulate import plot_timeline
+
+        path = call(lambda: plot_timeline(result, timeline, force=force))
+        typer.echo(f"wrote {path}", err=True)
+
+
+def _sweep(w, hw, thw, cfg, bounds, model, format, output, timeline, force) -> None:  # noqa: ANN001
+    from capplan.output import to_json
+    from capplan.simulate import plot_sweep, sweep_staleness
+
+    with _Progress(cfg.steps * (len(bounds) + 1)) as progress:
+        results = call(lambda: sweep_staleness(w, hw, cfg, bounds, model=model, trainer_hardware=thw, progress=progress))
+    docs = [r.as_dict(timeline=False) for r in results]
+    if format is Format.json:
+        emit(to_json(docs), None, force)
+    else:
+        render_sweep(results)
+    if output is not None:
+        emit(to_json(docs), output, force)
+    if timeline is not None:
+        path = call(lambda: plot_sweep(results, timeline, force=force))
+        typer.echo(f"wrote {path}", err=True)
+
+
+class _Progress:
+    """A rich progress bar over trainer updates on standard error, when it is a terminal."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.bar: Any = None
+
+    def __enter__(self) -> Callable[[int, int], None] | None:
+        if not sys.stderr.isatty():
+            return None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(
+            TextColumn("simulating updates"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=console(stderr=True), transient=True,
+        )
+        self.bar.start()
+        task = self.bar.add_task("simulate", total=self.total)
+
+        def update(done: int, total: int) -> None:
+            self.bar.update(task, completed=done, total=total)
+
+        return update
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _pct(x: float) -> str:
+    return f"{x:.1%}"
+
+
+def render(result: "SimResult") -> None:
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    s, c, st = result.summary, result.config, result.setup
+    con = console()
+    mode = c["mode"] + (f", max staleness {c['max_staleness']}" if c["mode"] == "async" else "")
+    mode += ", in-flight updates" if c["inflight_updates"] and c["mode"] == "async" else ""
+    con.print(
+        escape(
+            f"{result.workload}: {result.model} on {c['inference_replicas']} x {result.hardware} (tp {c['tp']}), "
+            f"trainer {st['trainer_gpus']} x {result.trainer_hardware}; {mode}; "
+            f"{'static' if c['static_batching'] else 'continuous'} batching; {c['sampling']} sampling; seed {c['seed']}"
+        )
+    )
+    con.print(
+        f"{s['updates']} updates in {s['simulated_s']:,.1f} simulated s; KV {st['kv_capacity_tokens']:,} tokens per "
+        f"replica, max {st['max_num_seqs']:,} sequences, {st['max_batched_tokens']:,} tokens per step; "
+        f"weight push {st['weight_sync_s']:.2f} s."
+    )
+    t = Table(title="Throughput", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("", "trajectories", "trajectories/s", "sampled tokens/s"):
+        t.add_column(col, justify="left" if not col else "right")
+    t.add_row("completed", f"{s['completed_trajectories']:,}", f"{s['completed_trajectories_per_s']:,.3f}",
+              f"{s['completed_tokens_per_s']:,.0f}")
+    t.add_row("accepted", f"{s['accepted_trajectories']:,}", f"{s['accepted_trajectories_per_s']:,.3f}",
+              f"{s['accepted_tokens_per_s']:,.0f}")
+    t.add_row("rejected stale", f"{s['rejected_stale_trajectories']:,}", "", "")
+    t.add_row("rejected filtered", f"{s['rejected_filtered_trajectories']:,}", "", "")
+    if s["rejected_surplus_trajectories"]:
+        t.add_row("rejected surplus", f"{s['rejected_surplus_trajectories']:,}", "", "")
+    t.add_row("unfinished at the end", f"{s['unfinished_trajectories']:,}", "", "")
+    con.print(t)
+    u = Table(title="Utilisation and staleness", title_justify="left", box=box.SIMPLE_HEAD, show_header=False)
+    u.add_column("")
+    u.add_column("", justify="right")
+    rows = [
+        ("trainer idle (waiting for data)", _pct(s["trainer_idle_fraction"])),
+        ("trainer training / pushing weights", f"{_pct(s['trainer_busy_fraction'])} / {_pct(s['trainer_sync_fraction'])}"),
+        ("replica utilisation (stepping)", _pct(s["replica_utilisation"])),
+        ("mean running batch", f"{s['mean_running_batch']:,.1f}"),
+        ("KV occupancy p50 / p95", f"{_pct(s['kv_occupancy_p50'])} / {_pct(s['kv_occupancy_p95'])}"),
+        ("preemptions / retained-KV evictions", f"{s['preemptions']:,} / {s['retained_kv_evictions']:,}"),
+        ("recomputed tokens (both)", f"{s['recompute_tokens']:,}"),
+        ("rejected as stale", _pct(s["rejected_stale_fraction"])),
+        ("policy lag mean / max [versions]", f"{s['mean_policy_lag']:.2f} / {s['max_policy_lag']}"),
+        ("engine steps (forwarded tokens)", f"{s['engine_steps']:,} ({s['engine_forwarded_tokens']:,})"),
+    ]
+    for a, b in rows:
+        u.add_row(escape(a), b)
+    con.print(u)
+    q = Table(title="Queue lengths (sampled over time)", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("queue", "p50", "p95", "max"):
+        q.add_column(col, justify="left" if col == "queue" else "right")
+    for name, v in result.queues.items():
+        q.add_row(name.replace("_", " "), f"{v['p50']:,.0f}", f"{v['p95']:,.0f}", f"{v['max']:,.0f}")
+    con.print(q)
+
+
+def render_sweep(results: list["SimResult"]) -> None:
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    r0 = results[0]
+    c = r0.config
+    t = Table(
+        title=escape(
+            f"{r0.workload}: {r0.model} on {c['inference_replicas']} x {r0.hardware} (tp {c['tp']}), "
+            f"{c['steps']} updates per run, seed {c['seed']}"
+        ),
+        caption="Same tasks in every run. compl. = completed, acc. = accepted by the trainer, per simulated "
+        "second; tok = sampled tokens; stale = share of completed trajectories rejected as stale; lag in "
+        "policy versions.",
+        title_justify="left",
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    cols = ("run", "compl.\ntraj/s", "acc.\ntraj/s", "compl.\ntok/s", "acc.\ntok/s", "stale", "trainer\nidle",
+            "lag\nmean", "lag\nmax", "sim\ns")
+    for col in cols:
+        t.add_column(col, justify="left" if col == "run" else "right", no_wrap=True)
+    for r in results:
+        s, cfg = r.summary, r.config
+        name = "sync" if cfg["mode"] == "sync" else f"async K={cfg['max_staleness']}"
+        t.add_row(
+            name, f"{s['completed_trajectories_per_s']:.3f}", f"{s['accepted_trajectories_per_s']:.3f}",
+            f"{s['completed_tokens_per_s']:,.0f}", f"{s['accepted_tokens_per_s']:,.0f}",
+            _pct(s["rejected_stale_fraction"]), _pct(s["trainer_idle_fraction"]),
+            f"{s['mean_policy_lag']:.2f}", str(s["max_policy_lag"]), f"{s['simulated_s']:,.0f}",
+        )
+    console().print(t)

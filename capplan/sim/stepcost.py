@@ -1,0 +1,194 @@
+"""Engine-step prices as a few coefficients, so a simulator can price millions of steps quickly.
+
+:func:`capplan.roofline.engine_step` prices one step from seven work terms (new positions,
+logit positions, attention pairs and KV reads, full and sliding-window, and sequences). Its
+formulas are piecewise affine in those terms::
+
+    compute = c_new T + c_logit N + c_pair A + c_pair_w A_w
+    memory  = m_0 + m_new T + m_logit N + m_head [N > 0] + m_read R + m_read_w R_w + m_seq S
+              + m_routed (1 - q^T)                        (MoE: expected distinct experts touched)
+    comm    = k_0 + k_new T + (k_head + k_logit N) [N > 0]     (tensor-parallel collectives)
+    step    = max(compute, memory) + comm + overhead
+
+with ``q = 1 - k / E`` for a mixture of experts (``k`` routed experts per token out of ``E``)
+and no routed term otherwise. :func:`step_coefficients` recovers every coefficient by probing
+``engine_step`` itself (differences of exact affine functions), so the simulator and the
+roofline model cannot drift apart; ``tests/test_simulate.py`` checks the two agree on random
+step mixes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from capplan.hardware import HardwareProfile
+    from capplan.modelspec import ModelSpec
+    from capplan.roofline import RooflineInputs
+
+#: Large, finite stand-in for "no sliding window" (keeps ``0 x window`` at 0).
+NO_WINDOW = float(2**60)
+
+
+@dataclass(frozen=True)
+class StepCoefficients:
+    """Coefficients of one engine step's time on one model, hardware and parallel layout.
+
+    All times are seconds; the work terms are positions (``T`` new, ``N`` logits), attention
+    pairs (``A``), cached positions read (``R``) and sequences (``S``), each per step.
+    """
+
+    c_new: float
+    """Compute time per forwarded position [s/position] (weight GEMMs, linear-attention state)."""
+    c_logit: float
+    """Compute time per logit position [s/position] (LM head)."""
+    c_pair: float
+    """Compute time per attention pair on full-attention layers [s/pair]."""
+    c_pair_w: float
+    """Compute time per attention pair on sliding-window layers [s/pair]."""
+    m_0: float
+    """Memory time of the weights every step reads [s] (no LM head, no routed experts)."""
+    m_new: float
+    """Memory time per forwarded position [s/position] (KV write, activations)."""
+    m_logit: float
+    """Memory time per logit position [s/position] (logit activations)."""
+    m_head: float
+    """Memory time of the LM-head weights, read when any logit is computed [s]."""
+    m_read: float
+    """Memory time per cached position read on full-attention layers [s/position]."""
+    m_read_w: float
+    """Memory time per cached position read on sliding-window layers [s/position]."""
+    m_seq: float
+    """Memory time per sequence [s/sequence] (linear-attention state)."""
+    m_routed: float
+    """Memory time of all routed-expert weights [s]; scaled by ``1 - q^T``."""
+    q: float
+    """``1 - k / E``, probability a token skips a given routed expert (1 for dense models)."""
+    k_0: float
+    """Communication time independent of the work [s] (all-reduce latencies; 0 at tp 1)."""
+    k_new: float
+    """Communication time per forwarded position [s/position]."""
+    k_head: float
+    """Communication time of the logit gather's latency, paid when any logit is computed [s]."""
+    k_logit: float
+    """Communication time per logit position [s/position]."""
+    overhead: float
+    """Fixed host time per step [s]."""
+    window: float
+    """Sliding-window width [positions] (:data:`NO_WINDOW` when the model has none)."""
+
+    def compute(self, new: float, logits: float, pairs: float, pairs_w: float) -> float:
+        """Compute time of a step [s]."""
+        return self.c_new * new + self.c_logit * logits + self.c_pair * pairs + self.c_pair_w * pairs_w
+
+    def memory(self, new: float, logits: float, read: float, read_w: float, seqs: float) -> float:
+        """Memory time of a step [s]."""
+        m = (
+            self.m_0
+            + self.m_new * new
+            + self.m_logit * logits
+            + self.m_read * read
+            + self.m_read_w * read_w
+            + self.m_seq * seqs
+        )
+        if logits > 0:
+            m += self.m_head
+        if self.m_routed:
+            m += self.m_routed * (1.0 - self.q**new)
+        return m
+
+    def fixed(self, new: float, logits: float) -> float:
+        """Communication plus overhead [s]: the part of a step added to ``max(compute, memory)``."""
+        f = self.overhead + self.k_0 + self.k_new * new
+        if logits > 0:
+            f += self.k_head + self.k_logit * logits
+        return f
+
+    def step_time(
+        self, new: float, logits: float, pairs: float, pairs_w: float, read: float, read_w: float, seqs: float
+    ) -> float:
+        """Time of one step [s]: ``max(compute, memory) + comm + overhead``."""
+        c = self.compute(new, logits, pairs, pairs_w)
+        m = self.memory(new, logits, read, read_w, seqs)
+        return (c if c > m else m) + self.fixed(new, logits)
+
+
+def step_coefficients(spec: "ModelSpec", hw: "HardwareProfile", inp: "RooflineInputs") -> StepCoefficients:
+    """Recover the affine coefficients of :func:`capplan.roofline.engine_step` by probing it.
+
+    Parameters
+    ----------
+    spec, hw, inp
+        Model, hardware profile, and dtypes / tensor parallelism / efficiencies.
+
+    Returns
+    -------
+    StepCoefficients
+
+    Notes
+    -----
+    Each coefficient is a difference of ``engine_step`` results at two work mixes that differ in
+    one term only (probes of ``10^6`` units keep the rounding relative error near ``1e-12``).
+    The routed-expert term is solved from three probes at ``T = 1, 2, 3``:
+    ``m(T) = A + b T + R (1 - q^T)`` gives
+    ``R = ((m_2 - m_1) - (m_3 - m_2)) / (q (1 - q)^2)``.
+    """
+    from capplan.roofline import engine_step
+
+    def probe(new: float = 1.0, logits: float = 0.0, pairs: float = 0.0, pairs_w: float = 0.0,
+              read: float = 0.0, read_w: float = 0.0, seqs: float = 0.0) -> tuple[float, float, float, float]:
+        s = engine_step(
+            spec, hw, inp, new_tokens=new, logits_tokens=logits, attention_pairs=pairs, kv_read_tokens=read,
+            sequences=seqs, window_attention_pairs=pairs_w, window_kv_read_tokens=read_w,
+        )
+        return float(s.compute_time_s), float(s.memory_time_s), float(s.comm_time_s), float(s.overhead_s)
+
+    big = 1e6
+    c1, m1, k1, ov = probe()
+    c2, m2, k2, _ = probe(new=2.0)
+    c_new = c2 - c1
+    # compute: homogeneous linear in its terms
+    c_logit = (probe(logits=big)[0] - c1) / big
+    c_pair = (probe(pairs=big)[0] - c1) / big
+    c_pair_w = (probe(pairs_w=big)[0] - c1) / big
+    # memory
+    m_read = (probe(read=big)[1] - m1) / big
+    m_read_w = (probe(read_w=big)[1] - m1) / big
+    m_seq = (probe(seqs=big)[1] - m1) / big
+    _, ml1, kl1, _ = probe(logits=1.0)
+    _, mlb, klb, _ = probe(logits=1.0 + big)
+    m_logit = (mlb - ml1) / big
+    m_head = ml1 - m1 - m_logit
+    k_logit = (klb - kl1) / big
+    k_head = kl1 - k1 - k_logit
+    if spec.moe is not None:
+        q = 1.0 - spec.moe.experts_per_token / spec.moe.num_experts
+        m3 = probe(new=3.0)[1]
+        d1, d2 = m2 - m1, m3 - m2
+        m_routed = (d1 - d2) / (q * (1.0 - q) ** 2) if 0.0 < q < 1.0 else 0.0
+        m_new = d1 - m_routed * q * (1.0 - q)
+        m_0 = m1 - m_new - m_routed * (1.0 - q)
+    else:
+        q, m_routed = 1.0, 0.0
+        m_new = m2 - m1
+        m_0 = m1 - m_new
+    k_new = k2 - k1
+    k_0 = k1 - k_new
+    window = float(spec.sliding_window.window_tokens) if spec.sliding_window else NO_WINDOW
+    coeffs = StepCoefficients(
+        c_new=c_new, c_logit=c_logit, c_pair=c_pair, c_pair_w=c_pair_w,
+        m_0=m_0, m_new=m_new, m_logit=m_logit, m_head=m_head, m_read=m_read, m_read_w=m_read_w,
+        m_seq=m_seq, m_routed=m_routed, q=q,
+        k_0=k_0, k_new=k_new, k_head=k_head, k_logit=k_logit, overhead=ov, window=window,
+    )
+    # guard against a change in engine_step that would break the affine form
+    check = engine_step(
+        spec, hw, inp, new_tokens=700.0, logits_tokens=37.0, attention_pairs=4.1e6, kv_read_tokens=9.3e5,
+        sequences=38.0, window_attention_pairs=1.2e6, window_kv_read_tokens=2.2e5,
+    )
+    got = coeffs.step_time(700.0, 37.0, 4.1e6, 1.2e6, 9.3e5, 2.2e5, 38.0)
+    if not math.isclose(got, float(check.step_time_s), rel_tol=1e-6):
+        raise AssertionError(f"step coefficients disagree with engine_step: {got} vs {float(check.step_time_s)}")
+    return coeffs
