@@ -918,6 +918,7 @@ class Core:
 
         G, u = self.G, self.version
         lengths = []
+        n_acc = len(self.batch) * G
         for g in self.batch:
             lag = u - self.g_vmin[g]
             self._lag(lag, G)
@@ -935,7 +936,9 @@ class Core:
         self.trainer = "train"
         self.trainer_since = t
         self.train_s += dt
-        self.update_log.append({"version": u, "start_s": t, "train_s": dt, "trajectories": len(lengths)})
+        self.update_log.append(
+            {"version": u, "start_s": t, "train_s": dt, "accepted_trajectories": n_acc, "trained_records": len(lengths)}
+        )
         self.push(t + dt, _EV_TRAIN)
 
     def on_train(self, t: float) -> None:
@@ -1009,6 +1012,13 @@ class Core:
             out += ks[s * n:(s + 1) * n]
         return out
 
+    def finish(self) -> None:
+        """Credit sequences still decoding at the horizon with the decode steps they have done."""
+        for r in self.reps:
+            for _, _, s, ep in r.dec:
+                if ep == s.epoch:
+                    self.c_decode[s.conv] += r.steps - s.join
+
     # ------------------------------------------------------------------ main loop
 
     def run(self) -> None:
@@ -1035,6 +1045,7 @@ class Core:
                 self.on_sync(t)
             elif kind == _EV_PAUSE:
                 self.on_pause(reps[a], t)
+        self.finish()
         if self.horizon is None:
             raise InputError(
                 f"the simulation stalled at t = {self.t:,.1f} s after {self.version} of {self.o.steps} updates: "
