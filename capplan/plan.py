@@ -362,12 +362,6 @@ def static_batching_waste(lengths: "np.ndarray", batch: int) -> tuple[float, flo
 # ---------------------------------------------------------------------------------------------
 
 
-def _fmt(x: float, unit: str = "", digits: int = 3) -> str:
-    if abs(x) >= 1e4 or (abs(x) < 1e-2 and x != 0):
-        return f"{x:.{digits}g}{unit}"
-    return f"{x:,.{digits}g}{unit}" if abs(x) < 1000 else f"{x:,.0f}{unit}"
-
-
 class _Replica:
     """Step-time functions of one inference replica (roofline, vectorised)."""
 

@@ -137,7 +137,7 @@ def sweep(
             continue
         times = rs.rollout_model(work).times(np.maximum(inf // tp, 1))
         sync_s = weight_sync_time_s(spec, hw, tp) if (trainer_needed and workload.has_rollout) else 0.0
-        t_train = np.where(T > 0, prep.trainer_flops / (np.maximum(T, 1) * thw.peak_flops("bf16") * TRAIN_MFU), 0.0)
+        t_train = np.where(T > 0, trainer_step_time_s(prep.trainer_flops, thw, np.maximum(T, 1), TRAIN_MFU), 0.0)
         rollout = times["rollout"][:, None]
         work_t = times["t_work"][:, None]
         if not workload.has_rollout:

@@ -24,7 +24,7 @@ Assumptions (each a named, overridable input, labelled as an assumption in outpu
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
@@ -113,8 +113,8 @@ def training_flops(
     return passes * forward_flops(spec, lengths)
 
 
-def trainer_step_time_s(flops: float, hw: "HardwareProfile", gpus: int, mfu: float = TRAIN_MFU) -> float:
-    """``flops / (gpus x peak bf16 x mfu)`` [s]."""
+def trainer_step_time_s(flops: float, hw: "HardwareProfile", gpus: Any, mfu: float = TRAIN_MFU) -> Any:
+    """``flops / (gpus x peak bf16 x mfu)`` [s] (``gpus`` may be an array)."""
     return flops / (gpus * hw.peak_flops("bf16") * mfu)
 
 
