@@ -157,6 +157,8 @@ class SimConfig:
             raise InputError(f"--env-workers {self.env_workers}: must be >= 1 (omit it for one worker per call)")
         if self.trainer_gpus is not None and self.trainer_gpus < 1:
             raise InputError(f"--trainer-gpus {self.trainer_gpus}: must be >= 1")
+        if self.inflight_updates and self.mode != "async":
+            raise InputError("--inflight-updates needs --mode async (a synchronous update has nothing in flight)")
         if self.max_inflight_groups is not None:
             if self.max_inflight_groups < 1:
                 raise InputError(f"--max-inflight-groups {self.max_inflight_groups}: must be >= 1")
@@ -591,7 +593,7 @@ def sweep_staleness(
     progress: Callable[[int, int], None] | None = None,
 ) -> list[SimResult]:
     """One synchronous run, then one asynchronous run per staleness bound, on the same tasks."""
-    runs = [replace(config, mode="sync", max_inflight_groups=None)]
+    runs = [replace(config, mode="sync", max_inflight_groups=None, inflight_updates=False)]
     runs += [replace(config, mode="async", max_staleness=k) for k in bounds]
     total = len(runs) * config.steps
     out = []

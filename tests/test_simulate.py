@@ -400,6 +400,7 @@ def test_cli_sweep_table(runner, write_yaml):
         (["--timeline", "t.jpg"], "Error: --timeline t.jpg: give a .png or .svg file name\n"),
         (["--format", "csv"], "Error: --format csv is not available for simulate; use table or json\n"),
         (["--max-inflight-groups", "4"], "Error: --max-inflight-groups needs --mode async and --sampling active\n"),
+        (["--inflight-updates"], "Error: --inflight-updates needs --mode async (a synchronous update has nothing in flight)\n"),
     ],
 )
 def test_cli_errors_are_one_line(runner, args, message):

@@ -229,9 +229,21 @@ def steps_within(line: tuple[float, float, float, float, float], k_max: int, dt:
     """
     if dt <= 0.0:
         return 0
+    c0, cg, m0, mg, fx = line
+    if (c0 >= m0) == (c0 + cg * (k_max - 1) >= m0 + mg * (k_max - 1)):
+        # one line dominates the whole run: T(k) = k (a + fx) + g k (k - 1) / 2
+        a, g = (c0, cg) if c0 >= m0 else (m0, mg)
+        a += fx
+        if k_max * a + g * k_max * (k_max - 1) * 0.5 <= dt:
+            return k_max
+        k = max(0, min(k_max, math.ceil(_solve(a, g, dt) - 1e-9)))
+        while k < k_max and k * a + g * k * (k - 1) * 0.5 < dt:
+            k += 1
+        while k > 0 and (k - 1) * a + g * (k - 1) * (k - 2) * 0.5 >= dt:
+            k -= 1
+        return k
     if run_time(line, k_max) <= dt:
         return k_max
-    fx = line[4]
     s, a1, g1, a2, g2 = _split(line, k_max)
     t_s = _line_sum(a1, g1, 0, s) + fx * s
     if dt <= t_s:
@@ -573,7 +585,9 @@ class Core:
         # decode growth must fit
         fb, wb = self.fb, self.wb
         growth = fb * r.B + wb * r.B_lo
-        used = self.kv_used(r)
+        used = r.kv_fixed + r.kv_ret + fb * r.S + self.ls * r.B
+        if wb:
+            used += wb * (r.S_lo + Wm * (r.B - r.B_lo))
         while r.B and used + growth > self.cap:
             if not self.evict_retained(r, -1):
                 self.preempt(r)
@@ -589,7 +603,13 @@ class Core:
                 budget -= n
                 if budget <= 0:
                     break
-            if budget > 0 and r.waiting and self.can_admit(r):
+            if (
+                budget > 0
+                and r.waiting
+                and not r.draining
+                and B + len(r.prefilling) < self.max_seqs
+                and not (self.o.static_batching and (B or r.prefilling))
+            ):
                 static = self.o.static_batching
                 while r.waiting and (budget > 0 or static) and B + len(r.prefilling) < self.max_seqs:
                     s = r.waiting[0]
@@ -616,19 +636,29 @@ class Core:
             new = B
             logits = B
             pairs = r.S + B
-            pairs_w = r.S_lo + r.B_lo + self.W * (B - r.B_lo) if B > r.B_lo else r.S_lo + r.B_lo
             read = r.S
-            read_w = r.S_lo + Wm * (B - r.B_lo) if B > r.B_lo else r.S_lo
-            W = self.W
-            for s, n in chunks:
-                C = s.cached
-                new += n
-                if n == s.prefill_left and s.logits:
-                    logits += 1
-                pairs += n * C + n * (n + 1) * 0.5
-                pairs_w += _causal_pairs(C, n, W)
-                read += C
-                read_w += C if C < Wm else Wm
+            if self.wb:
+                W = self.W
+                pairs_w = r.S_lo + r.B_lo + W * (B - r.B_lo) if B > r.B_lo else r.S_lo + r.B_lo
+                read_w = r.S_lo + Wm * (B - r.B_lo) if B > r.B_lo else r.S_lo
+                for s, n in chunks:
+                    C = s.cached
+                    new += n
+                    if n == s.prefill_left and s.logits:
+                        logits += 1
+                    pairs += n * C + n * (n + 1) * 0.5
+                    pairs_w += _causal_pairs(C, n, W)
+                    read += C
+                    read_w += C if C < Wm else Wm
+            else:
+                pairs_w = read_w = 0.0
+                for s, n in chunks:
+                    C = s.cached
+                    new += n
+                    if n == s.prefill_left and s.logits:
+                        logits += 1
+                    pairs += n * C + n * (n + 1) * 0.5
+                    read += C
             dt = c.step_time(new, logits, pairs, pairs_w, read, read_w, B + len(chunks))
             r.busy = True
             r.k = 1
@@ -636,7 +666,8 @@ class Core:
             r.t0 = t
             r.dt = dt
             r.epoch += 1
-            self.push(t + dt, _EV_RUN, r.idx, r.epoch)
+            self.seqno += 1
+            heapq.heappush(self.heap, (t + dt, self.seqno, _EV_RUN, r.idx, r.epoch))
             return
         if not B:
             r.busy = False
