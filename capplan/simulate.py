@@ -57,6 +57,7 @@ SUMMARY_KEYS: tuple[str, ...] = (
     "rejected_filtered_trajectories",
     "rejected_surplus_trajectories",
     "unfinished_trajectories",
+    "pending_trajectories",
     "completed_trajectories_per_s",
     "accepted_trajectories_per_s",
     "completed_tokens_per_s",
@@ -508,6 +509,7 @@ def _result(workload, spec, hw, thw, config, seed, oversample, info, notes, core
         "rejected_filtered_trajectories": rejected[OUT_FILTERED],
         "rejected_surplus_trajectories": rejected[OUT_SURPLUS],
         "unfinished_trajectories": unfinished,
+        "pending_trajectories": completed_n - accepted - sum(rejected.values()),
         "completed_trajectories_per_s": completed_n / T if T > 0 else 0.0,
         "accepted_trajectories_per_s": accepted / T if T > 0 else 0.0,
         "completed_tokens_per_s": core.completed_tokens / T if T > 0 else 0.0,
@@ -708,13 +710,13 @@ def plot_timeline(result: SimResult, path: str | Path, force: bool = False) -> P
                  ("tool_executing", "tab:green"), ("result", "tab:blue")):
         ax[2].step(t, tl[q], where="post", lw=0.8, label=q.replace("_", " "), color=c)
     ax[2].set_ylabel("queue length")
-    ax[2].legend(fontsize=7, ncol=3, loc="upper right")
+    ax[2].legend(fontsize=7, ncol=5, loc="lower right", bbox_to_anchor=(1.0, 1.0), frameon=False)
     st = tl["trainer_state"]
     ax[3].fill_between(t, [1 if s == 1 else 0 for s in st], step="post", color="tab:green", alpha=0.6, label="training")
     ax[3].fill_between(t, [1 if s == 2 else 0 for s in st], step="post", color="tab:olive", alpha=0.6, label="pushing weights")
     ax[3].set_yticks([])
     ax[3].set_ylabel("trainer")
-    ax[3].legend(fontsize=7, loc="upper right")
+    ax[3].legend(fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, frameon=False)
     ax[3].set_xlabel("simulated time [s]")
     fig.tight_layout()
     return _save_figure(fig, path, force)
@@ -731,9 +733,11 @@ def plot_sweep(results: list[SimResult], path: str | Path, force: bool = False) 
     fig, ax = plt.subplots(figsize=(8, 4.2))
     ax.bar([i - 0.2 for i in x], comp, width=0.4, label="completed", color="tab:gray")
     ax.bar([i + 0.2 for i in x], acc, width=0.4, label="accepted", color="tab:blue")
-    for i, (c, a) in enumerate(zip(comp, acc)):
-        if c > 0 and a < c:
-            ax.annotate(f"-{1 - a / c:.0%}", (i + 0.2, a), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8)
+    for i, r in enumerate(results):
+        stale = r.summary["rejected_stale_fraction"]
+        if stale > 0:
+            ax.annotate(f"stale {stale:.0%}", (i + 0.2, acc[i]), textcoords="offset points", xytext=(0, 3),
+                        ha="center", fontsize=8)
     ax.set_xticks(x, names)
     ax.set_ylabel("trajectories / simulated s")
     ax2 = ax.twinx()
@@ -747,7 +751,7 @@ def plot_sweep(results: list[SimResult], path: str | Path, force: bool = False) 
     )
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
+    ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False)
     fig.tight_layout()
     return _save_figure(fig, path, force)
 

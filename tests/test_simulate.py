@@ -227,6 +227,7 @@ def test_conservation_of_tasks_and_tokens(agentic, hardware, kw):
         + s["rejected_surplus_trajectories"] + s["unfinished_trajectories"]
     )
     assert ends == s["started_trajectories"] == int(c["started"].sum())
+    assert s["completed_trajectories"] == ends - s["unfinished_trajectories"] + s["pending_trajectories"]
     outcome = c["outcome"]
     assert not (outcome[~c["started"]]).any()  # nothing that never started has an outcome
     assert (c["completed"][outcome > 0]).all()  # everything with an outcome completed

@@ -290,6 +290,7 @@ def render(result: "SimResult") -> None:
     if s["rejected_surplus_trajectories"]:
         t.add_row("rejected surplus", f"{s['rejected_surplus_trajectories']:,}", "", "")
     t.add_row("unfinished at the end", f"{s['unfinished_trajectories']:,}", "", "")
+    t.add_row("  of which completed, queued", f"{s['pending_trajectories']:,}", "", "")
     con.print(t)
     u = Table(title="Utilisation and staleness", title_justify="left", box=box.SIMPLE_HEAD, show_header=False)
     u.add_column("")
