@@ -212,7 +212,7 @@ class SimResult:
             "queues": self.queues,
             "lag_histogram": self.lag_histogram,
             "token_counters": self.token_counters,
-            "updates": self.updates,
+            "update_log": self.updates,
             "assumptions": self.assumptions,
         }
         if timeline:

@@ -347,9 +347,10 @@ def test_json_contract_has_the_documented_figures(agentic):
     for key in (
         "completed_trajectories_per_s", "accepted_trajectories_per_s", "completed_tokens_per_s",
         "accepted_tokens_per_s", "trainer_idle_fraction", "rejected_stale_fraction", "preemptions",
-        "mean_policy_lag", "max_policy_lag", *SUMMARY_KEYS, "queues", "timeline",
+        "mean_policy_lag", "max_policy_lag", *SUMMARY_KEYS, "queues", "timeline", "update_log",
     ):
         assert key in d, key
+    assert d["updates"] == 2 and len(d["update_log"]) == 2
     n = len(d["timeline"]["t_s"])
     assert n > 10 and all(len(v) == n for v in d["timeline"].values())
     json.dumps(d, allow_nan=False)
