@@ -491,7 +491,13 @@ class Core:
         return c
 
     def preempt(self, r: _Replica) -> None:
-        """Free the most recently joined decoding sequence; it will be recomputed."""
+        """Free the most recently joined decoding sequence; it will be recomputed.
+
+        vLLM's V1 scheduler under first-come-first-served preempts the last request of its
+        running list (``self.running.pop()`` in ``vllm/v1/core/sched/scheduler.py``,
+        vllm-project/vllm @ 00024d314514900f361ad072af6931e403b7f589) and admits no waiting
+        request in a step that preempted.
+        """
         victim = None
         for end, uid, s, ep in r.dec:
             if ep == s.epoch and (victim is None or (s.join, s.uid) > (victim.join, victim.uid)):
@@ -588,9 +594,11 @@ class Core:
         used = r.kv_fixed + r.kv_ret + fb * r.S + self.ls * r.B
         if wb:
             used += wb * (r.S_lo + Wm * (r.B - r.B_lo))
+        preempted = False
         while r.B and used + growth > self.cap:
             if not self.evict_retained(r, -1):
                 self.preempt(r)
+                preempted = True
                 growth = fb * r.B + wb * r.B_lo
             used = self.kv_used(r)
         B = r.B
@@ -605,6 +613,7 @@ class Core:
                     break
             if (
                 budget > 0
+                and not preempted  # as vLLM: no admission in a step that preempted
                 and r.waiting
                 and not r.draining
                 and B + len(r.prefilling) < self.max_seqs
