@@ -401,10 +401,8 @@ def simulate(
     tokens are sampled (policy) tokens of those trajectories. The same seed gives the same
     result, bit for bit.
     """
-    import numpy as np
-
     from capplan.modelspec import ModelSpec, load_model_spec
-    from capplan.sim.engine import OUT_ACCEPTED, OUT_NONE, Core, EngineOptions
+    from capplan.sim.engine import Core, EngineOptions
 
     config.validate(workload)
     if model is None:
@@ -476,7 +474,6 @@ def _result(workload, spec, hw, thw, config, seed, oversample, info, notes, core
         vals = timeline[q]
         queues[q] = {"p50": _pct(vals, 50), "p95": _pct(vals, 95), "max": float(max(vals)) if vals else 0.0}
     kv = core.kv_samples
-    state = np.asarray(timeline["trainer_state"])
 
     # token counters: the engine's forwarded positions against the ledger's for the same conversations
     led = {k: np.concatenate([c[k] for c in core.ledger_chunks])[:n] for k in core.ledger_chunks[0]}
@@ -531,7 +528,6 @@ def _result(workload, spec, hw, thw, config, seed, oversample, info, notes, core
         "engine_steps": int(sum(r.nsteps for r in reps)),
         "engine_forwarded_tokens": int(fwd),
     }
-    del state
     cfg = {
         "tp": config.tp,
         "inference_replicas": config.inference_replicas,
