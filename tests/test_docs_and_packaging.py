@@ -81,4 +81,5 @@ def test_wheel_ships_bundled_files(tmp_path):
     for kind in ("workloads", "hardware_profiles", "models"):
         for f in (REPO / kind).glob("*.yaml"):
             assert f"capplan/data/{kind}/{f.name}" in names
-    assert "capplan/cli/app.py" in names
+    for module in (REPO / "capplan").rglob("*.py"):
+        assert f"capplan/{module.relative_to(REPO / 'capplan').as_posix()}" in names, module
