@@ -23,6 +23,7 @@ Assumptions (each a named, overridable input, labelled as an assumption in outpu
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,14 @@ SYNC_LATENCY_S = 0.5
 """Fixed cost of one weight sync (pause, handshake, cache reset) [s] (ASSUMPTION)."""
 
 
+@functools.lru_cache(maxsize=1)
+def _any_hardware() -> "HardwareProfile":
+    """A bundled profile to call the roofline with when only FLOPs are wanted (loaded once)."""
+    from capplan.hardware import load_hardware
+
+    return load_hardware("h100-sxm")
+
+
 def forward_flops(spec: "ModelSpec", lengths: "np.ndarray") -> float:
     """FLOPs of one forward pass over records of the given lengths, logits at every position.
 
@@ -64,7 +73,6 @@ def forward_flops(spec: "ModelSpec", lengths: "np.ndarray") -> float:
     """
     import numpy as np
 
-    from capplan.hardware import load_hardware
     from capplan.roofline import RooflineInputs, causal_pairs, engine_step
 
     L = np.asarray(lengths, dtype=float)
@@ -75,7 +83,7 @@ def forward_flops(spec: "ModelSpec", lengths: "np.ndarray") -> float:
     total = float(L.sum())
     cost = engine_step(
         spec,
-        load_hardware("h100-sxm"),  # FLOPs do not depend on the hardware
+        _any_hardware(),  # FLOPs do not depend on the hardware
         RooflineInputs(),
         new_tokens=total,
         logits_tokens=total,
