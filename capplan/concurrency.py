@@ -74,7 +74,7 @@ def window_area(lo: "np.ndarray", hi: "np.ndarray", window: float) -> "np.ndarra
     return (b * b - a * a) / 2 + (np.maximum(hi, window) - np.maximum(lo, window)) * window
 
 
-def memory_bound_decode_step(spec: "ModelSpec", hw: "HardwareProfile", kv: "KVResult") -> Callable[[float, float], float]:
+def roofline_decode_step(spec: "ModelSpec", hw: "HardwareProfile", kv: "KVResult") -> Callable[[float, float], float]:
     """Decode step time ``f(batch, mean_context)`` [s] from the roofline model of :mod:`capplan.roofline`."""
     from capplan.roofline import RooflineInputs, decode_step
 
@@ -135,7 +135,7 @@ def workload_concurrency(
     wait_area = (held_after * waits).sum(1).mean() if retain else 0.0
     mean_wait = waits.sum(1).mean()
     mean_ctx = decode_area / decode_tokens if decode_tokens else 0.0
-    step = step_time or memory_bound_decode_step(spec, hw, kv)
+    step = step_time or roofline_decode_step(spec, hw, kv)
 
     capacity = kv.kv_capacity_tokens
     cap = float(max_num_seqs)

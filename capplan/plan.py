@@ -398,6 +398,25 @@ class _Replica:
         return steps * float(c.step_time_s), steps * float(c.flops), steps * float(c.bytes)
 
 
+def step_time_s(mode: str, has_rollout: bool, has_trainer: bool, rollout: Any, work: Any, train: Any, sync: float) -> Any:
+    """Wall time of one trained step [s] (vectorised).
+
+    ``sync``: rollout, weight sync and training in series, ``rollout + sync + train``;
+    ``async``: generation overlaps training, so the slower of producing a step's rollouts at
+    full batch and consuming them, ``max(work, train + sync)``. Without a trainer it is the
+    rollout; without a rollout engine, the trainer.
+    """
+    import numpy as np
+
+    if not has_rollout:
+        return train
+    if not has_trainer:
+        return rollout
+    if mode == "sync":
+        return rollout + sync + train
+    return np.maximum(work, train + sync)
+
+
 @dataclass(frozen=True)
 class Prepared:
     """A workload's sampled conversations and what follows from them alone (model-dependent work)."""
@@ -574,12 +593,7 @@ def plan_workload(workload: "Workload", inp: PlanInputs, conversations: int | No
         r["R"] = int(r["R"])
         r["binding"] = "arrival of work" if r["arrival"] else binding
         t_train = trainer_step_time_s(trainer_flops, thw, trainer_gpus, mfu_train) if trainer and trainer_gpus else 0.0
-        if not has_rollout:
-            step = t_train
-        elif inp.mode == "sync":
-            step = r["rollout"] + sync_s + t_train
-        else:
-            step = max(r["t_work"], t_train + sync_s) if trainer else r["rollout"]
+        step = float(step_time_s(inp.mode, has_rollout, trainer, r["rollout"], r["t_work"], t_train, sync_s))
         r.update(t_train=t_train, step=step)
         return r
 

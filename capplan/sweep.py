@@ -100,7 +100,7 @@ def sweep(
     import numpy as np
     import pandas as pd
 
-    from capplan.plan import prepare, replica_setup
+    from capplan.plan import prepare, replica_setup, step_time_s
     from capplan.trainer import MICRO_BATCH_TOKENS, TRAIN_MFU, min_trainer_gpus, trainer_step_time_s, weight_sync_time_s
 
     if mode not in ("sync", "async"):
@@ -139,13 +139,7 @@ def sweep(
         sync_s = weight_sync_time_s(spec, hw, tp) if (trainer_needed and workload.has_rollout) else 0.0
         t_train = np.where(T > 0, trainer_step_time_s(prep.trainer_flops, thw, np.maximum(T, 1), TRAIN_MFU), 0.0)
         rollout = times["rollout"][:, None]
-        work_t = times["t_work"][:, None]
-        if not workload.has_rollout:
-            step = t_train
-        elif mode == "sync":
-            step = rollout + sync_s + t_train
-        else:
-            step = np.maximum(work_t, t_train + sync_s)
+        step = step_time_s(mode, workload.has_rollout, trainer_needed, rollout, times["t_work"][:, None], t_train, sync_s)
         step = np.broadcast_to(step, I.shape)
         total = I + T
         tps_trained = np.where(step > 0, trained / np.where(step > 0, step, 1.0), 0.0)
