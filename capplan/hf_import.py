@@ -119,11 +119,16 @@ def _qwen_sliding(config: Config, source: str, num_layers: int) -> dict[str, Any
     return {"window_tokens": _int(config, "sliding_window", source), "layers": layers}
 
 
-def _llama(config: Config, source: str) -> dict[str, Any]:
+def _biased(config: Config, source: str, qk_norm: str) -> dict[str, Any]:
+    """Llama-shaped blocks whose ``attention_bias`` covers q/k/v and o, two norms per layer."""
     spec = _common(config, source, tie_default=False)
     bias = bool(config.get("attention_bias", False))
-    spec.update(attention_bias=bias, attention_output_bias=bias, qk_norm="none", norms_per_layer=2)
+    spec.update(attention_bias=bias, attention_output_bias=bias, qk_norm=qk_norm, norms_per_layer=2)
     return spec
+
+
+def _llama(config: Config, source: str) -> dict[str, Any]:
+    return _biased(config, source, "none")
 
 
 def _mistral(config: Config, source: str) -> dict[str, Any]:
@@ -217,10 +222,7 @@ def _deepseek_v3(config: Config, source: str) -> dict[str, Any]:
 
 
 def _olmo2(config: Config, source: str) -> dict[str, Any]:
-    spec = _common(config, source, tie_default=False)
-    bias = bool(config.get("attention_bias", False))
-    spec.update(attention_bias=bias, attention_output_bias=bias, qk_norm="full_projection", norms_per_layer=2)
-    return spec
+    return _biased(config, source, "full_projection")
 
 
 def _olmo3(config: Config, source: str) -> dict[str, Any]:

@@ -138,50 +138,38 @@ class Failure:
 # positions _lp_offset..end) and "_stop_logged" (False when its format has no stop reason).
 
 
-def _origin_bytes(value: Any, field: str = "origin") -> bytes:
-    """The origin mask as bytes 0 (prompt) / 1 (action) / 2 (tool)."""
+def _mask_bytes(value: Any, field: str, from_str: bytes, from_int: bytes, letters: str, codes: str) -> bytes:
+    """A per-position mask (a string of ``letters`` or a list of ``codes``) as bytes in the
+    internal coding; ``from_str`` / ``from_int`` translate valid entries and map the rest to 0xff."""
     t = type(value)
+    if t is bytes:
+        return value
     if t is str:
         try:
-            o = value.encode("latin-1").translate(_ORIGIN_FROM_STR)
+            m = value.encode("latin-1").translate(from_str)
         except UnicodeEncodeError:
-            raise _Bad(field, "a string of the letters p (prompt), a (action), t (tool)") from None
+            raise _Bad(field, f"a string of {letters}") from None
     elif t is list:
         try:
-            o = bytes(value).translate(_ORIGIN_FROM_INT)
+            m = bytes(value).translate(from_int)
         except (TypeError, ValueError):
-            raise _Bad(field, "a list of 0 (prompt), 1 (action), 2 (tool)") from None
-    elif t is bytes:
-        return value
+            raise _Bad(field, f"a list of {codes}") from None
     else:
-        raise _Bad(field, "missing: a string of p/a/t or a list of 0/1/2, one entry per position")
-    if b"\xff" in o:
-        i = o.index(b"\xff")
-        raise _Bad(field, f"position {i} is {value[i]!r}; allowed: p/a/t or 0/1/2")
-    return o
+        raise _Bad(field, f"missing: a string of {letters} or a list of {codes}, one entry per position")
+    if b"\xff" in m:
+        i = m.index(b"\xff")
+        raise _Bad(field, f"position {i} is {value[i]!r}; allowed: {letters} or {codes}")
+    return m
+
+
+def _origin_bytes(value: Any, field: str = "origin") -> bytes:
+    """The origin mask as bytes 0 (prompt) / 1 (action) / 2 (tool)."""
+    return _mask_bytes(value, field, _ORIGIN_FROM_STR, _ORIGIN_FROM_INT, "p (prompt)/a (action)/t (tool)", "0/1/2")
 
 
 def _loss_bytes(value: Any, field: str = "loss_mask") -> bytes:
     """The loss mask as bytes 0 / 1."""
-    t = type(value)
-    if t is str:
-        try:
-            m = value.encode("latin-1").translate(_LOSS_FROM_STR)
-        except UnicodeEncodeError:
-            raise _Bad(field, "a string of 0/1") from None
-    elif t is list:
-        try:
-            m = bytes(value).translate(_LOSS_FROM_INT)
-        except (TypeError, ValueError):
-            raise _Bad(field, "a list of 0/1") from None
-    elif t is bytes:
-        return value
-    else:
-        raise _Bad(field, "missing: a string of 0/1 or a list of 0/1, one entry per position")
-    if b"\xff" in m:
-        i = m.index(b"\xff")
-        raise _Bad(field, f"position {i} is {value[i]!r}; allowed: 0 or 1")
-    return m
+    return _mask_bytes(value, field, _LOSS_FROM_STR, _LOSS_FROM_INT, "0/1", "0/1")
 
 
 def _int_list(value: Any, field: str) -> list[int]:
