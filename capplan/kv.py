@@ -33,9 +33,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from capplan.errors import DoesNotFitError, InputError
+from capplan.units import GIB, KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, dtype_bytes
 
 if TYPE_CHECKING:
     import numpy as np
@@ -43,20 +44,12 @@ if TYPE_CHECKING:
     from capplan.hardware import HardwareProfile
     from capplan.modelspec import ModelSpec
 
-GIB = 2**30
-
-KVDtype = Literal["bf16", "fp16", "fp8", "int8", "int4"]
-WeightDtype = Literal["bf16", "fp16", "fp8", "int8", "int4"]
-
-KV_DTYPE_BYTES: dict[str, float] = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
-"""Bytes per cached element. int4 KV exists in some engines (LMDeploy ``quant_policy=4``);
-vLLM and SGLang offer fp8 (and vLLM int8 on some backends)."""
-
-WEIGHT_DTYPE_BYTES: dict[str, float] = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5 + 2 / 128}
-"""Bytes per quantised weight. int4 adds one 16-bit scale per group of 128 weights (AWQ/GPTQ
-``group_size: 128``); per-channel fp8/int8 scales are negligible and not counted. Only the
-decoder's linear layers are quantised: embeddings, the LM head, norms and routers stay 16-bit,
-as in the common fp8/AWQ/GPTQ checkpoints."""
+__all__ = [
+    "GIB", "KV_DTYPE_BYTES", "WEIGHT_DTYPE_BYTES", "KVLayout", "kv_layout", "kv_stage_layouts", "MemoryDefaults",
+    "DEFAULTS", "KVInputs", "KVResult", "check_parallelism", "kv_bytes_per_token_per_layer", "kv_bytes_per_token",
+    "kv_bytes_per_sequence_per_gpu", "weights_bytes_per_gpu", "activation_bytes_per_gpu", "runtime_overhead_bytes",
+    "compute_kv", "KVGrid", "kv_grid",
+]
 
 
 @dataclass(frozen=True)
@@ -237,18 +230,115 @@ def kv_bytes_per_token_per_layer(spec: "ModelSpec", kv_dtype: str, tp: int = 1) 
     >>> kv_bytes_per_token_per_layer(load_model_spec("deepseek-v3"), "bf16", tp=8)  # (512 + 64) * 2
     1152.0
     """
-    b = _dtype_bytes(kv_dtype, KV_DTYPE_BYTES, "--kv-dtype")
+    b = dtype_bytes(kv_dtype, KV_DTYPE_BYTES, "--kv-dtype")
     if spec.mla is not None:
         return float((spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) * b)
     heads = max(1, spec.num_kv_heads // tp)
     return float(2 * heads * spec.head_dim * b)
 
 
-def _dtype_bytes(dtype: str, table: dict[str, float], flag: str) -> float:
-    try:
-        return table[dtype]
-    except KeyError:
-        raise InputError(f"{flag} {dtype}: unknown dtype (allowed: {', '.join(table)})") from None
+@dataclass(frozen=True)
+class KVLayout:
+    """KV bytes one GPU holds, by attention-layer kind: the one home of the KV formula.
+
+    Every path that needs KV bytes (the scalar calculator, the vectorised grid, the roofline's
+    step prices, the simulator's occupancy) reads them from here, so they cannot disagree.
+    Counts are of the layers on one pipeline stage (all layers at ``pp = 1``).
+    """
+
+    bytes_per_token_per_layer: float
+    """KV bytes one position adds to one softmax-attention layer on one GPU [bytes]."""
+    full_layers: int
+    """Full (global) attention layers [count]."""
+    sliding_layers: int
+    """Sliding-window attention layers [count]."""
+    linear_layers: int
+    """Linear-attention / state-space layers [count]: a fixed state per sequence, no per-token KV."""
+    window_tokens: float
+    """Sliding-window width [positions] (``inf`` without a window)."""
+    state_elements_per_layer: float
+    """Recurrent state of one linear layer for one sequence, whole model [elements]."""
+    tp: int
+    """Tensor-parallel degree the state is split over."""
+
+    @property
+    def full_bytes_per_token(self) -> float:
+        """KV bytes per cached position over the full-attention layers [bytes/position]."""
+        return self.full_layers * self.bytes_per_token_per_layer
+
+    @property
+    def window_bytes_per_token(self) -> float:
+        """KV bytes per cached position over the sliding-window layers [bytes/position]."""
+        return self.sliding_layers * self.bytes_per_token_per_layer
+
+    @property
+    def bytes_per_token(self) -> float:
+        """KV bytes per position over every softmax-attention layer [bytes/position] (a token in
+        the window costs the same on a sliding layer as on a full one)."""
+        return (self.full_layers + self.sliding_layers) * self.bytes_per_token_per_layer
+
+    @property
+    def state_bytes_per_sequence(self) -> float:
+        """Linear-attention state of one sequence, 16-bit [bytes]."""
+        return self.linear_layers * self.state_elements_per_layer / self.tp * 2
+
+    def sequence_bytes(self, context: Any, block_size: int) -> Any:
+        """Bytes one sequence of ``context`` positions holds in whole paged blocks [bytes].
+
+        Full layers hold ``ceil(S / block) x block`` positions; sliding layers
+        ``min(ceil(S / block), ceil(W / block) + 1) x block`` (the window plus the block being
+        filled); linear layers their fixed state. ``context`` may be a numpy array.
+        """
+        import numpy as np
+
+        blocks = np.ceil(np.asarray(context, dtype=float) / block_size)
+        window_blocks = blocks
+        if math.isfinite(self.window_tokens):
+            window_blocks = np.minimum(blocks, math.ceil(self.window_tokens / block_size) + 1)
+        out = (
+            self.full_layers * blocks * block_size * self.bytes_per_token_per_layer
+            + self.sliding_layers * window_blocks * block_size * self.bytes_per_token_per_layer
+            + self.state_bytes_per_sequence
+        )
+        return float(out) if np.ndim(out) == 0 else out
+
+    def held_bytes(self, positions: float) -> float:
+        """Bytes a sequence with ``positions`` cached positions holds, without block rounding
+        [bytes]: full layers every position, sliding layers at most ``W - 1`` (the window less
+        the position being computed), plus the linear state."""
+        w = self.window_tokens - 1.0
+        return self.full_bytes_per_token * positions + self.window_bytes_per_token * min(positions, w) + self.state_bytes_per_sequence
+
+
+def kv_stage_layouts(spec: "ModelSpec", kv_dtype: str = "bf16", tp: int = 1, pp: int = 1) -> list[KVLayout]:
+    """The :class:`KVLayout` of each of ``pp`` pipeline stages (contiguous, remainder first)."""
+    per_layer = kv_bytes_per_token_per_layer(spec, kv_dtype, tp)
+    state = spec.linear_attention.state_elements_per_layer if spec.linear_attention is not None else 0.0
+    return [
+        KVLayout(
+            bytes_per_token_per_layer=per_layer,
+            full_layers=stage.count("full"),
+            sliding_layers=stage.count("sliding"),
+            linear_layers=stage.count("linear"),
+            window_tokens=spec.window_tokens,
+            state_elements_per_layer=float(state),
+            tp=tp,
+        )
+        for stage in _stage_layers(spec.layer_kinds(), pp)
+    ]
+
+
+def kv_layout(spec: "ModelSpec", kv_dtype: str = "bf16", tp: int = 1) -> KVLayout:
+    """The :class:`KVLayout` of the whole model on one tensor-parallel rank (no pipeline split).
+
+    Examples
+    --------
+    >>> from capplan.modelspec import load_model_spec
+    >>> lay = kv_layout(load_model_spec("gemma-2-9b"))  # 21 full + 21 sliding layers, 8 KV heads of 256
+    >>> lay.full_bytes_per_token, lay.window_bytes_per_token, lay.window_tokens
+    (172032.0, 172032.0, 4096.0)
+    """
+    return kv_stage_layouts(spec, kv_dtype, tp, 1)[0]
 
 
 def kv_bytes_per_token(spec: "ModelSpec", kv_dtype: str = "bf16", tp: int = 1, pp: int = 1) -> tuple[float, float]:
@@ -272,43 +362,17 @@ def kv_bytes_per_token(spec: "ModelSpec", kv_dtype: str = "bf16", tp: int = 1, p
     >>> kv_bytes_per_token(load_model_spec("llama-3.1-70b"), tp=4)  # 80 layers, 8 heads / 4
     (327680.0, 81920.0)
     """
-    kinds = spec.layer_kinds()
-    attn = sum(k != "linear" for k in kinds)
-    whole = attn * kv_bytes_per_token_per_layer(spec, kv_dtype, 1)
-    stage = max(_stage_layers(kinds, pp), key=lambda s: sum(k != "linear" for k in s))
-    per_gpu = sum(k != "linear" for k in stage) * kv_bytes_per_token_per_layer(spec, kv_dtype, tp)
+    whole = kv_layout(spec, kv_dtype, 1).bytes_per_token
+    per_gpu = max(lay.bytes_per_token for lay in kv_stage_layouts(spec, kv_dtype, tp, pp))
     return whole, per_gpu
 
 
 def kv_bytes_per_sequence_per_gpu(
     spec: "ModelSpec", context: int, kv_dtype: str = "bf16", tp: int = 1, pp: int = 1, block_size: int = 16
 ) -> float:
-    """Bytes one sequence of ``context`` tokens holds on the fullest GPU, in whole blocks.
-
-    Notes
-    -----
-    Full layers hold ``ceil(S / block) x block`` positions; sliding layers
-    ``min(ceil(S / block), ceil(W / block) + 1) x block`` (the window plus the block being
-    filled); linear layers a fixed state of ``state_elements / tp`` 16-bit elements.
-    """
-    per_layer = kv_bytes_per_token_per_layer(spec, kv_dtype, tp)
-    blocks = math.ceil(context / block_size)
-    window_blocks = blocks
-    if spec.sliding_window is not None:
-        window_blocks = min(blocks, math.ceil(spec.sliding_window.window_tokens / block_size) + 1)
-    best = 0.0
-    for stage in _stage_layers(spec.layer_kinds(), pp):
-        total = 0.0
-        for k in stage:
-            if k == "full":
-                total += blocks * block_size * per_layer
-            elif k == "sliding":
-                total += window_blocks * block_size * per_layer
-            else:
-                assert spec.linear_attention is not None
-                total += spec.linear_attention.state_elements_per_layer / tp * 2
-        best = max(best, total)
-    return best
+    """Bytes one sequence of ``context`` tokens holds on the fullest GPU, in whole blocks
+    (:meth:`KVLayout.sequence_bytes` of the fullest pipeline stage)."""
+    return max(lay.sequence_bytes(context, block_size) for lay in kv_stage_layouts(spec, kv_dtype, tp, pp))
 
 
 def weights_bytes_per_gpu(spec: "ModelSpec", weight_dtype: str = "bf16", tp: int = 1, pp: int = 1) -> float:
@@ -330,7 +394,7 @@ def weights_bytes_per_gpu(spec: "ModelSpec", weight_dtype: str = "bf16", tp: int
     >>> round(weights_bytes_per_gpu(load_model_spec("llama-3.1-8b")) / 2**30, 2)
     14.96
     """
-    wb = _dtype_bytes(weight_dtype, WEIGHT_DTYPE_BYTES, "--weight-dtype")
+    wb = dtype_bytes(weight_dtype, WEIGHT_DTYPE_BYTES, "--weight-dtype")
     d = spec.hidden_size
     norms = spec.norm_params_per_layer()
     kinds = spec.layer_kinds()
@@ -570,42 +634,31 @@ def kv_grid(
     usable = np.array([h.mem_total_gib for h in hardware]) * GIB * gpu_mem_util  # (H,)
     fixed = np.zeros((M, H, T))
     valid = np.ones((M, 1, T), dtype=bool)
-    bpt_layer = np.zeros((M, 1, T, D))  # bytes per token per attention layer per GPU
-    full = np.zeros((M, 1, 1, 1))
-    sliding = np.zeros((M, 1, 1, 1))
-    window_blocks = np.zeros((M, 1, 1, 1))
-    dbytes = np.array([_dtype_bytes(d, KV_DTYPE_BYTES, "--kv-dtype") for d in kv_dtypes])
+    per_token = np.zeros((M, 1, T, D, 1))  # KV bytes per token per GPU
+    seq_bytes = np.zeros((M, 1, T, D, len(ctx)))  # bytes of one sequence at each context
+    for d in kv_dtypes:
+        dtype_bytes(d, KV_DTYPE_BYTES, "--kv-dtype")
     for m, spec in enumerate(specs):
-        kinds = spec.layer_kinds()
-        full[m] = kinds.count("full")
-        sliding[m] = kinds.count("sliding")
-        if spec.sliding_window is not None:
-            window_blocks[m] = math.ceil(spec.sliding_window.window_tokens / block_size) + 1
         for t, tp in enumerate(tps):
             try:
                 check_parallelism(spec, tp)
             except InputError:
                 valid[m, 0, t] = False
                 continue
+            for k, d in enumerate(kv_dtypes):
+                layout = kv_layout(spec, d, tp)
+                per_token[m, 0, t, k, 0] = layout.bytes_per_token
+                seq_bytes[m, 0, t, k, :] = layout.sequence_bytes(ctx, block_size)
             w = weights_bytes_per_gpu(spec, weight_dtype, tp)
-            if spec.mla is not None:
-                bpt_layer[m, 0, t, :] = (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) * dbytes
-            else:
-                bpt_layer[m, 0, t, :] = 2 * max(1, spec.num_kv_heads // tp) * spec.head_dim * dbytes
             for h, hw in enumerate(hardware):
                 act = activation_bytes_per_gpu(spec, DEFAULTS.max_batched_tokens(hw), DEFAULTS.max_num_seqs(hw), tp)
                 fixed[m, h, t] = w + act + runtime_overhead_bytes(hw, tp, 1)
     budget = usable[None, :, None] - fixed  # (M, H, T)
     budget5 = budget[..., None, None]  # (M, H, T, 1, 1)
-    per_token = (full + sliding)[..., None] * bpt_layer[..., None]  # (M, 1, T, D, 1)
     fits = (budget5 > 0) & valid[..., None, None] & (per_token > 0)
     safe_pt = np.where(per_token > 0, per_token, 1.0)
     blocks = np.where(fits, np.floor(budget5 / (block_size * safe_pt)), 0)
     tokens = blocks * block_size
-    ctx_blocks = np.ceil(ctx / block_size)[None, None, None, None, :]  # (1,1,1,1,C)
-    seq_bytes = (
-        full[..., None] * ctx_blocks + sliding[..., None] * np.minimum(ctx_blocks, np.where(window_blocks[..., None] > 0, window_blocks[..., None], ctx_blocks))
-    ) * block_size * bpt_layer[..., None]
     seqs = np.where(fits, np.floor(budget5 / np.where(seq_bytes > 0, seq_bytes, 1.0)), 0)
     return KVGrid(
         models=[s.name for s in specs],

@@ -22,6 +22,7 @@ Conventions (all counts are in parameters, i.e. scalar weights, not bytes):
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Literal
@@ -331,6 +332,22 @@ class ModelSpec(BaseModel):
         for i in range(self.num_layers):
             kinds.append("linear" if i in linear else "sliding" if i in sliding else "full")
         return kinds
+
+    def layer_kind_counts(self) -> dict[LayerKind, int]:
+        """How many decoder layers of each attention kind the model has.
+
+        Examples
+        --------
+        >>> load_model_spec("gemma-2-9b").layer_kind_counts()
+        {'full': 21, 'sliding': 21, 'linear': 0}
+        """
+        kinds = self.layer_kinds()
+        return {"full": kinds.count("full"), "sliding": kinds.count("sliding"), "linear": kinds.count("linear")}
+
+    @property
+    def window_tokens(self) -> float:
+        """Sliding-window width [positions]; ``inf`` when every attention layer is global."""
+        return float(self.sliding_window.window_tokens) if self.sliding_window else math.inf
 
     def is_moe_layer(self, layer: int) -> bool:
         """Whether decoder layer ``layer`` (0-based) has a mixture-of-experts MLP."""

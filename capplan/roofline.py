@@ -61,13 +61,8 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence, Union
 import numpy as np
 
 from capplan.errors import InputError
-from capplan.kv import (
-    KV_DTYPE_BYTES,
-    WEIGHT_DTYPE_BYTES,
-    check_parallelism,
-    kv_bytes_per_token_per_layer,
-    weights_bytes_per_gpu,
-)
+from capplan.kv import check_parallelism, kv_layout, weights_bytes_per_gpu
+from capplan.units import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES
 
 if TYPE_CHECKING:
     from capplan.hardware import HardwareProfile
@@ -217,10 +212,8 @@ def _terms(spec: "ModelSpec", weight_dtype: str, kv_dtype: str, tp: int) -> dict
     check_parallelism(spec, tp)
     d, V, L = spec.hidden_size, spec.vocab_size, spec.num_layers
     H, Hkv, h = spec.num_attention_heads, spec.num_kv_heads, spec.head_dim
-    kinds = spec.layer_kinds()
-    n_full = sum(k == "full" for k in kinds)
-    n_slide = sum(k == "sliding" for k in kinds)
-    n_lin = sum(k == "linear" for k in kinds)
+    kv = kv_layout(spec, kv_dtype, tp)
+    n_full, n_slide, n_lin = kv.full_layers, kv.sliding_layers, kv.linear_layers
     wb = WEIGHT_DTYPE_BYTES[weight_dtype]
     m = spec.moe
     n_moe = sum(spec.is_moe_layer(i) for i in range(L))
@@ -259,7 +252,7 @@ def _terms(spec: "ModelSpec", weight_dtype: str, kv_dtype: str, tp: int) -> dict
     emb_bytes = head_bytes * (1 if spec.tie_word_embeddings else 2)
     routed_bytes = routed_total / tp * wb
     resident = weights_bytes_per_gpu(spec, weight_dtype, tp)
-    state = spec.linear_attention.state_elements_per_layer if spec.linear_attention else 0
+    state = kv.state_elements_per_layer
     return {
         "tp": float(tp),
         "hidden": float(d),
@@ -269,15 +262,15 @@ def _terms(spec: "ModelSpec", weight_dtype: str, kv_dtype: str, tp: int) -> dict
         "attn_flops_per_pair_full": n_full * attn_pair / tp,
         "attn_flops_per_pair_window": n_slide * attn_pair / tp,
         "linear_flops_per_token": n_lin * 4 * state / tp,
-        "window": float(spec.sliding_window.window_tokens) if spec.sliding_window else math.inf,
+        "window": spec.window_tokens,
         "fixed_weight_bytes": resident - emb_bytes - routed_bytes,
         "routed_bytes": float(routed_bytes),
         "head_bytes": head_bytes,
         "experts": float(m.num_experts) if m else 1.0,
         "experts_per_token": float(m.experts_per_token) if m else 0.0,
-        "kv_bytes_full": n_full * kv_bytes_per_token_per_layer(spec, kv_dtype, tp),
-        "kv_bytes_window": n_slide * kv_bytes_per_token_per_layer(spec, kv_dtype, tp),
-        "state_bytes_per_seq": n_lin * state / tp * 2,
+        "kv_bytes_full": kv.full_bytes_per_token,
+        "kv_bytes_window": kv.window_bytes_per_token,
+        "state_bytes_per_seq": kv.state_bytes_per_sequence,
         "act_bytes_per_token": act * ACTIVATION_BYTES,
         "act_bytes_per_logit": (d + V / tp) * ACTIVATION_BYTES,
         "logit_gather_bytes": V * ACTIVATION_BYTES,
@@ -301,6 +294,46 @@ def _hw_terms(hw: "HardwareProfile", inp: RooflineInputs) -> dict[str, float]:
     }
 
 
+def _flops(t: dict[str, Any], new: Any, logits: Any, pairs: Any, pairs_w: Any) -> tuple[Any, Any, Any]:
+    """GEMM, attention and LM-head FLOPs of a step's work on one GPU (``t``: model terms)."""
+    gemm = t["gemm_flops_per_token"] * new
+    attn = t["attn_flops_per_pair_full"] * pairs + t["attn_flops_per_pair_window"] * pairs_w
+    attn = attn + t["linear_flops_per_token"] * new
+    head = t["head_flops_per_logit"] * logits
+    return gemm, attn, head
+
+
+def step_flops(
+    spec: "ModelSpec",
+    *,
+    new_tokens: ArrayLike,
+    logits_tokens: ArrayLike,
+    attention_pairs: ArrayLike,
+    window_attention_pairs: ArrayLike | None = None,
+    tp: int = 1,
+) -> Any:
+    """FLOPs of one step's work on one GPU [FLOP]: the hardware-free part of :func:`engine_step`.
+
+    The same counting rules (module notes) and the same work arguments; FLOPs depend on the
+    model and the work only, so the trainer counts them without a hardware profile.
+
+    Examples
+    --------
+    >>> from capplan.modelspec import load_model_spec
+    >>> round(step_flops(load_model_spec("llama-3.1-8b"), new_tokens=2048, logits_tokens=1,
+    ...                  attention_pairs=2048 * 2049 // 2) / 1e12, 2)
+    29.69
+    """
+    new = _arr(new_tokens, "new_tokens", 1)
+    logits = _arr(logits_tokens, "logits_tokens")
+    pairs = _arr(attention_pairs, "attention_pairs")
+    t = _terms(spec, "bf16", "bf16", tp)
+    pairs_w = np.minimum(pairs, new * t["window"]) if window_attention_pairs is None else _arr(window_attention_pairs, "window_attention_pairs")
+    gemm, attn, head = _flops(t, new, logits, pairs, pairs_w)
+    out = gemm + attn + head
+    return float(out) if np.ndim(out) == 0 else out
+
+
 def _evaluate(
     t: dict[str, Any],
     w: dict[str, Any],
@@ -314,10 +347,7 @@ def _evaluate(
 ) -> StepCost:
     """The step formulas on broadcastable numpy operands (``t``: model terms, ``w``: hardware)."""
     has_logits = logits > 0
-    gemm = t["gemm_flops_per_token"] * new
-    attn = t["attn_flops_per_pair_full"] * pairs + t["attn_flops_per_pair_window"] * pairs_w
-    attn = attn + t["linear_flops_per_token"] * new
-    head = t["head_flops_per_logit"] * logits
+    gemm, attn, head = _flops(t, new, logits, pairs, pairs_w)
     flops = gemm + attn + head
 
     touched = 1.0 - (1.0 - t["experts_per_token"] / t["experts"]) ** new
@@ -672,7 +702,7 @@ def mixed_step(
 
 
 def _window(spec: "ModelSpec") -> float:
-    return float(spec.sliding_window.window_tokens) if spec.sliding_window else math.inf
+    return spec.window_tokens
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,9 +23,9 @@ Assumptions (each a named, overridable input, labelled as an assumption in outpu
 
 from __future__ import annotations
 
-import functools
-import math
 from typing import TYPE_CHECKING, Any
+
+from capplan.units import GIB
 
 if TYPE_CHECKING:
     import numpy as np
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from capplan.hardware import HardwareProfile
     from capplan.modelspec import ModelSpec
 
-GIB = 2**30
 
 TRAIN_MFU = 0.40
 """Default trainer MFU (ASSUMPTION; Llama 3 paper, Table 4: 38-43% BF16 MFU on H100)."""
@@ -50,14 +49,6 @@ SYNC_LATENCY_S = 0.5
 """Fixed cost of one weight sync (pause, handshake, cache reset) [s] (ASSUMPTION)."""
 
 
-@functools.lru_cache(maxsize=1)
-def _any_hardware() -> "HardwareProfile":
-    """A bundled profile to call the roofline with when only FLOPs are wanted (loaded once)."""
-    from capplan.hardware import load_hardware
-
-    return load_hardware("h100-sxm")
-
-
 def forward_flops(spec: "ModelSpec", lengths: "np.ndarray") -> float:
     """FLOPs of one forward pass over records of the given lengths, logits at every position.
 
@@ -68,32 +59,27 @@ def forward_flops(spec: "ModelSpec", lengths: "np.ndarray") -> float:
 
     Notes
     -----
-    One :func:`capplan.roofline.engine_step` over the summed work (FLOPs are additive):
+    One :func:`capplan.roofline.step_flops` over the summed work (FLOPs are additive):
     ``new = logits = sum L``, causal pairs ``sum L (L + 1) / 2`` (windowed on sliding layers).
     """
     import numpy as np
 
-    from capplan.roofline import RooflineInputs, causal_pairs, engine_step
+    from capplan.roofline import causal_pairs, step_flops
 
     L = np.asarray(lengths, dtype=float)
     L = L[L > 0]
     if L.size == 0:
         return 0.0
-    window = float(spec.sliding_window.window_tokens) if spec.sliding_window else math.inf
     total = float(L.sum())
-    cost = engine_step(
-        spec,
-        _any_hardware(),  # FLOPs do not depend on the hardware
-        RooflineInputs(),
-        new_tokens=total,
-        logits_tokens=total,
-        attention_pairs=float(causal_pairs(0, L).sum()),
-        kv_read_tokens=0,
-        sequences=float(L.size),
-        window_attention_pairs=float(causal_pairs(0, L, window).sum()),
-        window_kv_read_tokens=0,
+    return float(
+        step_flops(
+            spec,
+            new_tokens=total,
+            logits_tokens=total,
+            attention_pairs=float(causal_pairs(0, L).sum()),
+            window_attention_pairs=float(causal_pairs(0, L, spec.window_tokens).sum()),
+        )
     )
-    return float(cost.flops)
 
 
 def training_flops(
