@@ -1414,43 +1414,24 @@ def plan_records(
     ``length`` and, when the workload drops truncations, carries no loss.
     """
     from capplan.ledger import count_positions, sample_conversations
+    from capplan.records import trajectory_record
 
     conv = sample_conversations(workload, n=n, seed=seed)
     _, aux = count_positions(workload, conv)
     hits = aux["claimed"].clip(max=aux["input_per_turn"])
-    loss_on = set(workload.training.loss_on) if workload.has_trainer else set()
-    letters = {"prompt": "p", "action": "a", "tool": "t"}
+    loss_on = workload.training.loss_on if workload.has_trainer else []
     for i in range(conv.n):
-        P = int(conv.prompt[i])
-        origin = ["p" * P]
-        spans: list[list[int]] = []
-        cached: list[int] = []
-        pos = P
-        for j in range(conv.actions.shape[1]):
-            if not conv.invoked[i, j]:
-                continue
-            a, t = int(conv.actions[i, j]), int(conv.tools[i, j])
-            spans.append([pos, pos + a])
-            cached.append(int(hits[i, j]))
-            origin.append("a" * a + "t" * t)
-            pos += a + t
-        o = "".join(origin)
-        truncated = bool(conv.truncated[i])
-        trained = loss_on if not (truncated and workload.training.drop_truncated) else set()
-        keep = {letters[c] for c in trained}
-        rec: dict[str, Any] = {
-            "id": i,
-            "counts": {"prompt": P, "action": o.count("a"), "tool": o.count("t")},
-            "origin": o,
-            "loss_mask": "".join("1" if ch in keep else "0" for ch in o) if keep else "0" * len(o),
-            "stop_reason": "length" if truncated else "stop",
-            "policy_version": 0,
-            "tool_wait_s": float(conv.waits_s[i].sum()),
-        }
-        if workload.has_rollout:
-            rec["turns"] = spans
-            rec["cached_tokens"] = cached
-            rec["prefill_tokens"] = [s - h for (s, _), h in zip(spans, cached)]
-            if logprobs:
-                rec["logprobs"] = [-0.5] * sum(e - s for s, e in spans)
-        yield rec
+        invoked = [j for j in range(conv.actions.shape[1]) if conv.invoked[i, j]]
+        yield trajectory_record(
+            i,
+            int(conv.prompt[i]),
+            [(int(conv.actions[i, j]), int(conv.tools[i, j])) for j in invoked],
+            [int(hits[i, j]) for j in invoked],
+            loss_on=loss_on,
+            truncated=bool(conv.truncated[i]),
+            drop_truncated=workload.training.drop_truncated,
+            policy_version=0,
+            tool_wait_s=float(conv.waits_s[i].sum()),
+            logprob=-0.5 if logprobs else None,
+            rollout=workload.has_rollout,
+        )

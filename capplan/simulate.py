@@ -612,56 +612,32 @@ def trajectory_records(result: SimResult, workload: "Workload") -> Iterator[dict
     rejected_filtered, rejected_surplus, unfinished = not yet ingested) and ``simulated`` are
     extra fields the reconciler ignores.
     """
+    from capplan.records import trajectory_record
     from capplan.sim.engine import OUTCOME_NAMES
 
     core = result._core
     conv = result.conversations
-    loss_on = set(workload.training.loss_on)
-    drop = workload.training.drop_truncated
     order = sorted((t, i) for i, t in enumerate(core.c_end[: conv["n"]]) if not math.isnan(t))
-    marks = {c: ("1" if c in loss_on else "0") for c in ("prompt", "action", "tool")}
     for t, i in order:
-        P = core.prompt[i]
-        origin = ["p" * P]
-        spans = []
-        hits = core.c_hits[i]
         inv = core.invoked[i]
-        pos = P
-        for j in range(len(inv)):
-            if not inv[j]:
-                break
-            a = core.actions[i][j]
-            o = core.tools[i][j]
-            spans.append([pos, pos + a])
-            origin.append("a" * a)
-            origin.append("t" * o)
-            pos += a + o
-        o_str = "".join(origin)
-        kept = not (core.truncated[i] and drop)
-        if kept:
-            loss = o_str.replace("p", marks["prompt"]).replace("a", marks["action"]).replace("t", marks["tool"])
-        else:
-            loss = "0" * len(o_str)
-        inputs = core.inputs[i]
-        rec: dict[str, Any] = {
-            "id": i,
-            "counts": {"prompt": P, "action": o_str.count("a"), "tool": o_str.count("t")},
-            "origin": o_str,
-            "loss_mask": loss,
-            "turns": spans,
-            "cached_tokens": hits,
-            "prefill_tokens": [inputs[j] - h for j, h in enumerate(hits)],
-            "logprobs": [0.0] * (o_str.count("a")),
-            "policy_version": core.c_vmin[i],
-            "stop_reason": "length" if core.truncated[i] else "stop",
-            "tool_wait_s": round(sum(core.waits[i][: len(spans)]), 6),
-            "outcome": OUTCOME_NAMES[core.c_outcome[i]],
-            "end_s": t,
-            "simulated": True,
-        }
+        n_inv = next((j for j, x in enumerate(inv) if not x), len(inv))
+        hits = core.c_hits[i]
+        extra: dict[str, Any] = {"outcome": OUTCOME_NAMES[core.c_outcome[i]], "end_s": t, "simulated": True}
         if core.c_tv[i] >= 0:
-            rec["trainer_version"] = core.c_tv[i]
-        yield rec
+            extra["trainer_version"] = core.c_tv[i]
+        yield trajectory_record(
+            i,
+            core.prompt[i],
+            [(core.actions[i][j], core.tools[i][j]) for j in range(n_inv)],
+            hits,
+            loss_on=workload.training.loss_on,
+            truncated=core.truncated[i],
+            drop_truncated=workload.training.drop_truncated,
+            policy_version=core.c_vmin[i],
+            tool_wait_s=round(sum(core.waits[i][:n_inv]), 6),
+            logprob=0.0,
+            extra=extra,
+        )
 
 
 def write_trajectories(result: SimResult, workload: "Workload", path: str | Path, force: bool = False) -> Path:
