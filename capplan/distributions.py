@@ -20,8 +20,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from capplan import yamlio
-
 if TYPE_CHECKING:  # numpy is imported lazily so that ``capplan --help`` stays fast
     import numpy as np
 
@@ -200,5 +198,3 @@ Distribution = Annotated[
     BeforeValidator(_coerce),
 ]
 """A count or wait: a plain number, or ``{dist: fixed|uniform|lognormal|empirical, ...}``."""
-
-yamlio.UNION_TAGS.update({"fixed", "uniform", "lognormal", "empirical"})

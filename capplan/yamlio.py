@@ -33,11 +33,6 @@ class FieldError(ValueError):
         self.path = path
 
 
-#: Discriminator tags that pydantic inserts into error locations of tagged unions; they are not
-#: keys the user wrote, so they are dropped from the field path shown to the user.
-UNION_TAGS: set[str] = set()
-
-
 def _line_map(text: str) -> dict[tuple[Any, ...], int]:
     """Map each key path (tuple of keys and list indices) to its 1-based YAML line."""
     lines: dict[tuple[Any, ...], int] = {}
@@ -69,17 +64,33 @@ def format_path(loc: tuple[Any, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in UNION_TAGS or (isinstance(part, str) and part.startswith("function-")):
-            continue
         else:
             out += ("." if out else "") + str(part)
     return out or "(top level)"
 
 
-def _user_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    return tuple(
-        p for p in loc if not (isinstance(p, str) and (p in UNION_TAGS or p.startswith("function-")))
-    )
+def _user_loc(loc: tuple[Any, ...], data: Any, kind: str = "") -> tuple[Any, ...]:
+    """The part of a pydantic error location the user wrote.
+
+    pydantic inserts the tag of a tagged union (``lognormal``) and validator names
+    (``function-after[...]``) into locations; they are not keys of the input, so walking the
+    input along ``loc`` tells them apart: a step the input does not have is dropped, except the
+    last one of a ``missing`` error (the key the user left out).
+    """
+    out: list[Any] = []
+    node = data
+    for i, part in enumerate(loc):
+        last = i == len(loc) - 1 and kind == "missing"
+        if isinstance(part, str) and part.startswith("function-"):
+            continue
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        elif not last:
+            continue
+        out.append(part)
+    return tuple(out)
 
 
 def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
@@ -116,9 +127,9 @@ def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     return keys
 
 
-def _describe(err: dict[str, Any], model: type[BaseModel]) -> str:
+def _describe(err: dict[str, Any], model: type[BaseModel], data: Any) -> str:
     kind = err["type"]
-    loc = _user_loc(tuple(err["loc"]))
+    loc = _user_loc(tuple(err["loc"]), data, kind)
     if kind == "extra_forbidden":
         allowed = _allowed_keys(model, loc)
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.5)
@@ -136,14 +147,14 @@ def _describe(err: dict[str, Any], model: type[BaseModel]) -> str:
     return msg
 
 
-def validation_message(source: str, exc: ValidationError, model: type[BaseModel], text: str | None) -> str:
+def validation_message(source: str, exc: ValidationError, model: type[BaseModel], text: str | None, data: Any = None) -> str:
     """The first validation error of ``exc`` as one line: ``source: field.path (line N): problem``."""
     lines = _line_map(text) if text else {}
     # A misspelled key shows up as both "unknown key" and "required field missing": report the
     # unknown key first, since it carries the fix.
     rank = {"extra_forbidden": 0, "missing": 2}
     err = sorted(exc.errors(include_url=False), key=lambda e: rank.get(e["type"], 1))[0]
-    loc = _user_loc(tuple(err["loc"]))
+    loc = _user_loc(tuple(err["loc"]), data, err["type"])
     cause = (err.get("ctx") or {}).get("error")
     if isinstance(cause, FieldError):
         loc = loc + cause.path
@@ -157,7 +168,7 @@ def validation_message(source: str, exc: ValidationError, model: type[BaseModel]
     at = f" (line {line})" if line else ""
     more = len(exc.errors()) - 1
     extra = f" [+{more} more error{'s' if more > 1 else ''}]" if more > 0 else ""
-    return f"{source}: {where}{at}: {_describe(err, model)}{extra}"
+    return f"{source}: {where}{at}: {_describe(err, model, data)}{extra}"
 
 
 def read_yaml(path: Path) -> tuple[Any, str]:
@@ -193,4 +204,4 @@ def validate_data(
     try:
         return model.model_validate(data, context=context)
     except ValidationError as exc:
-        raise InputError(validation_message(source, exc, model, text)) from None
+        raise InputError(validation_message(source, exc, model, text, data)) from None
