@@ -32,11 +32,25 @@ GiB are 2^30 bytes throughout.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from capplan.errors import DoesNotFitError, InputError
-from capplan.units import GIB, KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, dtype_bytes
+from pydantic import BaseModel, ConfigDict, Field
+
+from capplan.options import Options
+from capplan.units import (
+    GIB,
+    KV_DTYPE_BYTES,
+    MAX_CONTEXT_TOKENS,
+    MAX_GPUS,
+    MAX_MEM_GIB,
+    MAX_SEQUENCES,
+    WEIGHT_DTYPE_BYTES,
+    KVDtype,
+    WeightDtype,
+    dtype_bytes,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -112,35 +126,49 @@ class MemoryDefaults:
 DEFAULTS = MemoryDefaults()
 
 
-@dataclass(frozen=True)
-class KVInputs:
+class KVInputs(Options, BaseModel):
     """Everything the calculator needs besides the model and the hardware.
 
     Budget terms left ``None`` take their documented default model; give them to reproduce an
     engine's own start-up figures exactly.
     """
 
-    tp: int = 1
-    pp: int = 1
-    kv_dtype: str = "bf16"
-    weight_dtype: str = "bf16"
-    context: int = 8192
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    FLAGS: ClassVar[dict[str, str]] = {
+        "tp": "--tp", "pp": "--pp", "kv_dtype": "--kv-dtype", "weight_dtype": "--weight-dtype",
+        "gpu_mem_util": "--gpu-mem-util", "max_batched_tokens": "--max-batched-tokens",
+    }
+
+    tp: int = Field(default=1, ge=1, le=MAX_GPUS)
+    """Tensor-parallel degree [GPUs]: each GPU holds ``1/tp`` of the weights and KV heads."""
+    pp: int = Field(default=1, ge=1, le=MAX_GPUS)
+    """Pipeline-parallel degree [stages]: the fullest stage decides the budget."""
+    kv_dtype: KVDtype = "bf16"
+    """Dtype of the KV cache (vLLM ``--kv-cache-dtype``; ``auto`` is the model's, bf16)."""
+    weight_dtype: WeightDtype = "bf16"
+    """Dtype of the decoder's linear weights (embeddings, LM head and norms stay 16-bit)."""
+    context: int = Field(default=8192, ge=1, le=MAX_CONTEXT_TOKENS)
     """Tokens per sequence for concurrency figures [tokens]."""
-    block_size: int = 16
+    block_size: int = Field(default=16, ge=1, le=MAX_CONTEXT_TOKENS)
     """Paged-attention block size [tokens]."""
-    gpu_mem_util: float = DEFAULTS.gpu_mem_util
-    max_batched_tokens: int | None = None
+    gpu_mem_util: float = Field(default=DEFAULTS.gpu_mem_util, gt=0, le=1)
+    """Fraction of total GPU memory the engine may use (vLLM ``--gpu-memory-utilization``)."""
+    max_batched_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT_TOKENS)
     """Largest scheduled token batch, sizes the forward activation peak [tokens]; default
     vLLM's for the GPU class (8192 on >= 70 GiB non-A100 GPUs, else 2048)."""
-    max_num_seqs: int | None = None
+    max_num_seqs: int | None = Field(default=None, ge=1, le=MAX_SEQUENCES)
     """Scheduler's max running sequences, sizes the sampler peak; default vLLM's for the GPU
     class (1024 on >= 70 GiB non-A100 GPUs, else 256)."""
-    usable_mem_gib: float | None = None
+    usable_mem_gib: float | None = Field(default=None, gt=0, le=MAX_MEM_GIB)
     """Total device memory as the framework sees it [GiB]; default: the hardware profile's."""
-    weights_gib: float | None = None
-    activation_gib: float | None = None
-    runtime_overhead_gib: float | None = None
-    graph_gib: float | None = None
+    weights_gib: float | None = Field(default=None, ge=0, le=MAX_MEM_GIB)
+    """Weights per GPU [GiB], to reproduce an engine log; default: counted from the model."""
+    activation_gib: float | None = Field(default=None, ge=0, le=MAX_MEM_GIB)
+    """Activation (profiling) peak per GPU [GiB]; default: the sampler or forward peak model."""
+    runtime_overhead_gib: float | None = Field(default=None, ge=0, le=MAX_MEM_GIB)
+    """Non-torch memory per GPU (CUDA context, NCCL buffers) [GiB]; default by parallelism."""
+    graph_gib: float | None = Field(default=None, ge=0, le=MAX_MEM_GIB)
+    """CUDA-graph memory charged to the KV budget [GiB]; default 0 (captured after the KV cache)."""
 
 
 @dataclass(frozen=True)
@@ -495,10 +523,6 @@ def compute_kv(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> KVRes
     True
     """
     check_parallelism(spec, inp.tp, inp.pp)
-    if not 0 < inp.gpu_mem_util <= 1:
-        raise InputError(f"--gpu-mem-util {inp.gpu_mem_util}: must be in (0, 1]")
-    if inp.block_size < 1 or inp.context < 1:
-        raise InputError("--block-size and --context must be >= 1")
     whole, per_gpu = kv_bytes_per_token(spec, inp.kv_dtype, inp.tp, inp.pp)
     usable = inp.usable_mem_gib if inp.usable_mem_gib is not None else hw.mem_total_gib
     weights = (
@@ -570,7 +594,7 @@ def _raise_does_not_fit(
         if tp <= inp.tp:
             continue
         try:
-            compute_kv(spec, hw, replace(inp, tp=tp, weights_gib=None))
+            compute_kv(spec, hw, inp.replace(tp=tp, weights_gib=None))
         except (DoesNotFitError, InputError):
             continue
         suggestion = f"; --tp {tp} fits"

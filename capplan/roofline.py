@@ -55,14 +55,17 @@ Examples
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal, Sequence, Union
 
 import numpy as np
 
 from capplan.errors import InputError
+from pydantic import BaseModel, ConfigDict, Field
+
 from capplan.kv import check_parallelism, kv_layout, weights_bytes_per_gpu
-from capplan.units import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES
+from capplan.options import Options
+from capplan.units import MAX_GPUS, WEIGHT_DTYPE_BYTES, KVDtype, WeightDtype
 
 if TYPE_CHECKING:
     from capplan.hardware import HardwareProfile
@@ -87,66 +90,52 @@ CRITICAL_BATCH_LIMIT = 2**24
 is ``inf`` (decode never turns compute-bound at that context)."""
 
 
-@dataclass(frozen=True)
-class RooflineInputs:
+class RooflineInputs(Options, BaseModel):
     """Everything a step price needs besides the model, the hardware and the work.
 
     Efficiency, latency and overhead fields left ``None`` take the hardware profile's
     ``assumptions`` (labelled assumptions there, not vendor figures).
     """
 
-    tp: int = 1
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    tp: int = Field(default=1, ge=1, le=MAX_GPUS)
     """Tensor-parallel degree [GPUs]; must divide the attention heads (see
     :func:`capplan.kv.check_parallelism`)."""
-    weight_dtype: str = "bf16"
+    weight_dtype: WeightDtype = "bf16"
     """Dtype of the decoder's linear weights: bf16, fp16, fp8, int8 or int4 (embeddings, LM head
-    and norms stay 16-bit, as in :data:`capplan.kv.WEIGHT_DTYPE_BYTES`)."""
-    kv_dtype: str = "bf16"
+    and norms stay 16-bit, as in :data:`capplan.units.WEIGHT_DTYPE_BYTES`)."""
+    kv_dtype: KVDtype = "bf16"
     """Dtype of the KV cache: bf16, fp16, fp8, int8 or int4."""
-    gemm_dtype: str | None = None
+    gemm_dtype: WeightDtype | None = None
     """Tensor unit the weight GEMMs run on; ``None`` = ``weight_dtype`` (falling back as
     :data:`capplan.hardware.FALLBACK` when the hardware has no unit for it). Give ``bf16`` for
     weight-only kernels (W4A16 AWQ/GPTQ, W8A16) on hardware that does have an int4/int8 unit."""
-    compute_efficiency: float | None = None
+    compute_efficiency: float | None = Field(default=None, gt=0, le=1)
     """Fraction [0-1] of dense peak FLOP/s the step's GEMMs and attention reach."""
-    bandwidth_efficiency: float | None = None
+    bandwidth_efficiency: float | None = Field(default=None, gt=0, le=1)
     """Fraction [0-1] of datasheet HBM bandwidth the step's reads and writes reach."""
-    interconnect_efficiency: float | None = None
+    interconnect_efficiency: float | None = Field(default=None, gt=0, le=1)
     """Fraction [0-1] of the per-GPU link bandwidth a collective reaches (bus bandwidth)."""
-    allreduce_latency_us: float | None = None
+    allreduce_latency_us: float | None = Field(default=None, ge=0, le=1e6)
     """Fixed latency of one collective [microseconds]."""
-    step_overhead_s: float | None = None
+    step_overhead_s: float | None = Field(default=None, ge=0, le=3600)
     """Fixed host-side time per step [s]: scheduling, sampling, kernel launches."""
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.tp, (int, np.integer)) or self.tp < 1:
-            raise InputError(f"--tp {self.tp}: must be an integer >= 1")
-        if self.weight_dtype not in WEIGHT_DTYPE_BYTES:
-            raise InputError(f"--weight-dtype {self.weight_dtype}: unknown dtype (allowed: {', '.join(WEIGHT_DTYPE_BYTES)})")
-        if self.kv_dtype not in KV_DTYPE_BYTES:
-            raise InputError(f"--kv-dtype {self.kv_dtype}: unknown dtype (allowed: {', '.join(KV_DTYPE_BYTES)})")
-        for name in ("compute_efficiency", "bandwidth_efficiency", "interconnect_efficiency"):
-            v = getattr(self, name)
-            if v is not None and not 0 < v <= 1:
-                raise InputError(f"--{name.replace('_', '-')} {v}: must be in (0, 1]")
-        for name in ("allreduce_latency_us", "step_overhead_s"):
-            v = getattr(self, name)
-            if v is not None and not v >= 0:
-                raise InputError(f"--{name.replace('_', '-')} {v}: must be >= 0")
 
     def resolved(self, hw: "HardwareProfile") -> "RooflineInputs":
         """A copy with every ``None`` replaced by ``hw.assumptions`` (and ``gemm_dtype`` resolved)."""
         a = hw.assumptions
-        return replace(
-            self,
-            gemm_dtype=hw.compute_dtype(self.gemm_dtype or self.weight_dtype),
-            compute_efficiency=a.compute_efficiency if self.compute_efficiency is None else self.compute_efficiency,
-            bandwidth_efficiency=a.bandwidth_efficiency if self.bandwidth_efficiency is None else self.bandwidth_efficiency,
-            interconnect_efficiency=(
-                a.interconnect_efficiency if self.interconnect_efficiency is None else self.interconnect_efficiency
-            ),
-            allreduce_latency_us=a.allreduce_latency_us if self.allreduce_latency_us is None else self.allreduce_latency_us,
-            step_overhead_s=a.step_overhead_s if self.step_overhead_s is None else self.step_overhead_s,
+        return self.model_copy(
+            update=dict(
+                gemm_dtype=hw.compute_dtype(self.gemm_dtype or self.weight_dtype),
+                compute_efficiency=a.compute_efficiency if self.compute_efficiency is None else self.compute_efficiency,
+                bandwidth_efficiency=a.bandwidth_efficiency if self.bandwidth_efficiency is None else self.bandwidth_efficiency,
+                interconnect_efficiency=(
+                    a.interconnect_efficiency if self.interconnect_efficiency is None else self.interconnect_efficiency
+                ),
+                allreduce_latency_us=a.allreduce_latency_us if self.allreduce_latency_us is None else self.allreduce_latency_us,
+                step_overhead_s=a.step_overhead_s if self.step_overhead_s is None else self.step_overhead_s,
+            )
         )
 
 

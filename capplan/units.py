@@ -14,6 +14,15 @@ from capplan.errors import InputError
 GIB = 2**30
 """Bytes in one GiB."""
 
+MAX_MEM_GIB = 10 * 1024.0
+"""Largest memory figure accepted for one GPU [GiB] (10 TiB): anything above is a typo."""
+MAX_CONTEXT_TOKENS = 10_000_000
+"""Largest context, batch budget or block accepted [tokens]."""
+MAX_GPUS = 1_000_000
+"""Largest GPU count or parallel degree accepted [GPUs]."""
+MAX_SEQUENCES = 10_000_000
+"""Largest sequence count accepted (batch, ``max_num_seqs``) [sequences]."""
+
 KVDtype = Literal["bf16", "fp16", "fp8", "int8", "int4"]
 WeightDtype = Literal["bf16", "fp16", "fp8", "int8", "int4"]
 
