@@ -55,6 +55,7 @@ class Fixed(_Dist):
     """Always the same value."""
 
     dist: Literal["fixed"] = "fixed"
+    """Distribution kind (the tag that selects this form)."""
     value: float = Field(ge=0)
     """The value [tokens or seconds]."""
 
@@ -78,6 +79,7 @@ class Uniform(_Dist):
     """Uniform on ``[low, high]`` (integers are rounded after sampling)."""
 
     dist: Literal["uniform"] = "uniform"
+    """Distribution kind (the tag that selects this form)."""
     low: float = Field(ge=0)
     """Lower end [tokens or seconds]."""
     high: float = Field(ge=0)
@@ -109,6 +111,7 @@ class Lognormal(_Dist):
     """
 
     dist: Literal["lognormal"] = "lognormal"
+    """Distribution kind (the tag that selects this form)."""
     mean_: float = Field(alias="mean", gt=0)
     """Mean of the distribution before clipping [tokens or seconds]."""
     p95: float | None = Field(default=None, gt=0)
@@ -154,6 +157,7 @@ class Empirical(_Dist):
     """Draw uniformly, with replacement, from a list of observed values."""
 
     dist: Literal["empirical"] = "empirical"
+    """Distribution kind (the tag that selects this form)."""
     samples: list[float] = Field(min_length=1)
     """Observed values [tokens or seconds]; each must be >= 0."""
 

@@ -59,9 +59,17 @@ def field_docs(module: str, cls: str) -> dict[str, str]:
     return docs
 
 
+def plain(text: str) -> str:
+    """Docstring markup as plain text: ``x`` and :func:`x` become x (for ``--help``)."""
+    import re
+
+    text = re.sub(r":(?:func|class|data|meth|attr|mod):`~?([^`]+)`", r"\1", text)
+    return text.replace("``", "")
+
+
 def field_help(module: str, cls: str, field: str, default: Any = None) -> str:
     """The ``--help`` text of one option: the field's docstring (and its default, if given)."""
-    text = field_docs(module, cls)[field]
+    text = plain(field_docs(module, cls)[field])
     return text if default is None else f"{text} [default: {default}]"
 
 
@@ -88,7 +96,10 @@ def add_descriptions(schema: dict[str, Any], models: list[type]) -> dict[str, An
         model = by_title.get(node.get("title", ""))
         if model is None:
             return
-        docs = field_docs(model.__module__, model.__name__)
+        docs = dict(field_docs(model.__module__, model.__name__))
+        for fname, f in model.model_fields.items():
+            if f.alias and fname in docs:
+                docs.setdefault(f.alias, docs[fname])
         if model.__doc__ and "description" not in node:
             node["description"] = " ".join(model.__doc__.split())
         for name, prop in node.get("properties", {}).items():

@@ -228,12 +228,17 @@ class Workload(_Strict):
     method: Method
     """Training method: ``sft``, ``distillation``, ``outcome-rl``, ``multi-turn-rl`` or ``serving``."""
     volume: Volume = Field(default_factory=Volume)
+    """How many prompts and samples one step holds."""
     conversation: Conversation
+    """The shape of one conversation: prompt, turns of actions and tool observations."""
     cache: Cache = Field(default_factory=Cache)
+    """How computed prefixes are reused between turns and what happens to KV during tool waits."""
     training: Training = Field(default_factory=Training)
+    """What the trainer does with each record (loss, filtering, extra passes)."""
     serving: Serving | None = None
     """Arrival rate and latency targets (method ``serving`` only)."""
     sampling: Sampling = Field(default_factory=Sampling)
+    """Monte Carlo sample size and seed for figures drawn from distributions."""
 
     @model_validator(mode="after")
     def _cross(self) -> "Workload":

@@ -33,6 +33,54 @@ OutputOpt = Annotated[
 ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite an existing --output file.")]
 
 
+def _kv_help(field: str, extra: str = "") -> str:
+    from capplan.options import field_help
+
+    return field_help("capplan.kv", "KVInputs", field) + extra
+
+
+# Engine settings under vLLM's engine-argument names (``vllm serve --help``), with capplan's
+# earlier short names kept as aliases. One definition each, shared by every command that
+# models an engine.
+TPListOpt = Annotated[
+    list[str] | None,
+    typer.Option("--tensor-parallel-size", "-tp", "--tp", help=_kv_help("tp", " A list (1,2,4) gives one row each.")),
+]
+PPOpt = Annotated[int, typer.Option("--pipeline-parallel-size", "-pp", "--pp", help=_kv_help("pp"), min=1)]
+KVDtypeOpt = Annotated[
+    str,
+    typer.Option(
+        "--kv-cache-dtype", "--kv-dtype",
+        help=_kv_help("kv_dtype", " One of bf16, fp16, fp8, int8, int4 (vLLM spellings auto, bfloat16, float16, fp8_e4m3, fp8_e5m2 accepted)."),
+    ),
+]
+DtypeOpt = Annotated[
+    str,
+    typer.Option(
+        "--dtype", "--weight-dtype",
+        help=_kv_help("weight_dtype", " One of bf16, fp16, fp8, int8, int4 (vLLM spellings auto, bfloat16, float16, half accepted)."),
+    ),
+]
+GpuMemUtilOpt = Annotated[
+    float, typer.Option("--gpu-memory-utilization", "--gpu-mem-util", help=_kv_help("gpu_mem_util"))
+]
+MaxNumSeqsOpt = Annotated[int | None, typer.Option("--max-num-seqs", help=_kv_help("max_num_seqs"), min=1)]
+MaxBatchedTokensOpt = Annotated[
+    int | None,
+    typer.Option("--max-num-batched-tokens", "--max-batched-tokens", help=_kv_help("max_batched_tokens"), min=1),
+]
+BlockSizeOpt = Annotated[int, typer.Option("--block-size", help=_kv_help("block_size"), min=1)]
+
+DTYPE_SPELLINGS = {"auto": "bf16", "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
+"""vLLM's dtype spellings and the capplan dtype each means (``auto``: the checkpoint's 16-bit dtype)."""
+
+
+def dtype_name(value: str) -> str:
+    """capplan's dtype name for a capplan or vLLM spelling (unknown names pass through, to be
+    refused with the allowed list by the option model)."""
+    return DTYPE_SPELLINGS.get(value.strip().lower(), value.strip().lower())
+
+
 def console(stderr: bool = False) -> "Console":
     """A rich console (lazy import)."""
     from rich.console import Console

@@ -7,7 +7,27 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from capplan.cli.app import app
-from capplan.cli.common import Format, FormatOpt, ForceOpt, OutputOpt, call, console, emit, file_console, parse_ints
+from capplan.cli.common import (
+    BlockSizeOpt,
+    DtypeOpt,
+    Format,
+    FormatOpt,
+    ForceOpt,
+    GpuMemUtilOpt,
+    KVDtypeOpt,
+    MaxBatchedTokensOpt,
+    MaxNumSeqsOpt,
+    OutputOpt,
+    PPOpt,
+    TPListOpt,
+    _kv_help,
+    call,
+    console,
+    dtype_name,
+    emit,
+    file_console,
+    parse_ints,
+)
 
 if TYPE_CHECKING:
     from capplan.kv import KVResult
@@ -33,48 +53,24 @@ if TYPE_CHECKING:
 def kv(
     model: Annotated[str, typer.Option("--model", "-m", help="Model preset name or path to a model YAML.")],
     hardware: Annotated[str, typer.Option("--hardware", "-H", help="Hardware profile name or path.")],
-    tp: Annotated[list[str] | None, typer.Option("--tp", help="Tensor-parallel degree(s), e.g. 1,2,4.")] = None,
-    pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel degree.", min=1)] = 1,
-    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="KV dtype: bf16, fp16, fp8, int8, int4.")] = "bf16",
-    weight_dtype: Annotated[
-        str, typer.Option("--weight-dtype", help="Weight dtype: bf16, fp16, fp8, int8, int4.")
-    ] = "bf16",
+    tp: TPListOpt = None,
+    pp: PPOpt = 1,
+    kv_dtype: KVDtypeOpt = "bf16",
+    weight_dtype: DtypeOpt = "bf16",
     context: Annotated[
-        list[str] | None, typer.Option("--context", "-c", help="Tokens per sequence, e.g. 8192,32768 [tokens].")
+        list[str] | None, typer.Option("--context", "-c", help=_kv_help("context", " A list gives one row each."))
     ] = None,
-    gpu_mem_util: Annotated[
-        float, typer.Option("--gpu-mem-util", help="Fraction of total GPU memory the engine may use (vLLM default 0.9).")
-    ] = 0.9,
-    block_size: Annotated[int, typer.Option("--block-size", help="Paged-KV block size [tokens].", min=1)] = 16,
-    max_batched_tokens: Annotated[
-        int | None,
-        typer.Option(
-            "--max-batched-tokens",
-            help="Largest scheduled token batch, sizes the activation peak (default: vLLM's for the GPU class).",
-            min=1,
-        ),
-    ] = None,
-    max_num_seqs: Annotated[
-        int | None,
-        typer.Option(
-            "--max-num-seqs",
-            help="Max running sequences, sizes the sampler peak (default: vLLM's for the GPU class).",
-            min=1,
-        ),
-    ] = None,
-    usable_mem_gib: Annotated[
-        float | None, typer.Option("--usable-mem-gib", help="Total device memory as the framework sees it [GiB].")
-    ] = None,
-    weights_gib: Annotated[float | None, typer.Option("--weights-gib", help="Weights per GPU [GiB] (override).")] = None,
-    activation_gib: Annotated[
-        float | None, typer.Option("--activation-gib", help="Activation peak per GPU [GiB] (override).")
-    ] = None,
+    gpu_mem_util: GpuMemUtilOpt = 0.9,
+    block_size: BlockSizeOpt = 16,
+    max_batched_tokens: MaxBatchedTokensOpt = None,
+    max_num_seqs: MaxNumSeqsOpt = None,
+    usable_mem_gib: Annotated[float | None, typer.Option("--usable-mem-gib", help=_kv_help("usable_mem_gib"))] = None,
+    weights_gib: Annotated[float | None, typer.Option("--weights-gib", help=_kv_help("weights_gib"))] = None,
+    activation_gib: Annotated[float | None, typer.Option("--activation-gib", help=_kv_help("activation_gib"))] = None,
     runtime_overhead_gib: Annotated[
-        float | None, typer.Option("--runtime-overhead-gib", help="Non-torch runtime memory per GPU [GiB] (override).")
+        float | None, typer.Option("--runtime-overhead-gib", help=_kv_help("runtime_overhead_gib"))
     ] = None,
-    graph_gib: Annotated[
-        float | None, typer.Option("--graph-gib", help="CUDA-graph memory charged to the KV budget [GiB] (default 0).")
-    ] = None,
+    graph_gib: Annotated[float | None, typer.Option("--graph-gib", help=_kv_help("graph_gib"))] = None,
     workload: Annotated[
         str | None, typer.Option("--workload", "-w", help="Workload file or name: report its concurrency.")
     ] = None,
@@ -88,16 +84,16 @@ def kv(
 
     spec = call(lambda: load_model_spec(model))
     hw = call(lambda: load_hardware(hardware))
-    tps = parse_ints(tp, "--tp") or [1]
+    tps = parse_ints(tp, "--tensor-parallel-size") or [1]
     contexts = parse_ints(context, "--context") or [8192]
     rows: list[KVResult] = []
     for t in tps:
         for ctx in contexts:
-            inp = KVInputs(
+            inp = call(lambda: KVInputs(
                 tp=t,
                 pp=pp,
-                kv_dtype=kv_dtype,
-                weight_dtype=weight_dtype,
+                kv_dtype=dtype_name(kv_dtype),
+                weight_dtype=dtype_name(weight_dtype),
                 context=ctx,
                 block_size=block_size,
                 gpu_mem_util=gpu_mem_util,
@@ -108,7 +104,7 @@ def kv(
                 activation_gib=activation_gib,
                 runtime_overhead_gib=runtime_overhead_gib,
                 graph_gib=graph_gib,
-            )
+            ))
             rows.append(call(lambda: compute_kv(spec, hw, inp)))
     conc = None
     if workload is not None:

@@ -38,19 +38,47 @@ def validate(files: Annotated[list[str], typer.Argument(help="Workload files or 
 
 class SchemaKind(str, Enum):
     workload = "workload"
+    hardware = "hardware"
+    model = "model"
+    kv = "kv"
+    roofline = "roofline"
 
 
 @app.command(
     help=(
-        "Print the JSON Schema of a file kind, for editors (e.g. the YAML language server).\n\n"
+        "Print the JSON Schema of a file kind or an option set, for editors (e.g. the YAML language "
+        "server) and scripts; every property carries its description.\n\n"
         "Example:\n\n\b\n"
-        "  capplan schema workload > workload.schema.json"
+        "  capplan schema workload > workload.schema.json\n"
+        "  capplan schema hardware"
     )
 )
-def schema(kind: Annotated[SchemaKind, typer.Argument(help="Which file kind.")] = SchemaKind.workload) -> None:
+def schema(kind: Annotated[SchemaKind, typer.Argument(help="Which file kind or option set.")] = SchemaKind.workload) -> None:
     import json
 
-    from capplan.workload import Workload
+    from capplan.options import add_descriptions
 
-    models = {SchemaKind.workload: Workload}
-    typer.echo(json.dumps(models[kind].model_json_schema(by_alias=True), indent=2))
+    model = _schema_model(kind)
+    typer.echo(json.dumps(add_descriptions(model.model_json_schema(by_alias=True), [model]), indent=2))
+
+
+def _schema_model(kind: SchemaKind) -> type:
+    if kind is SchemaKind.workload:
+        from capplan.workload import Workload
+
+        return Workload
+    if kind is SchemaKind.hardware:
+        from capplan.hardware import HardwareProfile
+
+        return HardwareProfile
+    if kind is SchemaKind.model:
+        from capplan.modelspec import ModelSpec
+
+        return ModelSpec
+    if kind is SchemaKind.kv:
+        from capplan.kv import KVInputs
+
+        return KVInputs
+    from capplan.roofline import RooflineInputs
+
+    return RooflineInputs
