@@ -408,7 +408,7 @@ def test_cli_table_lists_ridge_and_critical_batch(runner):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--batch", "1,x"], "Error: --batch 1,x: give comma-separated integers, e.g. --batch 1,8,64\n"),
+        (["--batch", "1,x"], "Error: --batch 'x': expected integers, a list (1,2,4) or a range (8:512:8)\n"),
         (["--batch", "0"], "Error: --batch 0: every value must be an integer >= 1\n"),
         (["--tp", "3"], "Error: --tp 3: llama-3.1-8b has 32 attention heads, which 3 does not divide (tensor-parallel degrees that divide them: 1, 2, 4, 8, 16, 32)\n"),
         (["--kind", "score", "--context", "100"], "Error: --kind score forwards whole records from position 0; give their length with --prompt, not --context\n"),

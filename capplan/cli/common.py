@@ -46,6 +46,7 @@ TPListOpt = Annotated[
     list[str] | None,
     typer.Option("--tensor-parallel-size", "-tp", "--tp", help=_kv_help("tp", " A list (1,2,4) gives one row each.")),
 ]
+TPOpt = Annotated[int, typer.Option("--tensor-parallel-size", "-tp", "--tp", help=_kv_help("tp"), min=1)]
 PPOpt = Annotated[int, typer.Option("--pipeline-parallel-size", "-pp", "--pp", help=_kv_help("pp"), min=1)]
 KVDtypeOpt = Annotated[
     str,
@@ -131,26 +132,46 @@ def fmt_num(value: float | int, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
-def parse_ints(values: list[str] | None, flag: str, minimum: int = 1) -> list[int]:
-    """``--flag 1,2 --flag 4`` and ranges ``8:512:8`` (start:stop:step, stop included) as ints.
+MAX_LIST_VALUES = 100_000
+"""Most values a list or range flag may expand to (a typo such as 1:10000000 is refused)."""
 
-    A bad item is a one-line error naming the flag.
+
+def parse_ints(values: list[str] | str | None, flag: str, minimum: int = 1) -> list[int]:
+    """The one list/range parser of integer flags: ``--flag 1,2 --flag 4`` and ranges
+    ``8:512:8`` (start:stop:step, stop included).
+
+    A bad item, an empty or reversed range, a step below 1, a value below ``minimum`` or more
+    than :data:`MAX_LIST_VALUES` values is a one-line error naming the flag.
     """
     out: list[int] = []
     for item in parse_names(values):
         try:
             if ":" in item:
-                start, stop, *step = (int(x) for x in item.split(":"))
-                out.extend(range(start, stop + 1, step[0] if step else 1))
+                parts = [int(x) for x in item.split(":")]
+                if len(parts) not in (2, 3):
+                    raise ValueError
+                start, stop, step = parts[0], parts[1], (parts[2] if len(parts) == 3 else 1)
+                if step < 1:
+                    raise fail(f"{flag} {item!r}: a range's step must be >= 1 (start:stop:step, stop included)")
+                if stop < start:
+                    raise fail(f"{flag} {item!r}: empty range, stop is below start (start:stop:step, stop included)")
+                if (stop - start) // step + 1 + len(out) > MAX_LIST_VALUES:
+                    raise fail(f"{flag} {item!r}: more than {MAX_LIST_VALUES:,} values; narrow the range or raise the step")
+                out.extend(range(start, stop + 1, step))
             else:
                 out.append(int(item))
         except ValueError:
             raise fail(f"{flag} {item!r}: expected integers, a list (1,2,4) or a range (8:512:8)") from None
-    if any(x < minimum for x in out):
-        raise fail(f"{flag}: values must be >= {minimum}")
+    if len(out) > MAX_LIST_VALUES:
+        raise fail(f"{flag}: more than {MAX_LIST_VALUES:,} values")
+    bad = [x for x in out if x < minimum]
+    if bad:
+        raise fail(f"{flag} {bad[0]}: every value must be an integer >= {minimum}")
     return out
 
 
-def parse_names(values: list[str] | None) -> list[str]:
+def parse_names(values: list[str] | str | None) -> list[str]:
     """``--flag a,b --flag c`` as ``['a', 'b', 'c']``."""
+    if isinstance(values, str):
+        values = [values]
     return [x.strip() for v in values or [] for x in str(v).split(",") if x.strip()]

@@ -9,7 +9,22 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from capplan.cli.app import app
-from capplan.cli.common import Format, FormatOpt, ForceOpt, OutputOpt, call, console, emit, fail, file_console
+from capplan.cli.common import (
+    DtypeOpt,
+    Format,
+    FormatOpt,
+    ForceOpt,
+    KVDtypeOpt,
+    OutputOpt,
+    TPOpt,
+    call,
+    console,
+    dtype_name,
+    emit,
+    fail,
+    file_console,
+    parse_ints,
+)
 
 if TYPE_CHECKING:
     from capplan.hardware import HardwareProfile
@@ -19,21 +34,17 @@ if TYPE_CHECKING:
 PLOT_HINT = "pip install 'capplan[plot]'"
 
 
+def _rf_help(field: str) -> str:
+    from capplan.options import field_help
+
+    return field_help("capplan.roofline", "RooflineInputs", field) + " Default: the profile's."
+
+
 class Kind(str, Enum):
     decode = "decode"
     prefill = "prefill"
     score = "score"
     mixed = "mixed"
-
-
-def _ints(text: str, flag: str, minimum: int) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise fail(f"{flag} {text}: give comma-separated integers, e.g. {flag} 1,8,64") from None
-    if not values or any(v < minimum for v in values):
-        raise fail(f"{flag} {text}: every value must be an integer >= {minimum}")
-    return values
 
 
 @app.command(
@@ -55,10 +66,10 @@ def _ints(text: str, flag: str, minimum: int) -> list[int]:
 )
 def roofline(
     model: Annotated[str, typer.Option("--model", "-m", help="Model preset name or model YAML path.")],
-    hardware: Annotated[str, typer.Option("--hardware", help="Hardware profile name or YAML path.")],
-    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree [GPUs].", min=1)] = 1,
-    weight_dtype: Annotated[str, typer.Option("--weight-dtype", help="bf16, fp16, fp8, int8 or int4.")] = "bf16",
-    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="bf16, fp16, fp8, int8 or int4.")] = "bf16",
+    hardware: Annotated[str, typer.Option("--hardware", "-H", help="Hardware profile name or YAML path.")],
+    tp: TPOpt = 1,
+    weight_dtype: DtypeOpt = "bf16",
+    kv_dtype: KVDtypeOpt = "bf16",
     batch: Annotated[str, typer.Option("--batch", help="Comma-separated batch sizes [sequences].")] = "1,8,64,256",
     context: Annotated[
         str | None,
@@ -67,16 +78,18 @@ def roofline(
     prompt: Annotated[str, typer.Option("--prompt", help="Comma-separated prompt/record lengths [positions].")] = "2048",
     kind: Annotated[Kind, typer.Option("--kind", help="decode, prefill, score or mixed.")] = Kind.decode,
     token_budget: Annotated[
-        int, typer.Option("--token-budget", help="Positions a mixed step may forward (vLLM max_num_batched_tokens).", min=1)
+        int,
+        typer.Option(
+            "--max-num-batched-tokens", "--token-budget",
+            help="Positions a mixed step may forward [positions] (vLLM max_num_batched_tokens).", min=1,
+        ),
     ] = 8192,
-    gemm_dtype: Annotated[
-        str | None, typer.Option("--gemm-dtype", help="Tensor unit of the weight GEMMs (default: the weight dtype's).")
-    ] = None,
-    compute_efficiency: Annotated[float | None, typer.Option(help="Fraction of peak FLOP/s (default: profile).")] = None,
-    bandwidth_efficiency: Annotated[float | None, typer.Option(help="Fraction of HBM bandwidth (default: profile).")] = None,
-    interconnect_efficiency: Annotated[float | None, typer.Option(help="Fraction of link bandwidth (default: profile).")] = None,
-    allreduce_latency_us: Annotated[float | None, typer.Option(help="Latency of one collective [us] (default: profile).")] = None,
-    step_overhead_s: Annotated[float | None, typer.Option(help="Fixed time per step [s] (default: profile).")] = None,
+    gemm_dtype: Annotated[str | None, typer.Option("--gemm-dtype", help=_rf_help("gemm_dtype"))] = None,
+    compute_efficiency: Annotated[float | None, typer.Option(help=_rf_help("compute_efficiency"))] = None,
+    bandwidth_efficiency: Annotated[float | None, typer.Option(help=_rf_help("bandwidth_efficiency"))] = None,
+    interconnect_efficiency: Annotated[float | None, typer.Option(help=_rf_help("interconnect_efficiency"))] = None,
+    allreduce_latency_us: Annotated[float | None, typer.Option(help=_rf_help("allreduce_latency_us"))] = None,
+    step_overhead_s: Annotated[float | None, typer.Option(help=_rf_help("step_overhead_s"))] = None,
     format: FormatOpt = Format.table,
     output: OutputOpt = None,
     force: ForceOpt = False,
@@ -89,16 +102,17 @@ def roofline(
     from capplan.modelspec import load_model_spec
     from capplan.roofline import RooflineInputs, roofline_rows
 
-    batches = _ints(batch, "--batch", 1)
-    contexts = _ints(context, "--context", 0) if context is not None else ([0] if kind in (Kind.prefill, Kind.score) else [2048, 8192])
-    prompts = _ints(prompt, "--prompt", 1)
+    batches = parse_ints(batch, "--batch", 1)
+    contexts = parse_ints(context, "--context", 0) if context is not None else ([0] if kind in (Kind.prefill, Kind.score) else [2048, 8192])
+    prompts = parse_ints(prompt, "--prompt", 1)
     if plot is not None:
         _check_plot_path(plot, force)
     spec = call(lambda: load_model_spec(model))
     hw = call(lambda: load_hardware(hardware))
     inp = call(
         lambda: RooflineInputs(
-            tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, gemm_dtype=gemm_dtype,
+            tp=tp, weight_dtype=dtype_name(weight_dtype), kv_dtype=dtype_name(kv_dtype),
+            gemm_dtype=dtype_name(gemm_dtype) if gemm_dtype else None,
             compute_efficiency=compute_efficiency, bandwidth_efficiency=bandwidth_efficiency,
             interconnect_efficiency=interconnect_efficiency, allreduce_latency_us=allreduce_latency_us,
             step_overhead_s=step_overhead_s,
