@@ -83,3 +83,12 @@ def test_wheel_ships_bundled_files(tmp_path):
             assert f"capplan/data/{kind}/{f.name}" in names
     for module in (REPO / "capplan").rglob("*.py"):
         assert f"capplan/{module.relative_to(REPO / 'capplan').as_posix()}" in names, module
+
+
+def test_generated_reference_pages_are_current():
+    """docs/cli.md (every command's --help) and docs/reference.md (every field's docstring) are
+    generated; a change to a command, flag or docstring without regenerating them fails here.
+    Fix: ``python -m capplan.cli.reference``."""
+    from capplan.cli.reference import main
+
+    assert main(["--check"]) == 0
