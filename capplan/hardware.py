@@ -59,7 +59,7 @@ class Assumptions(BaseModel):
     measurements (a large GEMM, a bandwidth-bound copy, an NCCL all-reduce, one decode step).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     compute_efficiency: float = Field(gt=0, le=1)
     """Assumed fraction [0-1] of dense peak tensor FLOP/s reached by large GEMMs."""
@@ -83,7 +83,7 @@ class Assumptions(BaseModel):
 class HardwareProfile(BaseModel):
     """One accelerator model as deployed in a typical server, with a source for every figure."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
     """Short lower-case identifier, e.g. ``h100-sxm``; equals the file stem for bundled files."""

@@ -37,7 +37,7 @@ QKNorm = Literal["none", "per_head", "full_projection"]
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
-_CONFIG = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+_CONFIG = ConfigDict(extra="forbid", frozen=True)
 
 
 class MoESpec(BaseModel):
