@@ -1,6 +1,6 @@
-"""Locate bundled data (example workloads, hardware profiles, model presets) by name or path.
+"""Locate bundled data (example workloads, hardware, engine and model profiles) by name or path.
 
-The folders ``workloads/``, ``hardware_profiles/`` and ``models/`` sit at the top of the source
+The folders ``workloads/``, ``hardware_profiles/``, ``engine_profiles/`` and ``models/`` sit at the top of the source
 tree. A wheel ships them as package data under ``capplan/data/<kind>/`` (see ``pyproject.toml``),
 so named lookup works from an installed wheel as well as from a checkout or editable install.
 """
@@ -13,9 +13,11 @@ from typing import Literal
 
 from capplan.errors import NotFoundError
 
-Kind = Literal["workloads", "hardware_profiles", "models"]
+Kind = Literal["workloads", "hardware_profiles", "models", "engine_profiles"]
 
-_KIND_LABEL = {"workloads": "workload", "hardware_profiles": "hardware profile", "models": "model"}
+_KIND_LABEL = {
+    "workloads": "workload", "hardware_profiles": "hardware profile", "models": "model", "engine_profiles": "engine profile",
+}
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 

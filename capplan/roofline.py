@@ -63,11 +63,13 @@ import numpy as np
 from capplan.errors import InputError
 from pydantic import BaseModel, ConfigDict, Field
 
+from capplan.engine import EngineProfile
 from capplan.kv import check_parallelism, kv_layout, weights_bytes_per_gpu
 from capplan.options import Options
 from capplan.units import MAX_GPUS, WEIGHT_DTYPE_BYTES, KVDtype, WeightDtype
 
 if TYPE_CHECKING:
+    from capplan.engine import TimeTerms
     from capplan.hardware import HardwareProfile
     from capplan.modelspec import ModelSpec
 
@@ -88,6 +90,17 @@ keep the LM head unquantised."""
 CRITICAL_BATCH_LIMIT = 2**24
 """Largest decode batch :func:`critical_decode_batch` searches [sequences]; beyond it the result
 is ``inf`` (decode never turns compute-bound at that context)."""
+
+
+class _EngineAssumptions:
+    """An engine profile's time terms under the names of the hardware ``assumptions`` block."""
+
+    def __init__(self, t: "TimeTerms") -> None:
+        self.compute_efficiency = t.gemm_efficiency
+        self.bandwidth_efficiency = t.bandwidth_efficiency
+        self.interconnect_efficiency = t.interconnect_efficiency
+        self.allreduce_latency_us = t.allreduce_latency_us
+        self.step_overhead_s = t.step_overhead_s
 
 
 class RooflineInputs(Options, BaseModel):
@@ -121,10 +134,14 @@ class RooflineInputs(Options, BaseModel):
     """Fixed latency of one collective [microseconds]."""
     step_overhead_s: float | None = Field(default=None, ge=0, le=3600)
     """Fixed host-side time per step [s]: scheduling, sampling, kernel launches."""
+    engine: EngineProfile | None = None
+    """Engine profile whose time terms price the step (its per-hardware overrides applied);
+    ``None``: the hardware profile's ``assumptions``. Fields given above override it."""
 
     def resolved(self, hw: "HardwareProfile") -> "RooflineInputs":
-        """A copy with every ``None`` replaced by ``hw.assumptions`` (and ``gemm_dtype`` resolved)."""
-        a = hw.assumptions
+        """A copy with every ``None`` replaced by the engine profile's time terms on ``hw`` (or
+        ``hw.assumptions`` without an engine), and ``gemm_dtype`` resolved."""
+        a = hw.assumptions if self.engine is None else _EngineAssumptions(self.engine.time_on(hw.name))
         return self.model_copy(
             update=dict(
                 gemm_dtype=hw.compute_dtype(self.gemm_dtype or self.weight_dtype),
@@ -247,6 +264,7 @@ def _terms(spec: "ModelSpec", weight_dtype: str, kv_dtype: str, tp: int) -> dict
         "hidden": float(d),
         "layers": float(L),
         "gemm_flops_per_token": 2 * gemm_active / tp,
+        "routed_flops_per_token": 2 * n_moe * (m.experts_per_token if m else 0) * expert / tp,
         "head_flops_per_logit": 2 * V * d / tp,
         "attn_flops_per_pair_full": n_full * attn_pair / tp,
         "attn_flops_per_pair_window": n_slide * attn_pair / tp,
@@ -267,7 +285,11 @@ def _terms(spec: "ModelSpec", weight_dtype: str, kv_dtype: str, tp: int) -> dict
 
 
 def _hw_terms(hw: "HardwareProfile", inp: RooflineInputs) -> dict[str, float]:
+    """Hardware peaks and the resolved efficiency and host-time terms of one step."""
     r = inp.resolved(hw)
+    ce = float(r.compute_efficiency)  # type: ignore[arg-type]
+    terms = inp.engine.time_on(hw.name) if inp.engine is not None else None
+    attention = terms.attention_efficiency if terms is not None and inp.compute_efficiency is None else ce
     return {
         "peak_gemm": hw.peak_flops(r.gemm_dtype or r.weight_dtype),
         "peak_16": hw.peak_flops(ATTENTION_DTYPE),
@@ -275,11 +297,15 @@ def _hw_terms(hw: "HardwareProfile", inp: RooflineInputs) -> dict[str, float]:
         "intra": hw.intra_node_bandwidth_bytes_per_s,
         "inter": hw.inter_node_bandwidth_bytes_per_s,
         "gpus_per_node": float(hw.gpus_per_node),
-        "ce": float(r.compute_efficiency),  # type: ignore[arg-type]
+        "ce": ce,
         "be": float(r.bandwidth_efficiency),  # type: ignore[arg-type]
         "ie": float(r.interconnect_efficiency),  # type: ignore[arg-type]
         "latency_s": float(r.allreduce_latency_us) * 1e-6,  # type: ignore[arg-type]
         "overhead_s": float(r.step_overhead_s),  # type: ignore[arg-type]
+        "attention_rel": attention / ce,
+        "gemm_half_tokens": terms.gemm_half_tokens if terms is not None else 0.0,
+        "moe_extra": (1.0 / terms.moe_gemm_efficiency - 1.0) if terms is not None else 0.0,
+        "per_sequence_s": terms.per_sequence_s if terms is not None else 0.0,
     }
 
 
@@ -347,7 +373,11 @@ def _evaluate(
     nbytes = weights + kv_read + kv_write + act
 
     ideal_compute = gemm / w["peak_gemm"] + (attn + head) / w["peak_16"]
-    compute_time = ideal_compute / w["ce"]
+    # engine terms: GEMMs of a T-token step reach ce x T / (T + h) of peak (the same as h extra
+    # tokens' worth of GEMM work), routed experts moe_rel of that, attention ae_rel x ce; all
+    # three are exact no-ops at their defaults (h = 0, relative efficiencies 1)
+    gemm_work = gemm + t["gemm_flops_per_token"] * w["gemm_half_tokens"] + t["routed_flops_per_token"] * new * w["moe_extra"]
+    compute_time = (gemm_work / w["peak_gemm"] + (attn + head) / (w["peak_16"] * w["attention_rel"])) / w["ce"]
     memory_time = nbytes / (w["hbm"] * w["be"])
 
     tp = t["tp"]
@@ -357,7 +387,8 @@ def _evaluate(
     gather = (w["latency_s"] + share * logits * t["logit_gather_bytes"] / link) * has_logits
     comm = np.where(tp > 1, (2.0 * t["layers"] + 1.0) * allreduce + gather, 0.0)
 
-    step = np.maximum(compute_time, memory_time) + comm + w["overhead_s"]
+    host = w["overhead_s"] + w["per_sequence_s"] * seqs
+    step = np.maximum(compute_time, memory_time) + comm + host
     is_compute = compute_time >= memory_time
     out = StepCost(
         flops=flops,
@@ -377,7 +408,7 @@ def _evaluate(
         kv_read_bytes=kv_read,
         kv_write_bytes=kv_write,
         activation_bytes=act,
-        overhead_s=np.broadcast_to(w["overhead_s"], np.shape(step)),
+        overhead_s=np.broadcast_to(host, np.shape(step)),
     )
     return out
 

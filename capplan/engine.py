@@ -1,0 +1,208 @@
+"""Serving-engine profiles: what an engine version adds on top of the chip's physics.
+
+A hardware profile describes the chip (memory, bandwidth, peak FLOP/s, links). An engine
+profile (``engine_profiles/*.yaml``, validated by :class:`EngineProfile`) describes what one
+serving engine and version does with it:
+
+* **memory terms** -- how it sizes the KV cache at start-up: the budget rule, the default
+  ``gpu_memory_utilization`` and batch limits, the sampler's and the forward pass's profiling
+  peak, non-torch memory (CUDA context, NCCL buffers) by parallelism, CUDA-graph memory, the
+  paged block size;
+* **time terms** -- how long an engine step takes beyond the roofline: the fraction of peak
+  bandwidth and FLOP/s its kernels reach (GEMM efficiency grows with the tokens in the step),
+  how compute and memory time overlap, the fixed host time per step and per sequence, the
+  tensor-parallel all-reduce latency and bus efficiency, CUDA-graph batch padding, mixture-of-
+  experts grouped-GEMM efficiency.
+
+Every value carries its source: a citation, or the corpus rows it was fitted on
+(``fitted_on``), so ``capplan accuracy`` can report the error of the fit on the rows that were
+held out. Per-hardware differences of one engine (kernels that reach a different share of a
+chip's bandwidth) are ``hardware`` overrides of the time terms.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from capplan import resources
+from capplan.yamlio import load_model
+
+BudgetRule = Literal["fraction_of_total", "fraction_of_free", "static_fraction"]
+
+_STRICT = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class ByGpuClass(BaseModel):
+    """A default that differs between large GPUs and the others (vLLM's rule)."""
+
+    model_config = _STRICT
+
+    large: int = Field(ge=1)
+    """Value on large GPUs (at least ``MemoryTerms.large_gpu_min_gib`` and not excluded)."""
+    small: int = Field(ge=1)
+    """Value on the other GPUs."""
+
+
+class MemoryTerms(BaseModel):
+    """How the engine sizes its KV cache at start-up (all per GPU)."""
+
+    model_config = _STRICT
+
+    budget_rule: BudgetRule = "fraction_of_total"
+    """``fraction_of_total`` (vLLM: total x utilisation - weights - activation peak - non-torch -
+    graphs), ``fraction_of_free`` (TensorRT-LLM: (total - weights - activation peak - non-torch) x
+    fraction), ``static_fraction`` (SGLang: total x fraction - weights)."""
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    """Default fraction the budget rule applies (vLLM ``--gpu-memory-utilization``, TensorRT-LLM
+    ``free_gpu_memory_fraction``, SGLang ``mem_fraction_static``)."""
+    block_size: int = Field(default=16, ge=1)
+    """Paged-KV block size [tokens]."""
+    max_num_seqs: ByGpuClass = ByGpuClass(large=1024, small=256)
+    """Default scheduler limit on running sequences [sequences]."""
+    max_num_batched_tokens: ByGpuClass = ByGpuClass(large=8192, small=2048)
+    """Default scheduler token budget per step [tokens]."""
+    large_gpu_min_gib: float = Field(default=70.0, ge=0)
+    """GPUs with at least this much memory take the ``large`` defaults [GiB] ..."""
+    large_gpu_excludes: list[str] = ["a100"]
+    """... unless their profile name contains one of these strings."""
+    sampler_bytes_per_seq_vocab: float = Field(default=38.6, ge=0)
+    """Peak of the sampler warm-up per (sequence x vocabulary entry) [bytes]."""
+    activation_bytes_per_element: float = Field(default=2.0, gt=0)
+    """Bytes per activation element in the forward profiling pass [bytes]."""
+    non_torch_gib_single: float = Field(default=0.15, ge=0)
+    """Non-torch memory on one GPU (CUDA context, cuBLAS workspace) [GiB]."""
+    non_torch_gib_nvlink: float = Field(default=0.55, ge=0)
+    """Non-torch memory with tensor/pipeline parallelism over NVLink-class links (NCCL buffers) [GiB]."""
+    non_torch_gib_pcie: float = Field(default=0.25, ge=0)
+    """Non-torch memory with tensor/pipeline parallelism over PCIe [GiB]."""
+    nvlink_min_gbps: float = Field(default=100.0, gt=0)
+    """Intra-node bandwidth at or above which links count as NVLink-class [decimal GB/s]."""
+    cudagraph_gib: float = Field(default=0.0, ge=0)
+    """CUDA-graph memory charged to the KV budget [GiB]; 0 when graphs are captured after the KV
+    cache is allocated (inside the headroom the utilisation leaves)."""
+
+    def is_large(self, hw_name: str, mem_total_gib: float) -> bool:
+        """Whether a GPU takes the ``large`` defaults."""
+        return mem_total_gib >= self.large_gpu_min_gib and not any(x in hw_name.lower() for x in self.large_gpu_excludes)
+
+
+class TimeTerms(BaseModel):
+    """How long an engine step takes beyond the roofline's FLOPs and bytes.
+
+    ``step = smooth_max(compute, memory) + communication + step_overhead_s + per_sequence_s x S``
+    with ``smooth_max(c, m) = (c^p + m^p)^(1/p)`` (``p`` = ``overlap_exponent``; large ``p`` is
+    ``max``), compute at ``gemm_efficiency x T / (T + gemm_half_tokens)`` of peak for the weight
+    GEMMs of a step of ``T`` tokens, memory at ``bandwidth_efficiency`` of peak bandwidth.
+    """
+
+    model_config = _STRICT
+
+    bandwidth_efficiency: float = Field(default=0.8, gt=0, le=1)
+    """Fraction [0-1] of datasheet HBM bandwidth that weight, KV and activation traffic reaches."""
+    gemm_efficiency: float = Field(default=0.7, gt=0, le=1)
+    """Fraction [0-1] of dense peak FLOP/s that large weight GEMMs reach."""
+    gemm_half_tokens: float = Field(default=0.0, ge=0)
+    """Tokens per step at which the weight GEMMs reach half of ``gemm_efficiency`` [tokens]; 0
+    means a constant efficiency."""
+    attention_efficiency: float = Field(default=0.7, gt=0, le=1)
+    """Fraction [0-1] of dense 16-bit peak the attention products and LM head reach."""
+    moe_gemm_efficiency: float = Field(default=1.0, gt=0, le=1)
+    """Multiplier [0-1] on GEMM efficiency for the routed experts' grouped GEMMs."""
+    overlap_exponent: float = Field(default=math.inf, ge=1)
+    """``p`` of the smooth maximum of compute and memory time; ``inf`` is the plain maximum,
+    1 their sum (no overlap)."""
+    step_overhead_s: float = Field(default=0.002, ge=0)
+    """Fixed host time per engine step (scheduling, launch, sampling set-up) [s]."""
+    per_sequence_s: float = Field(default=0.0, ge=0)
+    """Host time per sequence in a step (scheduling, sampling, detokenisation) [s]."""
+    interconnect_efficiency: float = Field(default=0.7, gt=0, le=1)
+    """Fraction [0-1] of the per-GPU link bandwidth a tensor-parallel all-reduce reaches."""
+    allreduce_latency_us: float = Field(default=10.0, ge=0)
+    """Fixed latency of one all-reduce [microseconds]."""
+    cuda_graph_max_batch: int = Field(default=0, ge=0)
+    """Largest decode batch run as a captured CUDA graph [sequences]; decode batches up to it are
+    padded to the next captured size (1, 2, 4, then multiples of 8). 0: no padding."""
+
+
+class TimeOverrides(BaseModel):
+    """Time terms that differ on one hardware profile (``None`` keeps the engine's)."""
+
+    model_config = _STRICT
+
+    bandwidth_efficiency: float | None = Field(default=None, gt=0, le=1)
+    """Override of ``TimeTerms.bandwidth_efficiency`` on this hardware."""
+    gemm_efficiency: float | None = Field(default=None, gt=0, le=1)
+    """Override of ``TimeTerms.gemm_efficiency`` on this hardware."""
+    attention_efficiency: float | None = Field(default=None, gt=0, le=1)
+    """Override of ``TimeTerms.attention_efficiency`` on this hardware."""
+    step_overhead_s: float | None = Field(default=None, ge=0)
+    """Override of ``TimeTerms.step_overhead_s`` on this hardware [s]."""
+
+
+class EngineProfile(BaseModel):
+    """One serving engine and version: memory terms, time terms, and where each came from."""
+
+    model_config = _STRICT
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    """Short lower-case identifier, e.g. ``vllm-0.19``; equals the file stem for bundled files."""
+    engine: Literal["vllm", "sglang", "trtllm", "other"]
+    """Engine family."""
+    version: str = Field(min_length=1)
+    """Engine version (or range) whose behaviour the profile reproduces."""
+    description: str = ""
+    """What the profile is for and how it was made."""
+    memory: MemoryTerms = MemoryTerms()
+    """Start-up KV sizing terms."""
+    time: TimeTerms = TimeTerms()
+    """Step-time terms."""
+    hardware: dict[str, TimeOverrides] = {}
+    """Per-hardware-profile overrides of the time terms, keyed by hardware profile name."""
+    calibration: str = "defaults"
+    """Which calibration the values come from: ``defaults``, the corpus fit, or a user's files."""
+    fitted_on: dict[str, list[str]] = {}
+    """Corpus row ids (or input files) each fitted term was fitted on, keyed by term name."""
+    sources: dict[str, str] = {}
+    """Citation per term that is not fitted (dotted keys: ``memory.block_size``)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "EngineProfile":
+        known = {f"memory.{k}" for k in MemoryTerms.model_fields} | {f"time.{k}" for k in TimeTerms.model_fields}
+        bad = sorted(k for k in [*self.sources, *self.fitted_on] if k not in known and not k.startswith("hardware."))
+        if bad:
+            raise ValueError(f"sources/fitted_on name unknown terms: {', '.join(bad)}")
+        return self
+
+    def time_on(self, hardware: str) -> TimeTerms:
+        """The time terms on one hardware profile (its overrides applied)."""
+        o = self.hardware.get(hardware)
+        if o is None:
+            return self.time
+        return self.time.model_copy(update={k: v for k, v in o.model_dump().items() if v is not None})
+
+
+DEFAULT_ENGINE = "vllm"
+"""Engine profile used when none is named: the bundled ``vllm.yaml``."""
+
+
+def load_engine(name_or_path: str | Path | None = None) -> EngineProfile:
+    """Load a bundled engine profile by name (``vllm-0.19``) or any engine-profile YAML by path.
+
+    Raises
+    ------
+    NotFoundError
+        Unknown name (the message lists the bundled ones).
+    InputError
+        Invalid file (the message names the file, the field and the line).
+    """
+    path = resources.resolve("engine_profiles", name_or_path or DEFAULT_ENGINE)
+    return load_model(path, EngineProfile)
+
+
+def list_engines() -> list[str]:
+    """Names of the bundled engine profiles."""
+    return resources.bundled_names("engine_profiles")
