@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from capplan.errors import DoesNotFitError, InputError
 from pydantic import BaseModel, ConfigDict, Field
 
+from capplan.engine import EngineProfile, MemoryTerms
 from capplan.options import Options
 from capplan.units import (
     GIB,
@@ -59,71 +60,36 @@ if TYPE_CHECKING:
     from capplan.modelspec import ModelSpec
 
 __all__ = [
-    "GIB", "KV_DTYPE_BYTES", "WEIGHT_DTYPE_BYTES", "KVLayout", "kv_layout", "kv_stage_layouts", "MemoryDefaults",
-    "DEFAULTS", "KVInputs", "KVResult", "check_parallelism", "kv_bytes_per_token_per_layer", "kv_bytes_per_token",
+    "GIB", "KV_DTYPE_BYTES", "WEIGHT_DTYPE_BYTES", "KVLayout", "kv_layout", "kv_stage_layouts", "DEFAULTS",
+    "default_max_num_batched_tokens", "default_max_num_seqs", "kv_budget_bytes", "KVInputs", "KVResult", "check_parallelism", "kv_bytes_per_token_per_layer", "kv_bytes_per_token",
     "kv_bytes_per_sequence_per_gpu", "weights_bytes_per_gpu", "activation_bytes_per_gpu", "runtime_overhead_bytes",
     "compute_kv", "KVGrid", "kv_grid",
 ]
 
 
-@dataclass(frozen=True)
-class MemoryDefaults:
-    """Default models of the budget terms a user does not give (ASSUMPTIONS, fitted to logs).
-
-    Fitted to the vLLM V1 (0.10-0.11) start-up logs in ``tests/data/engine_startup_logs.yaml``;
-    the arithmetic and the fit are in ``docs/research/kv-engine-logs.md`` and ``docs/kv.md``.
-
-    The activation peak is the larger of two profiling runs the engine makes at start-up:
-
-    * the forward pass over ``max_batched_tokens`` tokens: at the MLP of a dense layer the
-      residual stream, the layer input, the gate/up projection (``2 d_ff / tp``), its activation
-      (``d_ff / tp``) and the output coexist, ``T x (3 d + 3 d_ff / tp) x 2`` bytes (an MoE layer
-      holds the ``k`` routed experts' share for every token); ~107 KiB per token for
-      Llama-3.1-8B, as logged;
-    * the sampler warm-up over ``max_num_seqs`` sequences: about 38.6 bytes per (sequence x
-      vocabulary entry), about ten fp32 copies of the logits (five logs agree within 1%).
-    """
-
-    gpu_mem_util: float = 0.9
-    """vLLM's default ``gpu_memory_utilization`` (a fraction of *total* device memory in v1)."""
-    large_gpu_min_gib: float = 70.0
-    """vLLM picks larger batch defaults on GPUs with at least this much memory (A100 excepted)."""
-    max_batched_tokens_large: int = 8192
-    """``max_num_batched_tokens`` default of ``vllm serve`` on large GPUs."""
-    max_batched_tokens_small: int = 2048
-    """... and on the others (L40S, A10G, L4, consumer cards, A100)."""
-    max_num_seqs_large: int = 1024
-    """``max_num_seqs`` default on large GPUs."""
-    max_num_seqs_small: int = 256
-    """... and on the others."""
-    activation_bytes_per_element: float = 2.0
-    """Activations are 16-bit."""
-    sampler_bytes_per_seq_vocab: float = 38.6
-    """Sampler warm-up peak per (sequence x vocabulary entry) [bytes] (fit; version-dependent)."""
-    runtime_overhead_gib: float = 0.15
-    """Non-torch memory at TP 1 (CUDA context, cuBLAS workspace) on data-centre GPUs [GiB]."""
-    runtime_overhead_nvlink_gib: float = 0.55
-    """Non-torch memory once tensor/pipeline parallelism is on over NVLink (NCCL buffers) [GiB]."""
-    runtime_overhead_pcie_gib: float = 0.25
-    """... over PCIe (smaller NCCL buffers, no NVLS) [GiB]."""
-    nvlink_min_gbps: float = 100.0
-    """Intra-node bandwidth at or above which a profile's links are taken as NVLink/Infinity Fabric."""
-    graph_gib: float = 0.0
-    """CUDA-graph memory counted against the KV budget [GiB]. vLLM V1 (0.10-0.11) captures graphs
-    *after* allocating the KV cache, inside the headroom left by ``gpu_mem_util``, so 0."""
-
-    def is_large(self, hw: "HardwareProfile") -> bool:
-        """vLLM's "large GPU" rule: at least 70 GiB and not an A100."""
-        return hw.mem_total_gib >= self.large_gpu_min_gib and "a100" not in hw.name.lower()
-
-    def max_batched_tokens(self, hw: "HardwareProfile") -> int:
-        return self.max_batched_tokens_large if self.is_large(hw) else self.max_batched_tokens_small
-
-    def max_num_seqs(self, hw: "HardwareProfile") -> int:
-        return self.max_num_seqs_large if self.is_large(hw) else self.max_num_seqs_small
+DEFAULTS = MemoryTerms()
+"""Memory terms used without an engine profile (vLLM V1 0.10-0.11, fitted to the start-up logs in
+``tests/data/engine_startup_logs.yaml``; see ``docs/kv.md``). The activation peak is the larger of
+the forward pass over ``max_num_batched_tokens`` tokens (at the MLP of a dense layer the residual,
+the layer input, the gate/up projection, its activation and the output coexist) and the sampler
+warm-up over ``max_num_seqs`` sequences (about 38.6 bytes per sequence x vocabulary entry in these
+versions)."""
 
 
-DEFAULTS = MemoryDefaults()
+def _terms(inp: "KVInputs") -> MemoryTerms:
+    return inp.engine.memory if inp.engine is not None else DEFAULTS
+
+
+def default_max_num_batched_tokens(hw: "HardwareProfile", terms: MemoryTerms = DEFAULTS) -> int:
+    """The engine's default scheduler token budget on ``hw`` [tokens]."""
+    large = terms.is_large(hw.name, hw.mem_total_gib)
+    return terms.max_num_batched_tokens.large if large else terms.max_num_batched_tokens.small
+
+
+def default_max_num_seqs(hw: "HardwareProfile", terms: MemoryTerms = DEFAULTS) -> int:
+    """The engine's default limit on running sequences on ``hw`` [sequences]."""
+    large = terms.is_large(hw.name, hw.mem_total_gib)
+    return terms.max_num_seqs.large if large else terms.max_num_seqs.small
 
 
 class KVInputs(Options, BaseModel):
@@ -151,8 +117,9 @@ class KVInputs(Options, BaseModel):
     """Tokens per sequence for concurrency figures [tokens]."""
     block_size: int = Field(default=16, ge=1, le=MAX_CONTEXT_TOKENS)
     """Paged-attention block size [tokens]."""
-    gpu_mem_util: float = Field(default=DEFAULTS.gpu_mem_util, gt=0, le=1)
-    """Fraction of total GPU memory the engine may use (vLLM ``--gpu-memory-utilization``)."""
+    gpu_mem_util: float | None = Field(default=None, gt=0, le=1)
+    """Fraction of GPU memory the engine may use (vLLM ``--gpu-memory-utilization``); default the
+    engine profile's (vLLM 0.9)."""
     max_batched_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT_TOKENS)
     """Largest scheduled token batch, sizes the forward activation peak [tokens]; default
     vLLM's for the GPU class (8192 on >= 70 GiB non-A100 GPUs, else 2048)."""
@@ -168,7 +135,11 @@ class KVInputs(Options, BaseModel):
     runtime_overhead_gib: float | None = Field(default=None, ge=0, le=MAX_MEM_GIB)
     """Non-torch memory per GPU (CUDA context, NCCL buffers) [GiB]; default by parallelism."""
     graph_gib: float | None = Field(default=None, ge=0, le=MAX_MEM_GIB)
-    """CUDA-graph memory charged to the KV budget [GiB]; default 0 (captured after the KV cache)."""
+    """CUDA-graph memory charged to the KV budget [GiB]; default the engine profile's (0 when graphs
+    are captured after the KV cache)."""
+    engine: EngineProfile | None = None
+    """Engine profile whose memory terms give every default above (its budget rule, batch limits,
+    profiling peaks); ``None``: vLLM V1 0.10-0.11's."""
 
 
 @dataclass(frozen=True)
@@ -448,7 +419,7 @@ def weights_bytes_per_gpu(spec: "ModelSpec", weight_dtype: str = "bf16", tp: int
 
 
 def activation_bytes_per_gpu(
-    spec: "ModelSpec", max_batched_tokens: int, max_num_seqs: int, tp: int = 1, defaults: MemoryDefaults = DEFAULTS
+    spec: "ModelSpec", max_batched_tokens: int, max_num_seqs: int, tp: int = 1, defaults: MemoryTerms = DEFAULTS
 ) -> float:
     """Default model of the start-up profiling's activation peak on one GPU [bytes].
 
@@ -487,17 +458,32 @@ def activation_bytes_per_gpu(
     return max(forward, sampler)
 
 
-def runtime_overhead_bytes(hw: "HardwareProfile", tp: int, pp: int, defaults: MemoryDefaults = DEFAULTS) -> float:
+def runtime_overhead_bytes(hw: "HardwareProfile", tp: int, pp: int, defaults: MemoryTerms = DEFAULTS) -> float:
     """Default non-torch memory per GPU [bytes].
 
     0.15 GiB on one GPU; with tensor or pipeline parallelism 0.55 GiB over NVLink-class links and
     0.25 GiB over PCIe (NCCL buffers), as logged by vLLM V1 (``docs/research/kv-engine-logs.md``).
     """
     if tp * pp == 1:
-        return defaults.runtime_overhead_gib * GIB
+        return defaults.non_torch_gib_single * GIB
     if hw.intra_node_bandwidth_gbps >= defaults.nvlink_min_gbps:
-        return defaults.runtime_overhead_nvlink_gib * GIB
-    return defaults.runtime_overhead_pcie_gib * GIB
+        return defaults.non_torch_gib_nvlink * GIB
+    return defaults.non_torch_gib_pcie * GIB
+
+
+def kv_budget_bytes(rule: str, total: float, fraction: float, weights: float, activation: float, non_torch: float, graph: float) -> float:
+    """The KV budget of one GPU under an engine's budget rule [bytes].
+
+    ``fraction_of_total`` (vLLM): ``total x fraction - weights - activation - non_torch - graph``;
+    ``fraction_of_free`` (TensorRT-LLM): ``(total - weights - activation - non_torch - graph) x
+    fraction``; ``static_fraction`` (SGLang): ``total x fraction - weights``, the rest of memory
+    being the headroom for everything else.
+    """
+    if rule == "fraction_of_free":
+        return (total - weights - activation - non_torch - graph) * fraction
+    if rule == "static_fraction":
+        return total * fraction - weights
+    return total * fraction - weights - activation - non_torch - graph
 
 
 def compute_kv(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> KVResult:
@@ -530,23 +516,25 @@ def compute_kv(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> KVRes
         if inp.weights_gib is not None
         else weights_bytes_per_gpu(spec, inp.weight_dtype, inp.tp, inp.pp)
     )
-    mbt = inp.max_batched_tokens if inp.max_batched_tokens is not None else DEFAULTS.max_batched_tokens(hw)
-    seqs = inp.max_num_seqs if inp.max_num_seqs is not None else DEFAULTS.max_num_seqs(hw)
+    terms = _terms(inp)
+    mbt = inp.max_batched_tokens if inp.max_batched_tokens is not None else default_max_num_batched_tokens(hw, terms)
+    seqs = inp.max_num_seqs if inp.max_num_seqs is not None else default_max_num_seqs(hw, terms)
+    util = inp.gpu_mem_util if inp.gpu_mem_util is not None else terms.gpu_memory_utilization
     act = (
         inp.activation_gib * GIB
         if inp.activation_gib is not None
-        else activation_bytes_per_gpu(spec, mbt, seqs, inp.tp)
+        else activation_bytes_per_gpu(spec, mbt, seqs, inp.tp, terms)
     )
     over = (
         inp.runtime_overhead_gib * GIB
         if inp.runtime_overhead_gib is not None
-        else runtime_overhead_bytes(hw, inp.tp, inp.pp)
+        else runtime_overhead_bytes(hw, inp.tp, inp.pp, terms)
     )
-    graph = (inp.graph_gib if inp.graph_gib is not None else DEFAULTS.graph_gib) * GIB
-    budget = usable * GIB * inp.gpu_mem_util - weights - act - over - graph
+    graph = (inp.graph_gib if inp.graph_gib is not None else terms.cudagraph_gib) * GIB
+    budget = kv_budget_bytes(terms.budget_rule, usable * GIB, util, weights, act, over, graph)
     seq_bytes = kv_bytes_per_sequence_per_gpu(spec, inp.context, inp.kv_dtype, inp.tp, inp.pp, inp.block_size)
     if budget <= 0:
-        _raise_does_not_fit(spec, hw, inp, usable, weights, act, over, graph, budget, seq_bytes)
+        _raise_does_not_fit(spec, hw, inp, usable, util, weights, act, over, graph, budget, seq_bytes)
     blocks = int(budget // (inp.block_size * per_gpu)) if per_gpu > 0 else 0
     tokens = blocks * inp.block_size
     return KVResult(
@@ -558,7 +546,7 @@ def compute_kv(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> KVRes
         weight_dtype=inp.weight_dtype,
         context=inp.context,
         block_size=inp.block_size,
-        gpu_mem_util=inp.gpu_mem_util,
+        gpu_mem_util=util,
         max_batched_tokens=mbt,
         max_num_seqs=seqs,
         usable_mem_gib=usable,
@@ -582,6 +570,7 @@ def _raise_does_not_fit(
     hw: "HardwareProfile",
     inp: KVInputs,
     usable: float,
+    util: float,
     weights: float,
     act: float,
     over: float,
@@ -602,7 +591,7 @@ def _raise_does_not_fit(
     raise DoesNotFitError(
         f"{spec.name} on {hw.name} (tp={inp.tp}, pp={inp.pp}): weights, activations and overhead exceed "
         "the memory budget: "
-        f"{usable:.2f} GiB x {inp.gpu_mem_util:g} = {usable * inp.gpu_mem_util:.2f} GiB usable, "
+        f"{usable:.2f} GiB x {util:g} = {usable * util:.2f} GiB usable, "
         f"weights {weights / GIB:.2f} + activations {act / GIB:.2f} + overhead {over / GIB:.2f}"
         f"{f' + graphs {graph / GIB:.2f}' if graph else ''} GiB leaves {budget / GIB:.2f} GiB for KV"
         f"{suggestion or '; no tensor-parallel degree up to 64 fits'}"
@@ -641,7 +630,7 @@ def kv_grid(
     kv_dtypes: list[str],
     contexts: "np.ndarray | list[int]",
     weight_dtype: str = "bf16",
-    gpu_mem_util: float = DEFAULTS.gpu_mem_util,
+    gpu_mem_util: float = DEFAULTS.gpu_memory_utilization,
     block_size: int = 16,
 ) -> KVGrid:
     """Evaluate :func:`compute_kv`'s default model over a full grid at once (numpy broadcasting).
@@ -675,7 +664,7 @@ def kv_grid(
                 seq_bytes[m, 0, t, k, :] = layout.sequence_bytes(ctx, block_size)
             w = weights_bytes_per_gpu(spec, weight_dtype, tp)
             for h, hw in enumerate(hardware):
-                act = activation_bytes_per_gpu(spec, DEFAULTS.max_batched_tokens(hw), DEFAULTS.max_num_seqs(hw), tp)
+                act = activation_bytes_per_gpu(spec, default_max_num_batched_tokens(hw), default_max_num_seqs(hw), tp)
                 fixed[m, h, t] = w + act + runtime_overhead_bytes(hw, tp, 1)
     budget = usable[None, :, None] - fixed  # (M, H, T)
     budget5 = budget[..., None, None]  # (M, H, T, 1, 1)
