@@ -512,16 +512,124 @@ def engine_step(
     >>> s.bound, round(s.flops / 1e12, 2)
     ('compute', 29.69)
     """
-    new = _arr(new_tokens, "new_tokens", 1)
-    logits = _arr(logits_tokens, "logits_tokens")
-    pairs = _arr(attention_pairs, "attention_pairs")
-    read = _arr(kv_read_tokens, "kv_read_tokens")
-    seqs = _arr(sequences, "sequences")
-    t = _terms(spec, inp.weight_dtype, inp.kv_dtype, inp.tp)
-    win = t["window"]
-    pairs_w = np.minimum(pairs, new * win) if window_attention_pairs is None else _arr(window_attention_pairs, "window_attention_pairs")
-    read_w = np.minimum(read, seqs * win) if window_kv_read_tokens is None else _arr(window_kv_read_tokens, "window_kv_read_tokens")
-    return _finish(_evaluate(t, _hw_terms(hw, inp), new, logits, pairs, pairs_w, read, read_w, seqs))
+    return StepPricer(spec, hw, inp).step(
+        new_tokens=new_tokens, logits_tokens=logits_tokens, attention_pairs=attention_pairs,
+        kv_read_tokens=kv_read_tokens, sequences=sequences, window_attention_pairs=window_attention_pairs,
+        window_kv_read_tokens=window_kv_read_tokens,
+    )
+
+
+class StepPricer:
+    """Prices the steps of one model on one hardware profile at one setting.
+
+    The per-model terms (a pass over every layer) and the resolved efficiency terms are computed
+    once, so pricing many steps of the same replica -- a benchmark scenario, a plan's sizing
+    search, a fit of engine terms -- costs only the array arithmetic. :func:`engine_step` and
+    its wrappers are one-off uses of it.
+    """
+
+    def __init__(self, spec: "ModelSpec", hw: "HardwareProfile", inp: RooflineInputs) -> None:
+        self.spec, self.hw, self.inp = spec, hw, inp
+        self._t = _terms(spec, inp.weight_dtype, inp.kv_dtype, inp.tp)
+        self._w = _hw_terms(hw, inp)
+        self.window = self._t["window"]
+
+    def with_inputs(self, inp: RooflineInputs) -> "StepPricer":
+        """The same model and hardware at other time terms (dtypes and ``tp`` must not change)."""
+        other = object.__new__(StepPricer)
+        other.spec, other.hw, other.inp, other._t, other.window = self.spec, self.hw, inp, self._t, self.window
+        other._w = _hw_terms(self.hw, inp)
+        return other
+
+    def step(
+        self,
+        *,
+        new_tokens: ArrayLike,
+        logits_tokens: ArrayLike,
+        attention_pairs: ArrayLike,
+        kv_read_tokens: ArrayLike,
+        sequences: ArrayLike,
+        window_attention_pairs: ArrayLike | None = None,
+        window_kv_read_tokens: ArrayLike | None = None,
+    ) -> StepCost:
+        """Price one step of arbitrary work (see :func:`engine_step`)."""
+        new = _arr(new_tokens, "new_tokens", 1)
+        logits = _arr(logits_tokens, "logits_tokens")
+        pairs = _arr(attention_pairs, "attention_pairs")
+        read = _arr(kv_read_tokens, "kv_read_tokens")
+        seqs = _arr(sequences, "sequences")
+        win = self.window
+        pairs_w = np.minimum(pairs, new * win) if window_attention_pairs is None else _arr(window_attention_pairs, "window_attention_pairs")
+        read_w = np.minimum(read, seqs * win) if window_kv_read_tokens is None else _arr(window_kv_read_tokens, "window_kv_read_tokens")
+        return _finish(_evaluate(self._t, self._w, new, logits, pairs, pairs_w, read, read_w, seqs))
+
+    def decode(self, batch: ArrayLike, context: ArrayLike) -> StepCost:
+        """A decode step (see :func:`decode_step`)."""
+        return self.step(**_decode_work(_arr(batch, "batch", 1), _arr(context, "context"), self.window))
+
+    def prefill(self, prompt: ArrayLike, cached: ArrayLike = 0, batch: ArrayLike = 1) -> StepCost:
+        """A prefill step (see :func:`prefill_step`)."""
+        return self.step(**_prefill_work(_arr(prompt, "prompt", 1), _arr(cached, "cached"), _arr(batch, "batch", 1), self.window))
+
+    def mixed(
+        self, decode_batch: ArrayLike, decode_context: ArrayLike, prefill_chunk: ArrayLike,
+        prefill_context: ArrayLike = 0, prefill_last_chunk: bool = False,
+    ) -> StepCost:
+        """A continuous-batching step of decodes and one prompt chunk (see :func:`mixed_step`)."""
+        return self.step(**_mixed_work(decode_batch, decode_context, prefill_chunk, prefill_context, prefill_last_chunk, self.window))
+
+    def chunked(self, tokens: float, pairs: float, pairs_w: float, kv_read: float, sequences: float, logits: float, chunk: int) -> tuple[float, float, float]:
+        """Time [s], FLOPs and bytes of ``tokens`` prefill/score positions run in steps of at most
+        ``chunk`` positions (the work spread evenly over ``ceil(tokens / chunk)`` steps)."""
+        if tokens <= 0:
+            return 0.0, 0.0, 0.0
+        steps = max(1, math.ceil(tokens / chunk))
+        c = self.step(
+            new_tokens=tokens / steps,
+            logits_tokens=logits / steps,
+            attention_pairs=pairs / steps,
+            kv_read_tokens=kv_read / steps,
+            sequences=max(sequences / steps, 1.0),
+            window_attention_pairs=pairs_w / steps,
+            window_kv_read_tokens=kv_read / steps,
+        )
+        return steps * float(c.step_time_s), steps * float(c.flops), steps * float(c.bytes)
+
+
+def _decode_work(B: Any, c: Any, W: float) -> dict[str, Any]:
+    """Work of a decode step: ``B`` sequences, one new position each after ``c`` cached."""
+    return dict(
+        new_tokens=B, logits_tokens=B, attention_pairs=B * (c + 1), kv_read_tokens=B * c, sequences=B,
+        window_attention_pairs=B * np.minimum(c + 1, W), window_kv_read_tokens=B * np.minimum(c, W - 1),
+    )
+
+
+def _prefill_work(P: Any, C: Any, B: Any, W: float) -> dict[str, Any]:
+    """Work of a prefill step: ``B`` prompts of ``P`` new positions after ``C`` cached."""
+    return dict(
+        new_tokens=B * P, logits_tokens=B, attention_pairs=B * causal_pairs(C, P), kv_read_tokens=B * C,
+        sequences=B, window_attention_pairs=B * causal_pairs(C, P, W), window_kv_read_tokens=B * np.minimum(C, W - 1),
+    )
+
+
+def _mixed_work(decode_batch: Any, decode_context: Any, prefill_chunk: Any, prefill_context: Any, last: bool, W: float) -> dict[str, Any]:
+    """Work of a mixed step: decodes plus one prompt chunk."""
+    Bd = _arr(decode_batch, "decode_batch")
+    cd = _arr(decode_context, "decode_context")
+    n = _arr(prefill_chunk, "prefill_chunk")
+    C = _arr(prefill_context, "prefill_context")
+    if np.any(Bd + n < 1):
+        raise InputError("a mixed step needs at least one decoding sequence or one prefill position")
+    has_chunk = (n > 0).astype(float)
+    return dict(
+        new_tokens=Bd + n,
+        logits_tokens=Bd + (has_chunk if last else 0.0),
+        attention_pairs=Bd * (cd + 1) + causal_pairs(C, n),
+        kv_read_tokens=Bd * cd + has_chunk * C,
+        sequences=Bd + has_chunk,
+        window_attention_pairs=Bd * np.minimum(cd + 1, W) + causal_pairs(C, n, W),
+        window_kv_read_tokens=Bd * np.minimum(cd, W - 1) + has_chunk * np.minimum(C, W - 1),
+    )
 
 
 def causal_pairs(cached: ArrayLike, new: ArrayLike, window: float = math.inf) -> np.ndarray:
@@ -577,14 +685,7 @@ def decode_step(
     >>> s.bound.tolist(), (np.array([1, 512]) / s.step_time_s).round().tolist()  # output tokens/s
     (['memory', 'memory'], [131.0, 14984.0])
     """
-    B = _arr(batch, "batch", 1)
-    c = _arr(context, "context")
-    W = _window(spec)
-    return engine_step(
-        spec, hw, inp,
-        new_tokens=B, logits_tokens=B, attention_pairs=B * (c + 1), kv_read_tokens=B * c, sequences=B,
-        window_attention_pairs=B * np.minimum(c + 1, W), window_kv_read_tokens=B * np.minimum(c, W - 1),
-    )
+    return StepPricer(spec, hw, inp).decode(batch, context)
 
 
 def prefill_step(
@@ -621,15 +722,7 @@ def prefill_step(
     >>> s.bound, round(s.step_time_s * 1e3, 1)
     ('compute', 44.9)
     """
-    P = _arr(prompt, "prompt", 1)
-    C = _arr(cached, "cached")
-    B = _arr(batch, "batch", 1)
-    W = _window(spec)
-    return engine_step(
-        spec, hw, inp,
-        new_tokens=B * P, logits_tokens=B, attention_pairs=B * causal_pairs(C, P), kv_read_tokens=B * C,
-        sequences=B, window_attention_pairs=B * causal_pairs(C, P, W), window_kv_read_tokens=B * np.minimum(C, W - 1),
-    )
+    return StepPricer(spec, hw, inp).prefill(prompt, cached, batch)
 
 
 def score_step(
@@ -701,24 +794,7 @@ def mixed_step(
     >>> m.bound, d.bound, round(m.step_time_s * 1e3), round(d.step_time_s * 1e3)  # [ms]
     ('compute', 'memory', 192, 14)
     """
-    Bd = _arr(decode_batch, "decode_batch")
-    cd = _arr(decode_context, "decode_context")
-    n = _arr(prefill_chunk, "prefill_chunk")
-    C = _arr(prefill_context, "prefill_context")
-    if np.any(Bd + n < 1):
-        raise InputError("a mixed step needs at least one decoding sequence or one prefill position")
-    W = _window(spec)
-    has_chunk = (n > 0).astype(float)
-    return engine_step(
-        spec, hw, inp,
-        new_tokens=Bd + n,
-        logits_tokens=Bd + (has_chunk if prefill_last_chunk else 0.0),
-        attention_pairs=Bd * (cd + 1) + causal_pairs(C, n),
-        kv_read_tokens=Bd * cd + has_chunk * C,
-        sequences=Bd + has_chunk,
-        window_attention_pairs=Bd * np.minimum(cd + 1, W) + causal_pairs(C, n, W),
-        window_kv_read_tokens=Bd * np.minimum(cd, W - 1) + has_chunk * np.minimum(C, W - 1),
-    )
+    return StepPricer(spec, hw, inp).mixed(decode_batch, decode_context, prefill_chunk, prefill_context, prefill_last_chunk)
 
 
 def _window(spec: "ModelSpec") -> float:
