@@ -123,6 +123,9 @@ class TimeTerms(BaseModel):
     """Fraction [0-1] of the per-GPU link bandwidth a tensor-parallel all-reduce reaches."""
     allreduce_latency_us: float = Field(default=10.0, ge=0)
     """Fixed latency of one all-reduce [microseconds]."""
+    chunked_prefill: bool = True
+    """Prompts are split into chunks of the token budget that share steps with decodes (vLLM V1,
+    SGLang); ``false``: a prompt is prefilled whole in one step."""
     cuda_graph_max_batch: int = Field(default=0, ge=0)
     """Largest decode batch run as a captured CUDA graph [sequences]; decode batches up to it are
     padded to the next captured size (1, 2, 4, then multiples of 8). 0: no padding."""
