@@ -136,33 +136,50 @@ def static_batch(server: Server, batch: int, input_tokens: int, output_tokens: i
     )
 
 
+def _closed_loop_arrays(server: Server, concurrency: Any, input_tokens: float, output_tokens: float) -> dict[str, np.ndarray]:
+    """The closed-loop model (module notes), vectorised over ``concurrency``."""
+    c = np.atleast_1d(np.asarray(concurrency, dtype=float))
+    P, O = float(input_tokens), float(output_tokens)
+    M = float(server.max_num_batched_tokens)
+    decode_steps = O - 1.0
+    b = np.maximum(c - 1.0, 0.0)
+    for _ in range(20):
+        chunk = np.maximum(M - b, 1.0) if server.chunked_prefill else np.full_like(c, P)
+        k = np.ceil(P / chunk)
+        window = np.maximum(k + decode_steps, c * k)
+        b_new = c * decode_steps / window
+        done = np.all(np.abs(b_new - b) < 1e-6)
+        b = b_new
+        if done:
+            break
+    chunk = np.minimum(P, np.maximum(M - b, 1.0)) if server.chunked_prefill else np.full_like(c, P)
+    k = np.ceil(P / chunk)
+    window = np.maximum(k + decode_steps, c * k)
+    ctx = P + decode_steps / 2.0
+    if decode_steps > 0:
+        pts = P + (np.arange(DECODE_POINTS) + 0.5) * decode_steps / DECODE_POINTS
+        t_d = np.mean(np.asarray(server.pricer.decode(np.maximum(b, 1.0)[:, None], pts[None, :]).step_time_s), axis=1)
+    else:
+        t_d = np.zeros_like(c)
+    # prefill chunks find (k - 1) / 2 chunks cached on average (attention work is linear in it)
+    cached = np.clip((k - 1.0) / 2.0 * chunk, 0.0, np.maximum(P - chunk, 0.0))
+    t_m = np.asarray(server.pricer.mixed(b, ctx, chunk, cached).step_time_s, dtype=float)
+    mixed_share = np.minimum(1.0, c * k / window)
+    step = np.where(b > 0, mixed_share * t_m + (1.0 - mixed_share) * t_d, t_m)
+    ttft = (window - decode_steps) * t_m
+    e2e = ttft + decode_steps * step
+    return {"c": c, "b": b, "ttft": ttft, "itl": step, "e2e": e2e}
+
+
 def closed_loop(server: Server, concurrency: float, input_tokens: int, output_tokens: int, limited_by: str = "clients") -> BenchmarkResult:
     """``concurrency`` clients, each sending its next request when the last one ends (module notes)."""
     _check(concurrency=concurrency, input_tokens=input_tokens, output_tokens=output_tokens)
-    c, P, O = float(concurrency), float(input_tokens), float(output_tokens)
-    M = float(server.max_num_batched_tokens)
-    decode_steps = O - 1.0
-    b = max(c - 1.0, 0.0)
-    for _ in range(20):
-        chunk = max(M - b, 1.0) if server.chunked_prefill else P
-        k = math.ceil(P / chunk)
-        window = max(k + decode_steps, c * k)
-        b_new = c * decode_steps / window
-        if abs(b_new - b) < 1e-6:
-            break
-        b = b_new
-    chunk = min(P, max(M - b, 1.0)) if server.chunked_prefill else P
-    ctx = P + decode_steps / 2.0
-    t_d = _decode_run_s(server, b, P, decode_steps) / decode_steps if decode_steps > 0 and b > 0 else 0.0
-    prefill_pos = (np.arange(k) + 0.5) * chunk  # cached positions before each chunk, on average
-    t_m = float(np.mean(server.pricer.mixed(b, ctx, chunk, np.minimum(prefill_pos, P - chunk).clip(min=0)).step_time_s))
-    mixed_share = min(1.0, c * k / window)
-    step = mixed_share * t_m + (1.0 - mixed_share) * t_d if b > 0 else t_m
-    ttft = (window - decode_steps) * t_m
-    e2e = ttft + decode_steps * step
+    a = {k: float(v[0]) for k, v in _closed_loop_arrays(server, concurrency, input_tokens, output_tokens).items()}
+    c, e2e = a["c"], a["e2e"]
     return BenchmarkResult(
-        scenario="closed_loop", concurrency=c, decode_batch=b, ttft_s=ttft, itl_s=step, e2e_latency_s=e2e,
-        output_tokens_per_s=c * O / e2e, input_tokens_per_s=c * P / e2e, requests_per_s=c / e2e, limited_by=limited_by,
+        scenario="closed_loop", concurrency=c, decode_batch=a["b"], ttft_s=a["ttft"], itl_s=a["itl"], e2e_latency_s=e2e,
+        output_tokens_per_s=c * output_tokens / e2e, input_tokens_per_s=c * input_tokens / e2e, requests_per_s=c / e2e,
+        limited_by=limited_by,
     )
 
 
@@ -197,13 +214,15 @@ def open_loop(server: Server, rate: float, input_tokens: int, output_tokens: int
     top = offline(server, input_tokens, output_tokens)
     if rate >= top.requests_per_s:
         return BenchmarkResult(**{**top.as_dict(), "scenario": "open_loop", "limited_by": "saturated"})
-    lo, hi = 1e-6, top.concurrency
-    for _ in range(60):
-        mid = (lo + hi) / 2.0
-        if rate * closed_loop(server, mid, input_tokens, output_tokens).e2e_latency_s > mid:
-            lo = mid
-        else:
-            hi = mid
+    # the concurrency where arrivals balance completions, c = rate x E2E(c): on a log grid, then
+    # refined once on a finer grid between the bracketing points (vectorised)
+    lo, hi = 1e-4, top.concurrency
+    for _ in range(3):
+        grid = np.geomspace(lo, hi, 48)
+        gap = rate * _closed_loop_arrays(server, grid, input_tokens, output_tokens)["e2e"] - grid
+        above = np.nonzero(gap <= 0)[0]
+        i = int(above[0]) if above.size else grid.size - 1
+        lo, hi = (grid[i - 1], grid[i]) if i > 0 else (grid[0] / 2, grid[0])
     r = closed_loop(server, hi, input_tokens, output_tokens, limited_by="arrival rate")
     rho = rate / top.requests_per_s
     wait = rho / (2.0 * (1.0 - rho)) * prefill_s(server, input_tokens)

@@ -13,10 +13,10 @@ from typing import Literal
 
 from capplan.errors import NotFoundError
 
-Kind = Literal["workloads", "hardware_profiles", "models", "engine_profiles"]
+Kind = Literal["workloads", "hardware_profiles", "models", "engine_profiles", "validation"]
 
 _KIND_LABEL = {
-    "workloads": "workload", "hardware_profiles": "hardware profile", "models": "model", "engine_profiles": "engine profile",
+    "workloads": "workload", "hardware_profiles": "hardware profile", "models": "model", "engine_profiles": "engine profile", "validation": "validation file",
 }
 _PACKAGE_DIR = Path(__file__).resolve().parent
 

@@ -20,8 +20,10 @@ from typer.testing import CliRunner
 
 from capplan.cli.app import app
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "reconcile"
+REPO = Path(__file__).resolve().parent.parent
+GOLDEN = REPO / "tests" / "golden"
+FIXTURES = Path("tests") / "fixtures" / "reconcile"
+"""Relative to the repository root, where the cases run, so no output holds a checkout's path."""
 UPDATE = os.environ.get("CAPPLAN_UPDATE_GOLDEN") == "1"
 BIG = 1_000_000
 """Outputs above this many characters are kept as their SHA-256 (still a byte-for-byte check)."""
@@ -101,9 +103,9 @@ def _cases() -> list[tuple[str, list[str], str | None]]:
     out.append(("simulate-agentic-async-k1.json", ["simulate", "agentic-tool-rl", "-H", "h100-sxm", "--inference-replicas", "4", "--steps", "3", "--mode", "async", "--max-staleness", "1", "--format", "json"], None))
     out.append(("simulate-agentic-sweep.json", ["simulate", "agentic-tool-rl", "-H", "h100-sxm", "--inference-replicas", "4", "--steps", "2", "--sweep-staleness", "0,1", "--format", "json"], None))
     out.append(("simulate-distillation-static.json", ["simulate", "distillation", "-H", "h100-sxm", "--inference-replicas", "2", "--steps", "1", "--static-batching", "--format", "json"], None))
-    for f in sorted(FIXTURES.glob("*.jsonl")):
+    for f in sorted((REPO / FIXTURES).glob("*.jsonl")):
         mapping = f.stem if f.stem in ("verl", "openrlhf", "areal") else "capplan"
-        out.append((f"reconcile-{f.stem}.json", ["ledger", "reconcile", str(f), "--mapping", mapping, "--format", "json"], None))
+        out.append((f"reconcile-{f.stem}.json", ["ledger", "reconcile", str(FIXTURES / f.name), "--mapping", mapping, "--format", "json"], None))
     out.append(("reconcile-clean-workload.csv", ["ledger", "reconcile", str(FIXTURES / "clean.jsonl"), "-w", "seed-replay-auto", "--format", "csv"], None))
     for fmt in ("json", "csv"):
         out.append((f"sweep-agentic.{fmt}", ["sweep", "agentic-tool-rl", "-H", "h100-sxm,h200", "--tp", "1,2", "--kv-dtype", "bf16,fp8", "--inference-gpus", "8,16", "--trainer-gpus", "4,8", "--conversations", "3000", "-o", "{out}"], "sweep." + fmt))
@@ -114,7 +116,8 @@ CASES = _cases()
 
 
 @pytest.mark.parametrize("name,argv,outfile", CASES, ids=[c[0] for c in CASES])
-def test_golden(name: str, argv: list[str], outfile: str | None, tmp_path: Path) -> None:
+def test_golden(name: str, argv: list[str], outfile: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
     path = tmp_path / (outfile or "out")
     argv = [a.replace("{out}", str(path)) for a in argv]
     result = CliRunner().invoke(app, argv)

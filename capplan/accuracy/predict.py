@@ -1,0 +1,270 @@
+"""capplan's prediction of one corpus row: the same library calls a user's plan makes.
+
+Serving rows go through :mod:`capplan.benchmark` (a static batch, closed-loop clients, an offline
+run or open-loop arrivals) with the engine profile of the row's engine; KV rows through
+:func:`capplan.kv.compute_kv` with the settings the log shows. A row capplan cannot express (a
+model or GPU without a profile, a dtype or parallel layout it does not model) is returned as
+unsupported with the reason, never predicted with a silently different setup.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from capplan.errors import CapplanError
+
+if TYPE_CHECKING:
+    from capplan.accuracy.corpus import CorpusRow
+    from capplan.engine import EngineProfile
+
+WEIGHT_DTYPES = {"bf16", "fp16", "fp8", "int8", "int4"}
+KV_DTYPES = {"bf16", "fp16", "fp8", "int8", "int4"}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """capplan's value for one row, or why it has none."""
+
+    value: float | None
+    """Predicted value in the row's unit (``None``: unsupported)."""
+    reason: str = ""
+    """Why the row is unsupported (empty when predicted)."""
+    engine_profile: str = ""
+    """Engine profile used."""
+    assumed: list[str] = field(default_factory=list)
+    """Settings the source does not state and the value capplan took for them."""
+
+
+class Unsupported(Exception):
+    """A row capplan cannot express; the message says why."""
+
+
+def engine_family(engine: str | None) -> str:
+    """``trtllm``, ``vllm``, ``sglang`` or ``other`` from a row's free-text engine column."""
+    e = (engine or "").lower()
+    if "tensorrt" in e or "nim" in e or "mlperf" in e:
+        return "trtllm"
+    if "sglang" in e:
+        return "sglang"
+    if "vllm" in e:
+        return "vllm"
+    return "other"
+
+
+@lru_cache(maxsize=None)
+def _model(name: str) -> Any:
+    from capplan.modelspec import load_model_spec
+
+    try:
+        return load_model_spec(name)
+    except CapplanError:
+        raise Unsupported(f"no model preset {name!r}") from None
+
+
+@lru_cache(maxsize=None)
+def _hardware(name: str) -> Any:
+    from capplan.hardware import load_hardware
+
+    try:
+        return load_hardware(name)
+    except CapplanError:
+        raise Unsupported(f"no hardware profile {name!r}") from None
+
+
+def _int(row: "CorpusRow", name: str, default: int) -> int:
+    v = row.number(name)
+    return int(v) if v is not None else default
+
+
+def serving_setup(row: "CorpusRow", family: str) -> tuple[dict[str, Any], list[str]]:
+    """The engine settings of a serving row, and what was assumed where the source is silent."""
+    assumed: list[str] = []
+    if row.get("feature") not in (None, "fp8", "int4"):
+        raise Unsupported(f"feature {row.get('feature')} is not modelled yet")
+    tp, pp = _int(row, "tp", 1), _int(row, "pp", 1)
+    if _int(row, "ep", 1) > 1 or _int(row, "dp", 1) > 1 and row.get("moe") == "true":
+        raise Unsupported("expert / data-parallel attention layouts are not modelled yet")
+    if pp > 1:
+        raise Unsupported("pipeline-parallel serving steps are not modelled")
+    w = row.get("weight_dtype")
+    if w is None:
+        raise Unsupported("weight dtype not stated")
+    if w not in WEIGHT_DTYPES:
+        raise Unsupported(f"weight dtype {w} is not modelled yet")
+    kv = row.get("kv_dtype")
+    if kv is None:
+        kv = "fp8" if (family == "trtllm" and w == "fp8") else ("fp16" if w == "fp16" else "bf16")
+        assumed.append(f"kv_dtype {kv} (the engine's default for {w} weights)")
+    if kv not in KV_DTYPES:
+        raise Unsupported(f"KV dtype {kv} is not modelled")
+    return {"tp": tp, "weight_dtype": w, "kv_dtype": kv}, assumed
+
+
+@dataclass(frozen=True)
+class PreparedServing:
+    """A serving row turned into a benchmark call, ready to be priced at any time terms."""
+
+    row: "CorpusRow"
+    server: Any
+    scenario: str
+    args: tuple
+    instances: float
+    divisor: float
+    assumed: list[str]
+
+    def evaluate(self, engine: "EngineProfile | None" = None) -> float:
+        """The predicted value, with ``engine``'s time terms if given (memory as prepared)."""
+        from dataclasses import replace
+
+        from capplan import benchmark
+
+        server = self.server
+        if engine is not None:
+            server = replace(server, pricer=server.pricer.with_inputs(server.pricer.inp.model_copy(update={"engine": engine})),
+                             chunked_prefill=engine.time.chunked_prefill)
+        r = getattr(benchmark, self.scenario)(server, *self.args)
+        return _metric(self.row.metric, r, self.instances, self.divisor)
+
+
+def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> PreparedServing:
+    """Resolve a serving row's model, hardware, settings and scenario (raises :class:`Unsupported`)."""
+    from capplan import benchmark
+
+    family = engine_family(row.get("engine"))
+    spec, hw = _model(row.get("model") or "?"), _hardware(row.get("hardware") or "?")
+    settings, assumed = serving_setup(row, family)
+    P, O = row.number("input_tokens"), row.number("output_tokens")
+    if P is None or O is None:
+        raise Unsupported("input/output lengths not stated")
+    server = _server(row.get("model"), row.get("hardware"), engine, tuple(sorted(settings.items())))
+    scenario = row.get("scenario")
+    if scenario == "static_batch":
+        b = row.number("batch")
+        if b is None:
+            raise Unsupported("batch not stated")
+        call, args = "static_batch", (int(b), int(P), int(O))
+    elif scenario == "concurrency":
+        c = row.number("concurrency")
+        if c is None:
+            raise Unsupported("concurrency not stated")
+        call, args = "closed_loop", (c, int(P), int(O))
+    elif scenario == "offline_max":
+        call, args = "offline", (int(P), int(O))
+    elif scenario == "request_rate":
+        rate = row.number("request_rate")
+        if rate is None:
+            raise Unsupported("request rate not stated")
+        if rate == float("inf"):
+            if row.metric in ("ttft_ms", "e2e_latency_s"):
+                raise Unsupported("latency with every request queued at once depends on the request count")
+            call, args = "offline", (int(P), int(O))
+        else:
+            call, args = "open_loop", (rate, int(P), int(O))
+    else:
+        raise Unsupported(f"scenario {scenario} is not modelled")
+    _metric(row.metric, None, 1.0, 1.0, check_only=True)
+    instances = max(1.0, (row.number("num_gpus") or settings["tp"]) / settings["tp"])
+    divisor = instances * settings["tp"] if row.get("per_gpu") == "true" else 1.0
+    return PreparedServing(row, server, call, args, instances, divisor, assumed)
+
+
+_SERVERS: dict[tuple, tuple[Any, Any]] = {}
+
+
+def _server(model: str, hardware: str, engine: Any, settings: tuple) -> Any:
+    """A cached :class:`capplan.benchmark.Server` (keyed by names, the engine object and settings)."""
+    from capplan import benchmark
+
+    key = (model, hardware, id(engine), settings)
+    hit = _SERVERS.get(key)
+    if hit is None or hit[0] is not engine:
+        hit = (engine, benchmark.server_for(_model(model), _hardware(hardware), engine=engine, **dict(settings)))
+        _SERVERS[key] = hit
+    return hit[1]
+
+
+def predict_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prediction:
+    """Predict a serving row (see the module notes)."""
+    name = engine.name if engine else ""
+    try:
+        prepared = prepare_serving(row, engine)
+        value = prepared.evaluate()
+    except Unsupported as exc:
+        return Prediction(None, str(exc), name)
+    except CapplanError as exc:
+        return Prediction(None, f"capplan refused the setup: {exc}", name)
+    return Prediction(value, "", name, prepared.assumed)
+
+
+_METRICS = {"ttft_ms", "itl_ms", "tpot_ms", "e2e_latency_s", "output_tokens_per_s", "input_tokens_per_s",
+            "total_tokens_per_s", "requests_per_s"}
+
+
+def _metric(metric: str, r: Any, instances: float, divisor: float, check_only: bool = False) -> float:
+    if metric not in _METRICS:
+        raise Unsupported(f"metric {metric} is not predicted")
+    if check_only:
+        return 0.0
+    if metric == "ttft_ms":
+        return r.ttft_s * 1e3
+    if metric in ("itl_ms", "tpot_ms"):
+        return r.itl_s * 1e3
+    if metric == "e2e_latency_s":
+        return r.e2e_latency_s
+    if metric == "output_tokens_per_s":
+        return r.output_tokens_per_s * instances / divisor
+    if metric == "input_tokens_per_s":
+        return r.input_tokens_per_s * instances / divisor
+    if metric == "total_tokens_per_s":
+        return (r.input_tokens_per_s + r.output_tokens_per_s) * instances / divisor
+    if metric == "requests_per_s":
+        return r.requests_per_s * instances / divisor
+    raise Unsupported(f"metric {metric} is not predicted")
+
+
+def predict_kv(row: "CorpusRow", engine: "EngineProfile | None") -> Prediction:
+    """Predict a KV-capacity row (``kv_cache_tokens`` or ``available_kv_gib``) from the logged settings."""
+    from capplan.kv import KVInputs, compute_kv
+
+    try:
+        spec, hw = _model(row.get("model") or "?"), _hardware(row.get("hardware") or "?")
+        if row.get("engine") != "vllm":
+            raise Unsupported(f"engine {row.get('engine')} KV rows are not predicted yet")
+        assumed: list[str] = []
+        w = row.get("weight_dtype") or "bf16"
+        if w not in WEIGHT_DTYPES:
+            raise Unsupported(f"weight dtype {w} is not modelled yet")
+        kvd = row.get("kv_dtype")
+        if kvd is None:
+            kvd = "bf16"
+            assumed.append("kv_dtype bf16 (vLLM auto)")
+        if kvd not in KV_DTYPES:
+            raise Unsupported(f"KV dtype {kvd} is not modelled")
+        if _int(row, "dp", 1) > 1:
+            raise Unsupported("data-parallel ranks are not modelled")
+        inp = KVInputs(
+            tp=_int(row, "tp", 1), pp=_int(row, "pp", 1), weight_dtype=w, kv_dtype=kvd, engine=engine,
+            gpu_mem_util=row.number("gpu_memory_utilization"), usable_mem_gib=row.number("total_mem_gib_logged"),
+            max_num_seqs=_opt_int(row, "max_num_seqs"), max_batched_tokens=_opt_int(row, "max_num_batched_tokens"),
+            block_size=_int(row, "block_size", engine.memory.block_size if engine else 16),
+            context=_int(row, "max_model_len", 8192),
+        )
+        r = compute_kv(spec, hw, inp)
+        if row.metric == "kv_cache_tokens":
+            value = float(r.kv_capacity_tokens)
+        elif row.metric == "available_kv_gib":
+            value = r.kv_budget_gib_per_gpu
+        else:
+            raise Unsupported(f"metric {row.metric} is not predicted")
+    except Unsupported as exc:
+        return Prediction(None, str(exc), engine.name if engine else "")
+    except CapplanError as exc:
+        return Prediction(None, f"capplan refused the setup: {exc}", engine.name if engine else "")
+    return Prediction(value, "", engine.name if engine else "", assumed)
+
+
+def _opt_int(row: "CorpusRow", name: str) -> int | None:
+    v = row.number(name)
+    return int(v) if v is not None else None

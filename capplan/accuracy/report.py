@@ -1,0 +1,157 @@
+"""Predicted against measured, row by row and summarised: the ``capplan accuracy`` report.
+
+Signed error is ``predicted / measured - 1`` for rates and quantities (tokens/s, KV tokens) and
+``measured / predicted - 1`` for durations (TTFT, ITL, step times), so a positive error always
+means capplan is optimistic (it promises more throughput or less time than was measured).
+Absolute error is the absolute value of the signed one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from statistics import median
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from capplan.accuracy.corpus import CorpusRow
+    from capplan.engine import EngineProfile
+
+
+@dataclass(frozen=True)
+class RowResult:
+    """One corpus row with capplan's prediction (the JSON contract of ``capplan accuracy``)."""
+
+    id: str
+    source: str
+    kind: str
+    metric: str
+    unit: str
+    hardware: str
+    model: str
+    engine_profile: str
+    predicted: float | None
+    measured: float
+    signed_error: float | None
+    abs_error: float | None
+    held_out: bool
+    citation: str
+    unsupported: str = ""
+    assumed: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Error statistics of a set of predicted rows (fractions)."""
+
+    n: int
+    median_abs_error: float | None
+    median_signed_error: float | None
+    mean_abs_error: float | None
+    mean_signed_error: float | None
+    max_abs_error: float | None
+    within_2x: float | None
+    """Fraction of rows with predicted/measured within a factor of 2."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class AccuracyReport:
+    """Every row and the summaries (JSON: ``rows`` and ``summary``)."""
+
+    rows: list[RowResult]
+    engines: dict[str, str]
+    """Engine profile used per engine family."""
+
+    def summary(self, where: Callable[[RowResult], bool] = lambda r: True) -> Summary:
+        return summarize([r for r in self.rows if where(r)])
+
+    def groups(self, key: Callable[[RowResult], str], where: Callable[[RowResult], bool] = lambda r: True) -> dict[str, Summary]:
+        out: dict[str, list[RowResult]] = {}
+        for r in self.rows:
+            if where(r) and r.signed_error is not None:
+                out.setdefault(key(r), []).append(r)
+        return {k: summarize(v) for k, v in sorted(out.items())}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "engines": self.engines,
+            "rows": [r.as_dict() for r in self.rows],
+            "summary": {
+                "all": self.summary().as_dict(),
+                "held_out": self.summary(lambda r: r.held_out).as_dict(),
+                "by_kind": {k: v.as_dict() for k, v in self.groups(lambda r: r.kind).items()},
+                "by_metric": {k: v.as_dict() for k, v in self.groups(lambda r: f"{r.kind}:{r.metric}").items()},
+                "by_source": {k: v.as_dict() for k, v in self.groups(lambda r: r.source).items()},
+                "by_hardware": {k: v.as_dict() for k, v in self.groups(lambda r: r.hardware).items()},
+            },
+            "unsupported": len([r for r in self.rows if r.predicted is None]),
+        }
+
+
+def signed_error(predicted: float, measured: float, is_time: bool) -> float:
+    """+ = optimistic: ``measured / predicted - 1`` for durations, ``predicted / measured - 1`` otherwise.
+
+    >>> signed_error(90.0, 100.0, is_time=True)  # predicted 90 ms, took 100 ms: optimistic
+    0.11111111111111116
+    >>> signed_error(120.0, 100.0, is_time=False)  # predicted 120 tokens/s, measured 100
+    0.19999999999999996
+    """
+    return measured / predicted - 1.0 if is_time else predicted / measured - 1.0
+
+
+def summarize(rows: list[RowResult]) -> Summary:
+    """Median / mean / max of the errors of the predicted rows among ``rows``."""
+    e = [r.signed_error for r in rows if r.signed_error is not None]
+    if not e:
+        return Summary(0, None, None, None, None, None, None)
+    a = [abs(x) for x in e]
+    ratios = [r.predicted / r.measured for r in rows if r.signed_error is not None and r.predicted and r.measured]
+    within = sum(1 for q in ratios if 0.5 <= q <= 2.0) / len(ratios) if ratios else None
+    return Summary(len(e), median(a), median(e), sum(a) / len(a), sum(e) / len(e), max(a), within)
+
+
+def run_accuracy(
+    rows: "list[CorpusRow] | None" = None,
+    engines: "dict[str, EngineProfile | None] | None" = None,
+    default_engine: "EngineProfile | None" = None,
+) -> AccuracyReport:
+    """Predict every row with the engine profile of its engine family.
+
+    Parameters
+    ----------
+    rows
+        Corpus rows (default: the shipped corpus).
+    engines
+        Engine profile per family (``vllm``, ``sglang``, ``trtllm``, ``other``); a family not
+        given uses ``default_engine``.
+    """
+    from capplan.accuracy.corpus import load_corpus
+    from capplan.accuracy.predict import Prediction, engine_family, predict_kv, predict_serving
+
+    rows = load_corpus() if rows is None else rows
+    engines = engines or {}
+    used: dict[str, str] = {}
+    out = []
+    for row in rows:
+        family = engine_family(row.get("engine"))
+        engine = engines.get(family, default_engine)
+        used[family] = engine.name if engine is not None else "hardware assumptions"
+        if row.kind == "serving":
+            p = predict_serving(row, engine)
+        elif row.kind == "kv":
+            p = predict_kv(row, engine)
+        else:
+            p = Prediction(None, f"{row.kind} rows are predicted by the RL plan (not yet)")
+        err = signed_error(p.value, row.measured, row.is_time) if p.value else None
+        out.append(RowResult(
+            id=row.id, source=row.source, kind=row.kind, metric=row.metric, unit=row.unit,
+            hardware=row.get("hardware") or "", model=row.get("model") or "", engine_profile=p.engine_profile,
+            predicted=p.value, measured=row.measured, signed_error=err, abs_error=abs(err) if err is not None else None,
+            held_out=row.held_out, citation=row.citation, unsupported=p.reason, assumed=p.assumed,
+        ))
+    return AccuracyReport(out, used)
