@@ -216,10 +216,9 @@ def plan(
     force: ForceOpt = False,
 ) -> None:
     from capplan.hardware import load_hardware
-    from capplan.modelspec import load_model_spec
-    from capplan.output import to_json
+    from capplan.output import ensure_new, to_json, write_atomic
     from capplan.plan import PlanInputs, plan_workload
-    from capplan.workload import load_workload
+    from capplan.plan.inputs import load_policy, load_teacher
 
     if trainer_gpus and inference_gpus and total_gpus:
         raise fail("give --total-gpus or both --trainer-gpus and --inference-gpus, not all three")
@@ -227,35 +226,21 @@ def plan(
     thw = call(lambda: load_hardware(trainer_hardware)) if trainer_hardware else hw
     plans = []
     for name in workloads:
-        w = call(lambda: load_workload(name))
-        ref = model or w.model
-        if ref is None:
-            raise fail(f"{name}: the workload names no model; add 'model:' to it or pass --model")
-        spec = call(lambda: load_model_spec(ref))
-        teacher = call(lambda: load_model_spec(w.training.teacher_model)) if w.training.teacher_model else None
-        inp = PlanInputs(
-            hardware=hw,
-            model=spec,
-            trainer_hardware=thw,
-            teacher=teacher,
-            tp=tp,
-            kv_dtype=kv_dtype,
-            weight_dtype=weight_dtype,
-            trainer_gpus=trainer_gpus,
-            inference_gpus=inference_gpus,
-            total_gpus=total_gpus,
-            mode=mode.value,  # type: ignore[arg-type]
-            max_staleness=max_staleness,
+        workload, spec = call(lambda: load_policy(name, model))
+        teacher = call(lambda: load_teacher(workload))
+        inputs = call(
+            lambda: PlanInputs(
+                hardware=hw, model=spec, trainer_hardware=thw, teacher=teacher, tp=tp, kv_dtype=kv_dtype,
+                weight_dtype=weight_dtype, trainer_gpus=trainer_gpus, inference_gpus=inference_gpus, total_gpus=total_gpus,
+                mode=mode.value, max_staleness=max_staleness,  # type: ignore[arg-type]
+            )
         )
-        plans.append(call(lambda: plan_workload(w, inp, conversations=conversations)))
+        plans.append(call(lambda: plan_workload(workload, inputs, conversations=conversations)))
     docs = [p.as_dict() for p in plans]
     if output_dir is not None:
-        from capplan.output import write_atomic
-
         targets = {output_dir / "plan.json": to_json(docs), output_dir / "plan.csv": plans_csv(plans)}
-        existing = [str(t) for t in targets if t.exists()]
-        if existing and not force:
-            raise fail(f"{', '.join(existing)}: file exists; pass --force to overwrite")
+        for path in targets:
+            call(lambda: ensure_new(path, force))  # nothing is written unless every file may be
         for path, text in targets.items():
             call(lambda: write_atomic(path, text, force=force))
             typer.echo(f"wrote {path}", err=True)

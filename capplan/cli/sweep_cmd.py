@@ -59,17 +59,12 @@ def sweep_cmd(
     import sys
 
     from capplan.hardware import load_hardware
-    from capplan.modelspec import load_model_spec
-    from capplan.sweep import best, sweep
-    from capplan.workload import load_workload
+    from capplan.plan import best, sweep
+    from capplan.plan.inputs import load_policy
 
     if objective is Objective.cost and gpu_hour_price is None:
         raise fail("--objective cost needs --gpu-hour-price")
-    w = call(lambda: load_workload(workload))
-    ref = model or w.model
-    if ref is None:
-        raise fail(f"{workload}: the workload names no model; add 'model:' to it or pass --model")
-    spec = call(lambda: load_model_spec(ref))
+    w, spec = call(lambda: load_policy(workload, model))
     hws = [call(lambda: load_hardware(h)) for h in parse_names(hardware)]
     thw = call(lambda: load_hardware(trainer_hardware)) if trainer_hardware else None
     tps = parse_ints(tp, "--tp") or [1]
@@ -110,8 +105,7 @@ def sweep_cmd(
         emit(text, output, force)
     from rich.table import Table
 
-    key = {"per-gpu": "per-gpu", "throughput": "throughput", "cost": "cost"}[objective.value]
-    top_rows = best(grid, key, top)
+    top_rows = best(grid, objective.value, top)
     con = console()
     t = Table(
         title=f"{w.name} on {spec.name}: best {len(top_rows)} of {len(grid):,} combinations "

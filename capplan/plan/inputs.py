@@ -1,4 +1,4 @@
-"""What a plan needs besides the workload (:class:`PlanInputs`), validated when it is built."""
+"""What a plan needs: :class:`PlanInputs` (validated when built), and the loaders of a workload's policy and teacher models."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from capplan.errors import InputError
 if TYPE_CHECKING:
     from capplan.hardware import HardwareProfile
     from capplan.modelspec import ModelSpec
+    from capplan.workload import Workload
 
 Mode = Literal["sync", "async"]
 MODES: tuple[str, ...] = ("sync", "async")
@@ -88,3 +89,30 @@ class PlanInputs:
         _check_at_least("--max-staleness", self.max_staleness, 0)
         _check_fraction("--gpu-mem-util", self.gpu_mem_util)
         _check_fraction("trainer_mfu", self.trainer_mfu)
+
+
+def load_policy(workload_ref: str, model_ref: str | None = None) -> "tuple[Workload, ModelSpec]":
+    """Load a workload (bundled name or file) and its policy model: ``model_ref``, else the workload's.
+
+    Raises
+    ------
+    InputError
+        The workload names no model and ``model_ref`` is ``None``; or either file is invalid.
+    NotFoundError
+        An unknown workload or model name.
+    """
+    from capplan.modelspec import load_model_spec
+    from capplan.workload import load_workload
+
+    workload = load_workload(workload_ref)
+    ref = model_ref or workload.model
+    if ref is None:
+        raise InputError(f"{workload_ref}: the workload names no model; add 'model:' to it or pass --model")
+    return workload, load_model_spec(ref)
+
+
+def load_teacher(workload: "Workload") -> "ModelSpec | None":
+    """The workload's ``training.teacher_model`` (``None``: teacher scoring uses the policy)."""
+    from capplan.modelspec import load_model_spec
+
+    return load_model_spec(workload.training.teacher_model) if workload.training.teacher_model else None
