@@ -49,6 +49,29 @@ class PlanInputs:
         On construction, for a value out of range; the one-line message names the flag
         (``--tp 0: must be >= 1``). Whether GPU counts suit ``tp`` and the trainer is checked
         when the split is sized (:func:`capplan.plan.sizing.check_given_counts`).
+
+    Examples
+    --------
+    >>> from capplan.hardware import load_hardware
+    >>> from capplan.modelspec import load_model_spec
+    >>> h100, llama = load_hardware("h100-sxm"), load_model_spec("llama-3.1-8b")
+    >>> PlanInputs(hardware=h100, model=llama, tp=2, trainer_gpus=8).mode
+    'sync'
+    >>> PlanInputs(hardware=h100, model=llama, tp=0)
+    Traceback (most recent call last):
+    capplan.errors.InputError: --tp 0: must be >= 1
+    >>> PlanInputs(hardware=h100, model=llama, trainer_gpus=0)
+    Traceback (most recent call last):
+    capplan.errors.InputError: --trainer-gpus 0: must be >= 1
+    >>> PlanInputs(hardware=h100, model=llama, mode="overlap")
+    Traceback (most recent call last):
+    capplan.errors.InputError: --mode overlap: allowed sync, async
+    >>> PlanInputs(hardware=h100, model=llama, mode="async", max_staleness=-1)
+    Traceback (most recent call last):
+    capplan.errors.InputError: --max-staleness -1: must be >= 0
+    >>> PlanInputs(hardware=h100, model=llama, gpu_mem_util=1.2)
+    Traceback (most recent call last):
+    capplan.errors.InputError: --gpu-mem-util 1.2: must be in (0, 1]
     """
 
     hardware: "HardwareProfile"

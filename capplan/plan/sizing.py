@@ -36,6 +36,13 @@ def step_time_s(mode: str, has_rollout: bool, has_trainer: bool, rollout: Any, w
         Rollout time, rollout work at full batch and trainer time [s].
     sync : float
         Weight sync time [s].
+
+    Examples
+    --------
+    >>> step_time_s("sync", True, True, rollout=100.0, work=80.0, train=30.0, sync=1.0)
+    131.0
+    >>> float(step_time_s("async", True, True, rollout=100.0, work=80.0, train=30.0, sync=1.0))
+    80.0
     """
     import numpy as np
 
@@ -175,7 +182,11 @@ class Split:
 
 
 def smallest_satisfying(low: int, high: int, ok: Callable[[int], bool]) -> int:
-    """Smallest integer in ``[low, high]`` with ``ok(x)`` true (``ok`` monotone), else ``high``."""
+    """Smallest integer in ``[low, high]`` with ``ok(x)`` true (``ok`` monotone), else ``high``.
+
+    >>> smallest_satisfying(1, 100, lambda replicas: 120 / replicas <= 7)
+    18
+    """
     if ok(low):
         return low
     while high - low > 1:
