@@ -1,4 +1,4 @@
-"""The sweep's former home, kept so ``from capplan.sweep import sweep`` works: it lives in :mod:`capplan.plan.grid`."""
+"""Alias kept for ``from capplan.sweep import sweep``: the sweep lives in :mod:`capplan.plan.grid`."""
 
 from capplan.plan.grid import COLUMNS, best, default_inference_gpus, default_trainer_gpus, sweep
 

@@ -1,4 +1,4 @@
-"""The capacity plan of one workload: :func:`plan_workload` as a short list of named steps, and its result :class:`Plan`."""
+"""The plan of one workload: :func:`plan_workload` as a list of named steps, and :class:`Plan`."""
 
 from __future__ import annotations
 
@@ -25,52 +25,99 @@ class Plan:
     """A capacity plan for one workload (JSON contract: :meth:`as_dict`)."""
 
     workload: str
+    """Workload name."""
     method: str
+    """Workload method (``outcome-rl``, ``serving``, ...)."""
     model: str
+    """Policy model name."""
     hardware: str
+    """Inference hardware profile name."""
     trainer_hardware: str
+    """Trainer hardware profile name."""
     tp: int
+    """Tensor-parallel degree of an inference replica [GPUs]."""
     kv_dtype: str
+    """KV-cache dtype."""
     weight_dtype: str
+    """Inference weight dtype."""
     mode: str
+    """``sync`` or ``async``."""
     max_staleness: int
+    """Async: policy versions a trajectory may lag [versions]."""
     kv: dict[str, Any]
+    """The KV calculator's object for one replica (:meth:`capplan.kv.KVResult.as_dict`)."""
     concurrency: dict[str, Any]
+    """The workload concurrency object (empty without a rollout engine)."""
     ledger_per_step: dict[str, dict[str, float]]
+    """The ledger's per-step counters [positions]."""
     filter_factor: float
+    """``1 / (1 - filtered_group_fraction)``."""
     conversations_per_step: float
+    """Conversations generated per trained step, filtering included [conversations]."""
     decode_batch: float
+    """Decode batch per replica [sequences]."""
     binding_constraint: str
+    """What binds the decode batch (``memory``, ``max_num_seqs``, ``arrival of work``, ...)."""
     prefill_gpu_s: float
+    """Prefill per trained step [GPU-s]."""
     prefill_gpu_s_by_class: dict[str, float]
+    """Prefill split by token class (prompt, action, tool) [GPU-s]."""
     decode_gpu_s: float
+    """Decode per trained step [GPU-s]."""
     score_gpu_s: float
+    """Teacher scoring per trained step [GPU-s]."""
     rollout_tokens_per_s_per_gpu: float
+    """Generated tokens per rollout GPU-second [tokens/GPU-s]."""
     mbu: float
+    """Memory-bandwidth utilisation of the rollout work [fraction 0-1]."""
     mfu: float
+    """Model-FLOPs utilisation of the rollout work [fraction 0-1]."""
     rollout_time_s: float
+    """Rollout wall time of a synchronous step (serving: the percentile latency) [s]."""
     rollout_time_work_s: float
+    """Total rollout work at full batch over the replicas [s]."""
     rollout_time_tail_s: float
+    """The longest conversation's critical path at the shrinking batch [s]."""
     static_batching_waste: float
+    """Slot-steps a static batch would waste [fraction 0-1]."""
     static_rollout_time_s: float
+    """Rollout time with static batching [s]."""
     trainer_flops: float
+    """Trainer FLOPs per trained step [FLOP]."""
     trainer_time_s: float
+    """Trainer step time [s]."""
     trainer_gpus: int
+    """Trainer GPUs [GPUs]."""
     trainer_gpus_min_memory: int
+    """Fewest trainer GPUs that hold the sharded state [GPUs]."""
     trainer_sharding: str
+    """The sharding assumed."""
     weight_sync_time_s: float
+    """Weight push to the inference replicas [s]."""
     inference_gpus: int
+    """Inference GPUs [GPUs]."""
     inference_replicas: int
+    """Inference replicas of ``tp`` GPUs [replicas]."""
     step_time_s: float
+    """Wall time of one trained step (serving: 1 s of traffic) [s]."""
     trained_tokens_per_s: float
+    """Positions with loss per second [tokens/s]."""
     node_ratio: float
+    """Inference nodes per trainer node [ratio]."""
     trainer_idle_fraction: float
+    """Trainer idle time over the step [fraction 0-1]."""
     inference_idle_fraction: float
+    """Inference idle time over the step [fraction 0-1]."""
     stale_fraction: float
+    """Async: trajectories older than ``max_staleness`` at consumption [fraction 0-1]."""
     sizing: str
+    """How the split was chosen, in words."""
     serving: dict[str, Any] | None = None
+    """Serving workloads: replicas, batches, TTFT, TPOT and latency (:class:`~capplan.plan.serving.ServingPlan`)."""
     assumptions: list[str] = field(default_factory=list)
+    """The assumptions behind the figures, as text."""
     explain: list[str] = field(default_factory=list)
+    """Every formula with its numbers (``--explain``; not in the JSON contract)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON contract (units in the README): every field, ``explain`` excluded."""
@@ -160,12 +207,12 @@ def plan_workload(workload: "Workload", inputs: "PlanInputs", conversations: int
         static_rollout_time_s=static.rollout_time_s,
         trainer_flops=trainer.flops,
         trainer_time_s=times.trainer_time_s,
-        trainer_gpus=split.trainer_gpus or 0,
+        trainer_gpus=split.trainer_gpus,
         trainer_gpus_min_memory=trainer.min_gpus,
         trainer_sharding=TRAINER_SHARDING if trainer.has_trainer else "none",
         weight_sync_time_s=trainer.weight_sync_s,
-        inference_gpus=split.inference_gpus or 0,
-        inference_replicas=(split.inference_gpus or 0) // tp,
+        inference_gpus=split.inference_gpus,
+        inference_replicas=split.inference_gpus // tp,
         step_time_s=1.0 if serving else times.step_time_s,
         trained_tokens_per_s=figures.trained_tokens_per_s,
         node_ratio=figures.node_ratio,

@@ -1,4 +1,4 @@
-"""The plan's explanation: every figure's formula with its numbers substituted (``capplan plan --explain``), and its assumptions."""
+"""The plan's formulas with their numbers substituted (``--explain``), and its assumptions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Figures of a sized plan: static batching, the rollout's MFU/MBU and tokens per GPU-second, step throughput, idle and staleness."""
+"""A sized plan's figures: static batching, rollout MFU/MBU, throughput, idle and staleness."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The sweep: every (hardware x tp x KV dtype x weight dtype x inference GPUs x trainer GPUs) plan at once, as one grid.
+"""The sweep: every hardware x tp x dtype x GPU-split plan at once, evaluated as one grid.
 
 The workload is sampled once. For each replica configuration (hardware, tp, dtypes) the KV
 capacity, concurrency and step costs are set up once (:func:`capplan.plan.replica.replica_setup`)

@@ -1,4 +1,4 @@
-"""What a plan needs: :class:`PlanInputs` (validated when built), and the loaders of a workload's policy and teacher models."""
+"""What a plan needs: :class:`PlanInputs` (validated), and the loaders of its policy and teacher."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One inference replica: its KV capacity and concurrency, and the roofline prices of its decode, prefill and scoring steps."""
+"""One inference replica: KV capacity, concurrency, and the prices of its decode/prefill/scoring."""
 
 from __future__ import annotations
 

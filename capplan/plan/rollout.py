@@ -1,4 +1,4 @@
-"""The rollout model: how long one step's rollouts take on ``R`` replicas, its shrinking-batch tail, and static batching's waste."""
+"""The rollout model: a step's rollout time on R replicas, its shrinking-batch tail, static batching."""
 
 from __future__ import annotations
 

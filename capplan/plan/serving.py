@@ -1,4 +1,4 @@
-"""Serving workloads: the replicas that meet an arrival rate and TTFT/TPOT targets, and the batch they operate at."""
+"""Serving: the replicas that meet an arrival rate and TTFT/TPOT targets, and their operating batch."""
 
 from __future__ import annotations
 

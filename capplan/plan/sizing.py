@@ -1,4 +1,4 @@
-"""The split search: the step time of a given inference/trainer split, and how each missing GPU count is sized."""
+"""The split search: the step time of an inference/trainer split, and how a missing count is sized."""
 
 from __future__ import annotations
 

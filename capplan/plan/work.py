@@ -1,4 +1,4 @@
-"""The work of one trained step, from one Monte Carlo sample of the workload: prefill, decode, scoring, training."""
+"""The work of one trained step (prefill, decode, scoring, training) from one sample of the workload."""
 
 from __future__ import annotations
 
