@@ -10,7 +10,7 @@ import time
 
 from capplan.hardware import load_hardware
 from capplan.modelspec import load_model_spec
-from capplan.sweep import sweep
+from capplan.plan import sweep
 from capplan.workload import load_workload
 
 

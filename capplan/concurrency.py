@@ -70,19 +70,19 @@ def window_area(lo: "np.ndarray", hi: "np.ndarray", window: float) -> "np.ndarra
 
     if math.isinf(window):
         return (hi * hi - lo * lo) / 2
-    a, b = np.minimum(lo, window), np.minimum(hi, window)
-    return (b * b - a * a) / 2 + (np.maximum(hi, window) - np.maximum(lo, window)) * window
+    lo_capped, hi_capped = np.minimum(lo, window), np.minimum(hi, window)
+    return (hi_capped * hi_capped - lo_capped * lo_capped) / 2 + (np.maximum(hi, window) - np.maximum(lo, window)) * window
 
 
 def roofline_decode_step(spec: "ModelSpec", hw: "HardwareProfile", kv: "KVResult") -> Callable[[float, float], float]:
     """Decode step time ``f(batch, mean_context)`` [s] from the roofline model of :mod:`capplan.roofline`."""
     from capplan.roofline import RooflineInputs, decode_step
 
-    inp = RooflineInputs(tp=kv.tp, weight_dtype=kv.weight_dtype, kv_dtype=kv.kv_dtype)
+    roofline_inputs = RooflineInputs(tp=kv.tp, weight_dtype=kv.weight_dtype, kv_dtype=kv.kv_dtype)
 
     def step(batch: float, context: float) -> float:
-        b = max(1, int(round(batch)))
-        return float(decode_step(spec, hw, inp, b, max(1, int(round(context)))).step_time_s)
+        sequences = max(1, int(round(batch)))
+        return float(decode_step(spec, hw, roofline_inputs, sequences, max(1, int(round(context)))).step_time_s)
 
     return step
 
@@ -116,25 +116,25 @@ def workload_concurrency(
 
     from capplan.ledger import sample_conversations
 
-    conv = sample_conversations(workload, n=None if workload.conversation.is_fixed() else conversations)
+    sample = sample_conversations(workload, n=None if workload.conversation.is_fixed() else conversations)
     retain = workload.cache.kv_during_tool_wait == "retain"
-    a = conv.actions.astype(float)
-    inputs = conv.inputs.astype(float)
-    waits = conv.waits_s
-    kinds = spec.layer_kinds()
-    attn = [k for k in kinds if k != "linear"]
-    share_sliding = attn.count("sliding") / len(attn) if attn else 0.0
-    window = float(spec.sliding_window.window_tokens) if spec.sliding_window else math.inf
-    decode_tokens = a.sum(1).mean()
+    actions = sample.actions.astype(float)
+    inputs = sample.inputs.astype(float)
+    waits = sample.waits_s
+    layers = spec.layer_kind_counts()
+    attention_layers = layers["full"] + layers["sliding"]
+    share_sliding = layers["sliding"] / attention_layers if attention_layers else 0.0
+    window = spec.window_tokens
+    decode_tokens = actions.sum(1).mean()
     # KV held, in capacity tokens (a token counts on every attention layer): full layers hold the
     # whole context, sliding layers at most the window
     decode_area = (
-        (1 - share_sliding) * ((inputs + a / 2) * a) + share_sliding * window_area(inputs, inputs + a, window)
+        (1 - share_sliding) * ((inputs + actions / 2) * actions) + share_sliding * window_area(inputs, inputs + actions, window)
     ).sum(1).mean()  # capacity-token x token-steps while decoding
-    held_after = (1 - share_sliding) * (inputs + a) + share_sliding * np.minimum(inputs + a, window)
+    held_after = (1 - share_sliding) * (inputs + actions) + share_sliding * np.minimum(inputs + actions, window)
     wait_area = (held_after * waits).sum(1).mean() if retain else 0.0
     mean_wait = waits.sum(1).mean()
-    mean_ctx = decode_area / decode_tokens if decode_tokens else 0.0
+    mean_context = decode_area / decode_tokens if decode_tokens else 0.0
     step = step_time or roofline_decode_step(spec, hw, kv)
 
     capacity = kv.kv_capacity_tokens
@@ -142,41 +142,41 @@ def workload_concurrency(
     cap_name = "max_num_seqs"
     if max_batched_tokens is not None and max_batched_tokens < max_num_seqs:
         cap, cap_name = float(max_batched_tokens), "scheduler token budget"
-    t_tok = step(1, mean_ctx)
+    token_s = step(1, mean_context)
     binding = "memory"
-    n = runnable = 0.0
+    resident = runnable = 0.0
     for _ in range(50):
-        decode_time = decode_tokens * t_tok
+        decode_time = decode_tokens * token_s
         lifetime = decode_time + mean_wait
-        held = (decode_area * t_tok + wait_area) / lifetime if lifetime > 0 else 0.0
-        n = capacity / held if held > 0 else math.inf
-        runnable = n * decode_time / lifetime if lifetime > 0 else 0.0
+        held = (decode_area * token_s + wait_area) / lifetime if lifetime > 0 else 0.0
+        resident = capacity / held if held > 0 else math.inf
+        runnable = resident * decode_time / lifetime if lifetime > 0 else 0.0
         binding = "memory"
         if runnable > cap:
             # the scheduler caps decoding sequences; resident conversations shrink in proportion
-            n *= cap / runnable
+            resident *= cap / runnable
             runnable = cap
             binding = cap_name
-        new = step(runnable, mean_ctx)
-        if abs(new - t_tok) <= 1e-9 + 1e-6 * t_tok:
-            t_tok = new
+        new_token_s = step(runnable, mean_context)
+        if abs(new_token_s - token_s) <= 1e-9 + 1e-6 * token_s:
+            token_s = new_token_s
             break
-        t_tok = new
-    decode_time = decode_tokens * t_tok
+        token_s = new_token_s
+    decode_time = decode_tokens * token_s
     lifetime = decode_time + mean_wait
-    held = (decode_area * t_tok + wait_area) / lifetime if lifetime > 0 else 0.0
-    p95_peak = float(np.percentile(conv.record_length, 95))
+    held = (decode_area * token_s + wait_area) / lifetime if lifetime > 0 else 0.0
+    p95_peak = float(np.percentile(sample.record_length, 95))
     p95_peak = (1 - share_sliding) * p95_peak + share_sliding * min(p95_peak, window)
-    seq_blocks = max(1, math.ceil(p95_peak / kv.block_size))
+    sequence_blocks = max(1, math.ceil(p95_peak / kv.block_size))
     return WorkloadConcurrency(
         workload=workload.name,
         kv_during_tool_wait=workload.cache.kv_during_tool_wait,
         mean_kv_tokens_held=held,
-        resident_conversations=n,
+        resident_conversations=resident,
         runnable_sequences=runnable,
-        waiting_conversations=n * mean_wait / lifetime if lifetime > 0 else 0.0,
-        resident_at_p95_peak=kv.kv_capacity_blocks // seq_blocks,
-        decode_step_s=t_tok,
+        waiting_conversations=resident * mean_wait / lifetime if lifetime > 0 else 0.0,
+        resident_at_p95_peak=kv.kv_capacity_blocks // sequence_blocks,
+        decode_step_s=token_s,
         mean_lifetime_s=lifetime,
         binding=binding,
     )

@@ -5,8 +5,8 @@ Assumptions (each a named, overridable input, labelled as an assumption in outpu
 * **Training FLOPs** = 3 x the forward FLOPs of every recorded position the trainer forwards
   (forward + backward, the usual ``6 x params x tokens`` rule plus attention), plus one forward
   for recomputing the behaviour log-probs (``training.recompute_logprobs``) and one for a
-  reference model (``training.reference_forward``). Forward FLOPs come from
-  :func:`capplan.roofline.engine_step` with logits at every position.
+  reference model (``training.reference_forward``); :func:`trainer_passes` owns the count.
+  Forward FLOPs come from :func:`capplan.roofline.engine_step` with logits at every position.
 * **Trainer MFU** = 0.40 of dense bf16 peak: the Llama 3 paper reports 38-43% BF16 MFU for
   training on H100 ("The Llama 3 Herd of Models", arXiv:2407.21783, Table 4).
 * **Memory, sharded (FSDP / ZeRO-3)**: 16 bytes per parameter for mixed-precision AdamW (bf16
@@ -23,6 +23,7 @@ Assumptions (each a named, overridable input, labelled as an assumption in outpu
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from capplan.units import GIB
@@ -82,16 +83,67 @@ def forward_flops(spec: "ModelSpec", lengths: "np.ndarray") -> float:
     )
 
 
+@dataclass(frozen=True)
+class TrainerPasses:
+    """Forward-equivalent passes a trainer step makes over each record: the one home of the rule.
+
+    ``3`` for forward + backward, ``+ 1`` to recompute the behaviour policy's log-probs,
+    ``+ 1`` for a frozen reference model's forward.
+    """
+
+    recompute_logprobs: bool
+    """Whether the log-prob recomputation pass is counted (only with a rollout engine)."""
+    reference_forward: bool
+    """Whether a reference model forwards every record."""
+
+    @property
+    def count(self) -> int:
+        """Forward-equivalent passes per record [passes]."""
+        return 3 + int(self.recompute_logprobs) + int(self.reference_forward)
+
+    @property
+    def description(self) -> str:
+        """The passes in words, e.g. ``3 fwd+bwd + log-prob recompute``."""
+        return (
+            "3 fwd+bwd"
+            + (" + log-prob recompute" if self.recompute_logprobs else "")
+            + (" + reference" if self.reference_forward else "")
+        )
+
+
+def trainer_passes(recompute_logprobs: bool, reference_forward: bool, has_rollout: bool = True) -> TrainerPasses:
+    """The passes of one trainer step (see :class:`TrainerPasses`).
+
+    Parameters
+    ----------
+    recompute_logprobs : bool
+        ``training.recompute_logprobs``: recompute the behaviour log-probs with one forward.
+    reference_forward : bool
+        ``training.reference_forward``: a frozen reference model forwards the record.
+    has_rollout : bool
+        Whether a rollout engine sampled the records. Without one (SFT) there are no behaviour
+        log-probs to recompute, so ``recompute_logprobs`` is ignored (as the workload field
+        documents).
+
+    Examples
+    --------
+    >>> trainer_passes(True, False).count, trainer_passes(True, True, has_rollout=False).count
+    (4, 4)
+    """
+    return TrainerPasses(recompute_logprobs=recompute_logprobs and has_rollout, reference_forward=reference_forward)
+
+
 def training_flops(
     spec: "ModelSpec",
     lengths: "np.ndarray",
     recompute_logprobs: bool = True,
     reference_forward: bool = False,
+    has_rollout: bool = True,
 ) -> float:
     """FLOPs of one trainer step over records of the given lengths [FLOP].
 
-    ``3 x forward`` (forward + backward) ``+ forward`` per extra pass (log-prob recomputation,
-    reference model).
+    ``trainer_passes(...).count x forward``: ``3 x forward`` (forward + backward) ``+ forward``
+    per extra pass (log-prob recomputation with a rollout engine, reference model).
 
     Examples
     --------
@@ -103,7 +155,7 @@ def training_flops(
     >>> round(f / (6 * matmul_params * 1000), 3)  # causal attention adds ~1.7% at 1K tokens
     1.017
     """
-    passes = 3 + int(recompute_logprobs) + int(reference_forward)
+    passes = trainer_passes(recompute_logprobs, reference_forward, has_rollout).count
     return passes * forward_flops(spec, lengths)
 
 

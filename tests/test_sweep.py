@@ -9,8 +9,7 @@ import pytest
 
 from capplan.hardware import load_hardware
 from capplan.modelspec import load_model_spec
-from capplan.plan import PlanInputs, plan_workload
-from capplan.sweep import sweep
+from capplan.plan import PlanInputs, plan_workload, sweep
 from capplan.workload import load_workload
 
 

@@ -119,49 +119,50 @@ def _cell(v: Any) -> str:
 
 
 def render(plans: list["Plan"], explain: bool) -> None:
+    """Print the plans as one table (a column per workload), their notes and, with ``explain``, the formulas."""
     from rich.markup import escape
     from rich.table import Table
 
-    con = console()
-    p0 = plans[0]
-    con.print(
-        f"capplan plan on {p0.hardware} (tp {p0.tp}, KV {p0.kv_dtype}, weights {p0.weight_dtype}), trainer on "
-        f"{p0.trainer_hardware}, mode {p0.mode}{f' (max staleness {p0.max_staleness})' if p0.mode == 'async' else ''}. "
+    out = console()
+    first = plans[0]
+    out.print(
+        f"capplan plan on {first.hardware} (tp {first.tp}, KV {first.kv_dtype}, weights {first.weight_dtype}), trainer on "
+        f"{first.trainer_hardware}, mode {first.mode}{f' (max staleness {first.max_staleness})' if first.mode == 'async' else ''}. "
         "GiB = 2^30 B; FLOP/s and bandwidth decimal."
     )
-    t = Table(title="Capacity plan, one column per workload", title_justify="left")
-    t.add_column("", no_wrap=True)
+    table = Table(title="Capacity plan, one column per workload", title_justify="left")
+    table.add_column("", no_wrap=True)
     for p in plans:
-        t.add_column(f"{p.workload}\n({p.method}, {p.model})", justify="right")
+        table.add_column(f"{p.workload}\n({p.method}, {p.model})", justify="right")
     for label, _, get in ROWS:
         if get is None:
-            t.add_row(f"[bold]{escape(label)}[/bold]", *([""] * len(plans)))
+            table.add_row(f"[bold]{escape(label)}[/bold]", *([""] * len(plans)))
             continue
-        t.add_row(escape(label), *(_cell(get(p)) for p in plans))
-    con.print(t)
+        table.add_row(escape(label), *(_cell(get(p)) for p in plans))
+    out.print(table)
     for p in plans:
         if p.serving:
-            s = p.serving
-            con.print(
-                f"{p.workload} (serving): {s['replicas']} replica(s) of tp {p.tp} for {s['arrival_rate_per_s']:g} req/s; "
-                f"at most {s['per_replica_requests_per_s']:,.1f} req/s per replica (batch {s['batch_per_replica']:,.0f}), "
-                f"operating batch {s['operating_batch_per_replica']:,.0f}; TTFT {s['ttft_s'] * 1e3:,.0f} ms, "
-                f"TPOT {s['tpot_s'] * 1e3:,.1f} ms, p{p.serving.get('percentile', 95):g} latency {s['latency_s']:,.1f} s; "
-                f"binding: {s['binding_constraint']}"
-                f"{'' if s['feasible'] else ' - the targets cannot be met at this tp'}"
+            serving = p.serving
+            out.print(
+                f"{p.workload} (serving): {serving['replicas']} replica(s) of tp {p.tp} for {serving['arrival_rate_per_s']:g} req/s; "
+                f"at most {serving['per_replica_requests_per_s']:,.1f} req/s per replica (batch {serving['batch_per_replica']:,.0f}), "
+                f"operating batch {serving['operating_batch_per_replica']:,.0f}; TTFT {serving['ttft_s'] * 1e3:,.0f} ms, "
+                f"TPOT {serving['tpot_s'] * 1e3:,.1f} ms, p{serving.get('percentile', 95):g} latency {serving['latency_s']:,.1f} s; "
+                f"binding: {serving['binding_constraint']}"
+                f"{'' if serving['feasible'] else ' - the targets cannot be met at this tp'}"
             )
-        con.print(f"{p.workload}: {escape(p.sizing)}.")
+        out.print(f"{p.workload}: {escape(p.sizing)}.")
         if p.filter_factor > 1:
-            con.print(
+            out.print(
                 f"{p.workload}: filtering drops {1 - 1 / p.filter_factor:.0%} of prompt groups, so rollout work per "
                 f"trained step is x{p.filter_factor:.2f}."
             )
-    con.print("Assumptions: " + escape("; ".join(dict.fromkeys(a for p in plans for a in p.assumptions))) + ".")
+    out.print("Assumptions: " + escape("; ".join(dict.fromkeys(a for p in plans for a in p.assumptions))) + ".")
     if explain:
         for p in plans:
-            con.print(f"\n[bold]{escape(p.workload)}: formulas with the numbers substituted[/bold]")
+            out.print(f"\n[bold]{escape(p.workload)}: formulas with the numbers substituted[/bold]")
             for line in p.explain:
-                con.print("  " + escape(line))
+                out.print("  " + escape(line))
 
 
 @app.command(
@@ -216,10 +217,9 @@ def plan(
     force: ForceOpt = False,
 ) -> None:
     from capplan.hardware import load_hardware
-    from capplan.modelspec import load_model_spec
-    from capplan.output import to_json
+    from capplan.output import ensure_new, to_json, write_atomic
     from capplan.plan import PlanInputs, plan_workload
-    from capplan.workload import load_workload
+    from capplan.plan.inputs import load_policy, load_teacher
 
     if trainer_gpus and inference_gpus and total_gpus:
         raise fail("give --total-gpus or both --trainer-gpus and --inference-gpus, not all three")
@@ -227,35 +227,21 @@ def plan(
     thw = call(lambda: load_hardware(trainer_hardware)) if trainer_hardware else hw
     plans = []
     for name in workloads:
-        w = call(lambda: load_workload(name))
-        ref = model or w.model
-        if ref is None:
-            raise fail(f"{name}: the workload names no model; add 'model:' to it or pass --model")
-        spec = call(lambda: load_model_spec(ref))
-        teacher = call(lambda: load_model_spec(w.training.teacher_model)) if w.training.teacher_model else None
-        inp = PlanInputs(
-            hardware=hw,
-            model=spec,
-            trainer_hardware=thw,
-            teacher=teacher,
-            tp=tp,
-            kv_dtype=kv_dtype,
-            weight_dtype=weight_dtype,
-            trainer_gpus=trainer_gpus,
-            inference_gpus=inference_gpus,
-            total_gpus=total_gpus,
-            mode=mode.value,  # type: ignore[arg-type]
-            max_staleness=max_staleness,
+        workload, spec = call(lambda: load_policy(name, model))
+        teacher = call(lambda: load_teacher(workload))
+        inputs = call(
+            lambda: PlanInputs(
+                hardware=hw, model=spec, trainer_hardware=thw, teacher=teacher, tp=tp, kv_dtype=kv_dtype,
+                weight_dtype=weight_dtype, trainer_gpus=trainer_gpus, inference_gpus=inference_gpus, total_gpus=total_gpus,
+                mode=mode.value, max_staleness=max_staleness,  # type: ignore[arg-type]
+            )
         )
-        plans.append(call(lambda: plan_workload(w, inp, conversations=conversations)))
+        plans.append(call(lambda: plan_workload(workload, inputs, conversations=conversations)))
     docs = [p.as_dict() for p in plans]
     if output_dir is not None:
-        from capplan.output import write_atomic
-
         targets = {output_dir / "plan.json": to_json(docs), output_dir / "plan.csv": plans_csv(plans)}
-        existing = [str(t) for t in targets if t.exists()]
-        if existing and not force:
-            raise fail(f"{', '.join(existing)}: file exists; pass --force to overwrite")
+        for path in targets:
+            call(lambda: ensure_new(path, force))  # nothing is written unless every file may be
         for path, text in targets.items():
             call(lambda: write_atomic(path, text, force=force))
             typer.echo(f"wrote {path}", err=True)

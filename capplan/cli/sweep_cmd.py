@@ -4,18 +4,63 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from capplan.cli.app import app
 from capplan.cli.common import ForceOpt, call, console, emit, fail, parse_ints, parse_names
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 class Objective(str, Enum):
     per_gpu = "per-gpu"
     throughput = "throughput"
     cost = "cost"
+
+
+def grid_text(grid: "pd.DataFrame", output: Path) -> str:
+    """The full grid as JSON (an ``output`` ending in ``.json``) or spreadsheet-safe CSV."""
+    from capplan.output import to_csv, to_json
+
+    if output.suffix == ".json":
+        return to_json(grid.astype(object).where(grid.notna(), None).to_dict(orient="records"))
+    return to_csv(list(grid.columns), grid.itertuples(index=False))
+
+
+def render(grid: "pd.DataFrame", top_rows: "pd.DataFrame", subject: str, objective: str, priced: bool) -> None:
+    """Print the best rows as a table (and why nothing is feasible, when nothing is)."""
+    from rich.table import Table
+
+    out = console()
+    table = Table(
+        title=f"{subject}: best {len(top_rows)} of {len(grid):,} combinations "
+        f"({int(grid['feasible'].sum()):,} feasible), by {objective}",
+        title_justify="left",
+    )
+    columns = [
+        ("step\n[s]", "step_time_s", lambda v: f"{v:,.0f}"),
+        ("trained\ntok/s", "trained_tokens_per_s", lambda v: f"{v:,.0f}"),
+        ("per GPU\n[tok/s]", "trained_tokens_per_s_per_gpu", lambda v: f"{v:,.1f}"),
+        ("node\nratio", "node_ratio", lambda v: f"{v:,.2f}"),
+        ("trainer\nidle", "trainer_idle_fraction", lambda v: f"{v:.0%}"),
+    ]
+    if priced:
+        columns.append(("USD per M\ntrained", "cost_per_million_trained_tokens_usd", lambda v: f"{v:,.2f}"))
+    table.add_column("GPU, tp,\nKV/weights", no_wrap=True)
+    table.add_column("GPUs\ninf+train", justify="right", no_wrap=True)
+    for label, _, _ in columns:
+        table.add_column(label, justify="right", no_wrap=True)
+    for _, row in top_rows.iterrows():
+        config = f"{row['hardware']} tp{row['tp']} {row['kv_dtype']}/{row['weight_dtype']}"
+        gpus = f"{row['inference_gpus']:,}+{row['trainer_gpus']:,}"
+        table.add_row(config, gpus, *(fmt(row[column]) for _, column, fmt in columns))
+    out.print(table)
+    if top_rows.empty:
+        reasons = grid.loc[~grid["feasible"], "reason"].drop_duplicates().head(3).tolist()
+        out.print("No feasible combination: " + "; ".join(reasons))
 
 
 @app.command(
@@ -59,28 +104,23 @@ def sweep_cmd(
     import sys
 
     from capplan.hardware import load_hardware
-    from capplan.modelspec import load_model_spec
-    from capplan.sweep import best, sweep
-    from capplan.workload import load_workload
+    from capplan.plan import best, sweep
+    from capplan.plan.inputs import load_policy
 
     if objective is Objective.cost and gpu_hour_price is None:
         raise fail("--objective cost needs --gpu-hour-price")
-    w = call(lambda: load_workload(workload))
-    ref = model or w.model
-    if ref is None:
-        raise fail(f"{workload}: the workload names no model; add 'model:' to it or pass --model")
-    spec = call(lambda: load_model_spec(ref))
-    hws = [call(lambda: load_hardware(h)) for h in parse_names(hardware)]
-    thw = call(lambda: load_hardware(trainer_hardware)) if trainer_hardware else None
+    loaded_workload, spec = call(lambda: load_policy(workload, model))
+    profiles = [call(lambda: load_hardware(name)) for name in parse_names(hardware)]
+    trainer_profile = call(lambda: load_hardware(trainer_hardware)) if trainer_hardware else None
     tps = parse_ints(tp, "--tp") or [1]
-    kvs = parse_names(kv_dtype) or ["bf16"]
-    wds = parse_names(weight_dtype) or ["bf16"]
+    kv_dtypes = parse_names(kv_dtype) or ["bf16"]
+    weight_dtypes = parse_names(weight_dtype) or ["bf16"]
     progress = None
     if sys.stderr.isatty():
         from rich.progress import Progress
 
         progress = Progress(console=console(stderr=True), transient=True)
-        task = progress.add_task("sweeping", total=len(hws) * len(tps) * len(kvs) * len(wds))
+        task = progress.add_task("sweeping", total=len(profiles) * len(tps) * len(kv_dtypes) * len(weight_dtypes))
         progress.start()
 
     def tick(done: int, total: int) -> None:
@@ -90,10 +130,10 @@ def sweep_cmd(
     try:
         grid = call(
             lambda: sweep(
-                w, spec, hws, tps, kvs, wds,
+                loaded_workload, spec, profiles, tps, kv_dtypes, weight_dtypes,
                 inference_gpus=parse_ints(inference_gpus, "--inference-gpus") or None,
                 trainer_gpus=parse_ints(trainer_gpus, "--trainer-gpus") or None,
-                trainer_hardware=thw, mode=mode, gpu_hour_price=gpu_hour_price,
+                trainer_hardware=trainer_profile, mode=mode, gpu_hour_price=gpu_hour_price,
                 conversations=conversations, on_config=tick,
             )
         )
@@ -101,41 +141,5 @@ def sweep_cmd(
         if progress is not None:
             progress.stop()
     if output is not None:
-        from capplan.output import to_csv, to_json
-
-        if output.suffix == ".json":
-            text = to_json(grid.astype(object).where(grid.notna(), None).to_dict(orient="records"))
-        else:
-            text = to_csv(list(grid.columns), grid.itertuples(index=False))
-        emit(text, output, force)
-    from rich.table import Table
-
-    key = {"per-gpu": "per-gpu", "throughput": "throughput", "cost": "cost"}[objective.value]
-    top_rows = best(grid, key, top)
-    con = console()
-    t = Table(
-        title=f"{w.name} on {spec.name}: best {len(top_rows)} of {len(grid):,} combinations "
-        f"({int(grid['feasible'].sum()):,} feasible), by {objective.value}",
-        title_justify="left",
-    )
-    cols = [
-        ("step\n[s]", "step_time_s", lambda v: f"{v:,.0f}"),
-        ("trained\ntok/s", "trained_tokens_per_s", lambda v: f"{v:,.0f}"),
-        ("per GPU\n[tok/s]", "trained_tokens_per_s_per_gpu", lambda v: f"{v:,.1f}"),
-        ("node\nratio", "node_ratio", lambda v: f"{v:,.2f}"),
-        ("trainer\nidle", "trainer_idle_fraction", lambda v: f"{v:.0%}"),
-    ]
-    if gpu_hour_price is not None:
-        cols.append(("USD per M\ntrained", "cost_per_million_trained_tokens_usd", lambda v: f"{v:,.2f}"))
-    t.add_column("GPU, tp,\nKV/weights", no_wrap=True)
-    t.add_column("GPUs\ninf+train", justify="right", no_wrap=True)
-    for label, _, _ in cols:
-        t.add_column(label, justify="right", no_wrap=True)
-    for _, row in top_rows.iterrows():
-        config = f"{row['hardware']} tp{row['tp']} {row['kv_dtype']}/{row['weight_dtype']}"
-        gpus = f"{row['inference_gpus']:,}+{row['trainer_gpus']:,}"
-        t.add_row(config, gpus, *(fmt(row[c]) for _, c, fmt in cols))
-    con.print(t)
-    if top_rows.empty:
-        reasons = grid.loc[~grid["feasible"], "reason"].drop_duplicates().head(3).tolist()
-        con.print("No feasible combination: " + "; ".join(reasons))
+        emit(grid_text(grid, output), output, force)
+    render(grid, best(grid, objective.value, top), f"{loaded_workload.name} on {spec.name}", objective.value, gpu_hour_price is not None)

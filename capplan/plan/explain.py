@@ -1,0 +1,166 @@
+"""The plan's formulas with their numbers substituted (``--explain``), and its assumptions."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from capplan.plan.figures import StaticBatching, StepFigures
+    from capplan.plan.inputs import PlanInputs
+    from capplan.plan.replica import ReplicaSetup
+    from capplan.plan.serving import ServingPlan
+    from capplan.plan.sizing import Split, SplitTimes, TrainerSide
+    from capplan.plan.work import Prepared, StepWork
+    from capplan.workload import Workload
+
+
+def conversations_line(workload: "Workload", work: "StepWork") -> str:
+    """Conversations generated per trained step, filtering included."""
+    trained = workload.volume.conversations_per_step
+    filtered = workload.training.filtered_group_fraction
+    return (
+        f"conversations generated per trained step = prompts x samples / (1 - filtered) = {trained:,} / (1 - {filtered:g}) "
+        f"= {work.conversations:,.1f}"
+    )
+
+
+def trainer_flops_line(workload: "Workload", prepared: "Prepared") -> str:
+    """Trainer FLOPs: passes x forward FLOPs per conversation x conversations."""
+    passes = prepared.trainer_passes
+    return (
+        f"trainer FLOPs = {passes.count} passes ({passes.description}) x {prepared.forward_flops_per_conversation:.3g} "
+        f"FLOP per conversation x {workload.volume.conversations_per_step:,} = {prepared.trainer_flops:.3g}"
+    )
+
+
+def serving_line(serving: "ServingPlan") -> str:
+    """The serving batch, per-replica capacity, operating batch, TPOT and TTFT."""
+    limits = ", ".join(f"{name} {value:,.0f}" for name, value in serving.batch_limits.items())
+    batch, tpot_ms = serving.batch_per_replica, serving.tpot_s * 1e3
+    return (
+        f"serving: batch per replica = min({limits}) = {batch:,.0f} ({serving.binding_constraint}); "
+        f"per-replica capacity = 1 / ({serving.prefill_s_per_request * 1e3:.1f} ms prefill + {serving.sampled_tokens_mean:,.0f} tokens "
+        f"x {serving.tpot_s * 1e3:.2f} ms / {batch:,.0f}) = {serving.per_replica_requests_per_s:,.2f} req/s; "
+        f"operating batch {serving.operating_batch_per_replica:,.0f} (smallest that keeps up), TPOT {tpot_ms:.1f} ms; "
+        f"TTFT p{serving.percentile:g} (prompt {serving.prompt_tokens_at_percentile:,.0f}) = {serving.ttft_s * 1e3:.0f} ms"
+    )
+
+
+def rollout_lines(work: "StepWork", setup: "ReplicaSetup", times: "SplitTimes", static: "StaticBatching", tp: int) -> list[str]:
+    """KV capacity, decode batch, decode and prefill GPU-seconds, rollout time, static batching, scoring."""
+    kv, concurrency = setup.kv, setup.concurrency
+    batch, context = times.decode_batch_sequences, setup.decode_context_tokens
+    prefill_s, decode_s, score_s = setup.prefill.replica_s, times.decode_replica_s, setup.score.replica_s
+    chunk = kv.max_batched_tokens
+    decode_ms = float(setup.decode_step_s(max(batch, 1))) * 1e3
+    chunks = math.ceil(work.prefill_tokens / chunk) if work.prefill_tokens else 0
+    lines = [
+        f"KV capacity per replica = {kv.kv_capacity_tokens:,} tokens ({kv.kv_budget_gib_per_gpu:.2f} GiB per GPU x {tp} GPUs "
+        f"/ {kv.kv_bytes_per_token:,.0f} B per token)",
+        f"decode batch = min(runnable by memory {concurrency.runnable_sequences:,.1f}, max_num_seqs {kv.max_num_seqs}, "
+        f"conversations per replica {times.conversations_per_replica:,.1f}) = {batch:,.1f} -> binding: {times.binding}"
+        if concurrency
+        else "",
+        f"decode step at batch {batch:,.1f}, mean context {context:,.0f} = {decode_ms:.2f} ms (roofline)",
+        f"decode GPU-s = {work.decode_tokens:,.0f} decode positions / {batch:,.1f} per step x {decode_ms:.2f} ms x tp {tp} "
+        f"= {decode_s * tp:,.1f}",
+        f"prefill GPU-s = {work.prefill_tokens:,.0f} positions in {chunks:,} chunks of <= {chunk:,} x tp {tp} = {prefill_s * tp:,.1f}",
+        f"rollout time = max(work {prefill_s + decode_s + score_s:,.1f} replica-s / {times.replicas} replicas = "
+        f"{times.work_time_s:,.1f} s, longest conversation at the shrinking batch {times.tail_time_s:,.1f} s) = "
+        f"{times.rollout_time_s:,.1f} s",
+        f"static batching waste = 1 - sum L / (B x sum group max L) = {static.waste_fraction:.1%} (groups of {static.group_size})",
+    ]
+    if score_s:
+        lines.append(f"score GPU-s = {work.score_tokens:,.0f} teacher-scored positions x tp {tp} = {score_s * tp:,.1f}")
+    return lines
+
+
+def trainer_lines(
+    inputs: "PlanInputs", trainer: "TrainerSide", times: "SplitTimes", split: "Split", figures: "StepFigures", has_rollout: bool
+) -> list[str]:
+    """Trainer time and GPUs, weight sync, the step in sync or async mode, and the node ratio."""
+    from capplan.trainer import TRAIN_BYTES_PER_PARAM
+
+    spec, hw = inputs.model, inputs.hardware
+    params_billion = spec.total_params() / 1e9
+    trainer_time, sync_s, step = times.trainer_time_s, trainer.weight_sync_s, times.step_time_s
+    peak_tflops = trainer.hardware.peak_flops("bf16") / 1e12
+    lines = [
+        f"trainer time = {trainer.flops:.3g} FLOP / ({split.trainer_gpus} GPUs x {peak_tflops:,.0f} TFLOP/s x MFU {trainer.mfu:.2f}) "
+        f"= {trainer_time:,.1f} s",
+        f"trainer GPUs holding the state = {trainer.min_gpus} ({TRAIN_BYTES_PER_PARAM:g} B/param x {params_billion:,.1f}B params, sharded)",
+    ]
+    if has_rollout:
+        lines.append(
+            f"weight sync = 2 B x {params_billion:,.1f}B params / (tp {inputs.tp} x {hw.inter_node_bandwidth_gbps:g} GB/s x "
+            f"{hw.assumptions.interconnect_efficiency:g}) + latency = {sync_s:,.2f} s"
+        )
+    if inputs.mode == "sync":
+        lines.append(
+            f"sync step = rollout {times.rollout_time_s:,.1f} + sync {sync_s:,.2f} + train {trainer_time:,.1f} = {step:,.1f} s; "
+            f"trainer idle = 1 - train/step = {figures.trainer_idle_fraction:.1%}"
+        )
+    else:
+        lines.append(
+            f"async step = max(rollout work {times.work_time_s:,.1f}, train {trainer_time:,.1f} + sync {sync_s:,.2f}) = {step:,.1f} s; "
+            f"trajectories older than {inputs.max_staleness} steps = {figures.stale_fraction:.1%}"
+        )
+    lines.append(
+        f"node ratio = ({split.inference_gpus} / {hw.gpus_per_node}) / ({split.trainer_gpus} / {trainer.hardware.gpus_per_node}) "
+        f"= {figures.node_ratio:,.2f} inference nodes per trainer node"
+    )
+    return lines
+
+
+def filter_line(workload: "Workload") -> str:
+    """How filtering multiplies rollout work (empty without filtering)."""
+    from capplan.plan.work import filter_factor
+
+    filtered = workload.training.filtered_group_fraction
+    if not filtered:
+        return ""
+    return f"filtering drops {filtered:.0%} of groups: rollout work per trained step x {filter_factor(workload):.3g}"
+
+
+def plan_explanation(
+    workload: "Workload",
+    inputs: "PlanInputs",
+    prepared: "Prepared",
+    setup: "ReplicaSetup",
+    trainer: "TrainerSide",
+    serving: "ServingPlan | None",
+    times: "SplitTimes",
+    split: "Split",
+    static: "StaticBatching",
+    figures: "StepFigures",
+) -> list[str]:
+    """Every explain line of a plan, in order: work, trainer FLOPs, serving, rollout, trainer, filtering."""
+    lines = [conversations_line(workload, prepared.work)]
+    if trainer.has_trainer:
+        lines.append(trainer_flops_line(workload, prepared))
+    if serving is not None:
+        lines.append(serving_line(serving))
+    if workload.has_rollout:
+        lines += rollout_lines(prepared.work, setup, times, static, inputs.tp)
+    if trainer.has_trainer:
+        lines += trainer_lines(inputs, trainer, times, split, figures, workload.has_rollout)
+    lines.append(filter_line(workload))
+    return [line for line in lines if line]
+
+
+def plan_assumptions(trainer: "TrainerSide") -> list[str]:
+    """The assumptions a plan states (trainer sharding and MFU; how steps are priced)."""
+    from capplan.trainer import MICRO_BATCH_TOKENS, TRAIN_BYTES_PER_PARAM
+
+    assumptions = []
+    if trainer.has_trainer:
+        assumptions.append(
+            f"trainer: FSDP/ZeRO-3 sharding of {TRAIN_BYTES_PER_PARAM:g} B/param AdamW state over all trainer GPUs, full activation "
+            f"checkpointing, {MICRO_BATCH_TOKENS:,}-token micro-batches; MFU {trainer.mfu:.2f} of dense bf16 peak (Llama 3 paper: 38-43%)"
+        )
+    assumptions.append(
+        "prefill and decode priced as separate roofline steps (prefill in chunks of the scheduler token budget); "
+        "efficiencies from the hardware profile's assumptions"
+    )
+    return assumptions
