@@ -301,7 +301,9 @@ def spec_from_hf_config(config: dict[str, Any], name: str, source: str) -> Model
 
 
 def _comment(model: type[BaseModel], field: str) -> str:
-    desc = " ".join((model.model_fields[field].description or "").split()).replace("``", "")
+    from capplan.options import field_docs
+
+    desc = field_docs(model.__module__, model.__name__).get(field, "").replace("``", "")
     first = re.split(r"(?<!e\.g)(?<!i\.e)\.(?:\s|$)", desc, maxsplit=1)[0]
     return first
 

@@ -2,7 +2,7 @@
 
     infrastructure  errors, units, options, yamlio, resources, output, records, plots
     inputs          distributions, workload, hardware, modelspec, hf_import, engine
-    calculations    ledger, kv, roofline, trainer, concurrency, workload_map
+    calculations    ledger, kv, roofline, benchmark, trainer, concurrency, workload_map
     orchestration   plan, sim, reconcile, accuracy, calibrate (and the alias modules)
     command line    cli
 
@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "capplan"
 LAYERS: list[tuple[str, set[str]]] = [
     ("infrastructure", {"errors", "units", "options", "yamlio", "resources", "output", "records", "plots", "__init__"}),
     ("inputs", {"distributions", "workload", "hardware", "modelspec", "hf_import", "engine"}),
-    ("calculations", {"ledger", "kv", "roofline", "trainer", "concurrency", "workload_map", "rollout"}),
+    ("calculations", {"ledger", "kv", "roofline", "trainer", "concurrency", "workload_map", "benchmark"}),
     ("orchestration", {"plan", "sim", "reconcile", "accuracy", "calibrate", "simulate", "sweep"}),
     ("command line", {"cli", "__main__"}),
 ]
