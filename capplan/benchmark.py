@@ -60,6 +60,8 @@ class Server:
     chunked_prefill: bool = True
     """Prompts are split into chunks that share steps with decodes (vLLM V1); otherwise a
     prompt is prefilled whole in one step."""
+    request_overhead_s: float = 0.0
+    """Fixed time per request outside engine steps, added to TTFT [s]."""
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ def static_batch(server: Server, batch: int, input_tokens: int, output_tokens: i
     (7.6, 131)
     """
     _check(batch=batch, input_tokens=input_tokens, output_tokens=output_tokens)
-    ttft = prefill_s(server, input_tokens, batch)
+    ttft = prefill_s(server, input_tokens, batch) + server.request_overhead_s
     decode = _decode_run_s(server, batch, input_tokens, output_tokens - 1)
     e2e = ttft + decode
     itl = decode / (output_tokens - 1) if output_tokens > 1 else 0.0
@@ -166,7 +168,7 @@ def _closed_loop_arrays(server: Server, concurrency: Any, input_tokens: float, o
     t_m = np.asarray(server.pricer.mixed(b, ctx, chunk, cached).step_time_s, dtype=float)
     mixed_share = np.minimum(1.0, c * k / window)
     step = np.where(b > 0, mixed_share * t_m + (1.0 - mixed_share) * t_d, t_m)
-    ttft = (window - decode_steps) * t_m
+    ttft = (window - decode_steps) * t_m + server.request_overhead_s
     e2e = ttft + decode_steps * step
     return {"c": c, "b": b, "ttft": ttft, "itl": step, "e2e": e2e}
 
@@ -253,8 +255,9 @@ def server_for(
                                        max_num_seqs=max_num_seqs, max_batched_tokens=max_num_batched_tokens,
                                        gpu_mem_util=gpu_memory_utilization))
     pricer = StepPricer(spec, hw, RooflineInputs(tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine))
-    chunked = engine.time.chunked_prefill if engine is not None else True
-    return Server(pricer, kv.max_num_seqs, kv.max_batched_tokens, kv.kv_capacity_tokens, chunked)
+    t = engine.time_on(hw.name) if engine is not None else None
+    return Server(pricer, kv.max_num_seqs, kv.max_batched_tokens, kv.kv_capacity_tokens,
+                  t.chunked_prefill if t else True, t.request_overhead_s if t else 0.0)
 
 
 def _check(**values: float) -> None:

@@ -119,6 +119,9 @@ class TimeTerms(BaseModel):
     """Fixed host time per engine step (scheduling, launch, sampling set-up) [s]."""
     per_sequence_s: float = Field(default=0.0, ge=0)
     """Host time per sequence in a step (scheduling, sampling, detokenisation) [s]."""
+    request_overhead_s: float = Field(default=0.0, ge=0)
+    """Fixed time a request spends outside engine steps before its first token (API server,
+    tokenisation, admission, the first token's streaming) [s]; added to TTFT and latency."""
     interconnect_efficiency: float = Field(default=0.7, gt=0, le=1)
     """Fraction [0-1] of the per-GPU link bandwidth a tensor-parallel all-reduce reaches."""
     allreduce_latency_us: float = Field(default=10.0, ge=0)

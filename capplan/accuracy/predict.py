@@ -122,8 +122,9 @@ class PreparedServing:
 
         server = self.server
         if engine is not None:
+            t = engine.time_on(server.pricer.hw.name)
             server = replace(server, pricer=server.pricer.with_inputs(server.pricer.inp.model_copy(update={"engine": engine})),
-                             chunked_prefill=engine.time.chunked_prefill)
+                             chunked_prefill=t.chunked_prefill, request_overhead_s=t.request_overhead_s)
         r = getattr(benchmark, self.scenario)(server, *self.args)
         return _metric(self.row.metric, r, self.instances, self.divisor)
 
@@ -135,6 +136,8 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
     family = engine_family(row.get("engine"))
     spec, hw = _model(row.get("model") or "?"), _hardware(row.get("hardware") or "?")
     settings, assumed = serving_setup(row, family)
+    if row.id.endswith("_p99"):
+        raise Unsupported("a p99 latency: the closed form predicts means (percentiles: capplan simulate)")
     P, O = row.number("input_tokens"), row.number("output_tokens")
     if P is None or O is None:
         raise Unsupported("input/output lengths not stated")
@@ -144,14 +147,16 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
         b = row.number("batch")
         if b is None:
             raise Unsupported("batch not stated")
-        call, args = "static_batch", (int(b), int(P), int(O))
+        call, args = "static_batch", (int(b), round(P), round(O))
     elif scenario == "concurrency":
         c = row.number("concurrency")
         if c is None:
             raise Unsupported("concurrency not stated")
-        call, args = "closed_loop", (c, int(P), int(O))
+        call, args = "closed_loop", (c, round(P), round(O))
     elif scenario == "offline_max":
-        call, args = "offline", (int(P), int(O))
+        if row.metric in ("ttft_ms", "e2e_latency_s"):
+            raise Unsupported("latency with every request queued at once depends on the request count")
+        call, args = "offline", (round(P), round(O))
     elif scenario == "request_rate":
         rate = row.number("request_rate")
         if rate is None:
@@ -159,9 +164,9 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
         if rate == float("inf"):
             if row.metric in ("ttft_ms", "e2e_latency_s"):
                 raise Unsupported("latency with every request queued at once depends on the request count")
-            call, args = "offline", (int(P), int(O))
+            call, args = "offline", (round(P), round(O))
         else:
-            call, args = "open_loop", (rate, int(P), int(O))
+            call, args = "open_loop", (rate, round(P), round(O))
     else:
         raise Unsupported(f"scenario {scenario} is not modelled")
     _metric(row.metric, None, 1.0, 1.0, check_only=True)
