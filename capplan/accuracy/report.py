@@ -155,3 +155,26 @@ def run_accuracy(
             held_out=row.held_out, citation=row.citation, unsupported=p.reason, assumed=p.assumed,
         ))
     return AccuracyReport(out, used)
+
+
+FAMILY_PROFILES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "other": "vllm"}
+"""Bundled engine profile that predicts the rows of each engine family (``other``: engines
+without a profile of their own, e.g. gpt-fast, are priced as vLLM)."""
+
+
+def default_engines(override: str | None = None) -> "dict[str, EngineProfile | None]":
+    """The engine profile of each family: the bundled ones, or ``override`` for all of them."""
+    from capplan.engine import list_engines, load_engine
+
+    if override is not None:
+        eng = load_engine(override)
+        return {f: eng for f in FAMILY_PROFILES}
+    bundled = set(list_engines())
+    cache: dict[str, EngineProfile] = {}
+    out: dict[str, EngineProfile | None] = {}
+    for family, name in FAMILY_PROFILES.items():
+        if name in bundled:
+            out[family] = cache.setdefault(name, load_engine(name))
+        else:
+            out[family] = cache.setdefault("vllm", load_engine("vllm"))
+    return out

@@ -86,6 +86,9 @@ from capplan.cli import sweep_cmd as _sweep_cmd  # noqa: E402,F401
 from capplan.cli import profiles_cmd as _profiles_cmd  # noqa: E402,F401
 from capplan.cli import reconcile_cmd as _reconcile_cmd  # noqa: E402,F401
 from capplan.cli import simulate_cmd as _simulate_cmd  # noqa: E402,F401
+from capplan.cli import accuracy_cmd  # noqa: E402
+
+app.command("accuracy", help=accuracy_cmd.HELP)(accuracy_cmd.accuracy)
 
 
 def run() -> None:

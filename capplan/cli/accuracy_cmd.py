@@ -1,0 +1,153 @@
+"""``capplan accuracy``: capplan's predictions against the shipped validation corpus."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from capplan.cli.common import Format, FormatOpt, ForceOpt, OutputOpt, call, console, emit, file_console
+
+if TYPE_CHECKING:
+    from capplan.accuracy import AccuracyReport
+
+
+class Group(str, Enum):
+    source = "source"
+    metric = "metric"
+    hardware = "hardware"
+    kind = "kind"
+
+
+HELP = (
+    "Run capplan on every published measurement in the validation corpus (validation/*.csv: "
+    "serving throughput and latency, KV capacity from engine logs, RL step times) and print "
+    "predicted against measured with the signed and absolute error of each row, summarised per "
+    "group. Signed error is + when capplan is optimistic (more throughput or less time than "
+    "measured). Held-out rows were in no fit (validation/split.yaml). Exit 1 when a bound given "
+    "with --max-median-error / --max-signed-error / --max-error is exceeded (on the held-out rows "
+    "when there are any), so CI can gate on it.\n\n"
+    "Examples:\n\n\b\n"
+    "  capplan accuracy\n"
+    "  capplan accuracy --kind kv --rows\n"
+    "  capplan accuracy --by source --format json -o accuracy.json\n"
+    "  capplan accuracy --max-median-error 0.15 --max-signed-error 0.05   # a CI gate"
+)
+
+
+def accuracy(
+    kind: Annotated[
+        list[str] | None, typer.Option("--kind", help="Only these kinds: serving, kv, rl (repeat or comma-separate).")
+    ] = None,
+    source: Annotated[str | None, typer.Option("--source", help="Only rows whose source contains this text.")] = None,
+    engine: Annotated[
+        str | None,
+        typer.Option("--engine", help="Predict every row with this engine profile (name or file) instead of each row's engine's."),
+    ] = None,
+    by: Annotated[Group, typer.Option("--by", help="Group the summary by source, metric, hardware or kind.")] = Group.metric,
+    rows: Annotated[bool, typer.Option("--rows", help="Also list every row (the table format).")] = False,
+    held_out_only: Annotated[bool, typer.Option("--held-out", help="Only the rows held out of every fit.")] = False,
+    max_median_error: Annotated[
+        float | None, typer.Option("--max-median-error", help="Fail when the median absolute error exceeds this fraction.", min=0)
+    ] = None,
+    max_signed_error: Annotated[
+        float | None, typer.Option("--max-signed-error", help="Fail when |median signed error| exceeds this fraction.", min=0)
+    ] = None,
+    max_error: Annotated[
+        float | None, typer.Option("--max-error", help="Fail when any row's absolute error exceeds this fraction.", min=0)
+    ] = None,
+    format: FormatOpt = Format.table,
+    output: OutputOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    from capplan.accuracy import load_corpus, run_accuracy
+    from capplan.accuracy.report import default_engines
+    from capplan.cli.common import parse_names
+
+    kinds = set(parse_names(kind)) or None
+    corpus = call(lambda: load_corpus(kinds=kinds))
+    if source:
+        corpus = [r for r in corpus if source in r.source]
+    if held_out_only:
+        corpus = [r for r in corpus if r.held_out]
+    engines = call(lambda: default_engines(engine))
+    report = call(lambda: run_accuracy(corpus, engines))
+    if format is Format.json:
+        from capplan.output import to_json
+
+        emit(to_json(report.as_dict()), output, force)
+    elif format is Format.csv:
+        from capplan.output import to_csv
+
+        keys = ["id", "source", "kind", "metric", "unit", "hardware", "model", "engine_profile", "predicted", "measured",
+                "signed_error", "abs_error", "held_out", "unsupported", "citation"]
+        emit(to_csv(keys, ([getattr(r, k) for k in keys] for r in report.rows)), output, force)
+    else:
+        con = console() if output is None else file_console(140)
+        render(con, report, by.value, rows)
+        if output is not None:
+            emit(con.file.getvalue(), output, force)  # type: ignore[attr-defined]
+    _gate(report, max_median_error, max_signed_error, max_error)
+
+
+def render(con, report: "AccuracyReport", by: str, show_rows: bool) -> None:  # noqa: ANN001
+    from rich.markup import escape
+    from rich.table import Table
+
+    key = {
+        "source": lambda r: r.source,
+        "metric": lambda r: f"{r.kind}: {r.metric}",
+        "hardware": lambda r: r.hardware,
+        "kind": lambda r: r.kind,
+    }[by]
+    con.print(
+        "Engine profiles: " + ", ".join(f"{k} -> {v}" for k, v in sorted(report.engines.items()))
+        + ". Errors are fractions; signed + = capplan optimistic."
+    )
+    if show_rows:
+        t = Table(title="Rows", title_justify="left")
+        for c in ("id", "metric", "predicted", "measured", "signed", "held out"):
+            t.add_column(c, justify="right" if c in ("predicted", "measured", "signed") else "left")
+        for r in report.rows:
+            t.add_row(
+                escape(r.id), escape(r.metric), f"{r.predicted:,.4g}" if r.predicted is not None else escape(r.unsupported[:40]),
+                f"{r.measured:,.4g}", f"{r.signed_error:+.1%}" if r.signed_error is not None else "", "yes" if r.held_out else "",
+            )
+        con.print(t)
+    t = Table(title=f"Error by {by}", title_justify="left")
+    for c in ("group", "n", "median |err|", "median signed", "mean |err|", "max |err|", "within 2x"):
+        t.add_column(c, justify="left" if c == "group" else "right")
+
+    def add(label: str, s, style: str | None = None) -> None:  # noqa: ANN001
+        if not s.n:
+            t.add_row(escape(label), "0", "", "", "", "", "", style=style)
+            return
+        t.add_row(escape(label), str(s.n), f"{s.median_abs_error:.1%}", f"{s.median_signed_error:+.1%}", f"{s.mean_abs_error:.1%}",
+                  f"{s.max_abs_error:.1%}", f"{s.within_2x:.0%}", style=style)
+
+    for g, s in report.groups(key).items():
+        add(g, s)
+    add("all rows", report.summary(), "bold")
+    add("held-out rows", report.summary(lambda r: r.held_out), "bold")
+    con.print(t)
+    n_un = sum(1 for r in report.rows if r.predicted is None)
+    if n_un:
+        con.print(f"{n_un} of {len(report.rows)} rows are not predicted (a model, dtype or layout capplan does not express); "
+                  "--format csv lists each with the reason.")
+
+
+def _gate(report: "AccuracyReport", median: float | None, signed: float | None, worst: float | None) -> None:
+    held = report.summary(lambda r: r.held_out)
+    s = held if held.n else report.summary()
+    which = "held-out" if held.n else "all"
+    failed = []
+    if median is not None and s.median_abs_error is not None and s.median_abs_error > median:
+        failed.append(f"median absolute error {s.median_abs_error:.1%} > {median:.1%}")
+    if signed is not None and s.median_signed_error is not None and abs(s.median_signed_error) > signed:
+        failed.append(f"median signed error {s.median_signed_error:+.1%} outside +/-{signed:.1%}")
+    if worst is not None and s.max_abs_error is not None and s.max_abs_error > worst:
+        failed.append(f"largest absolute error {s.max_abs_error:.1%} > {worst:.1%}")
+    if failed:
+        typer.echo(f"accuracy gate failed on the {which} rows: " + "; ".join(failed), err=True)
+        raise typer.Exit(1)
