@@ -140,33 +140,47 @@ def static_batch(server: Server, batch: int, input_tokens: int, output_tokens: i
 
 def _closed_loop_arrays(server: Server, concurrency: Any, input_tokens: float, output_tokens: float) -> dict[str, np.ndarray]:
     """The closed-loop model (module notes), vectorised over ``concurrency``."""
+    from capplan.roofline import causal_pairs
+
     c = np.atleast_1d(np.asarray(concurrency, dtype=float))
     P, O = float(input_tokens), float(output_tokens)
     M = float(server.max_num_batched_tokens)
     decode_steps = O - 1.0
+    own_steps = np.zeros_like(c)
     b = np.maximum(c - 1.0, 0.0)
-    for _ in range(20):
-        chunk = np.maximum(M - b, 1.0) if server.chunked_prefill else np.full_like(c, P)
-        k = np.ceil(P / chunk)
-        window = np.maximum(k + decode_steps, c * k)
+    for _ in range(30):
+        budget = np.maximum(M - b, 1.0) if server.chunked_prefill else np.full_like(c, max(P, M))
+        k = np.ceil(P / np.minimum(budget, P))  # steps of one prompt's own prefill
+        own_steps = k + decode_steps
+        packed = c * P / budget  # steps if every step's budget were filled with prompts
+        window = np.maximum(own_steps, np.where(c * k <= own_steps, 0.0, packed))
         b_new = c * decode_steps / window
         done = np.all(np.abs(b_new - b) < 1e-6)
         b = b_new
         if done:
             break
-    chunk = np.minimum(P, np.maximum(M - b, 1.0)) if server.chunked_prefill else np.full_like(c, P)
-    k = np.ceil(P / chunk)
-    window = np.maximum(k + decode_steps, c * k)
+    budget = np.maximum(M - b, 1.0) if server.chunked_prefill else np.full_like(c, max(P, M))
+    k = np.ceil(P / np.minimum(budget, P))
+    one_at_a_time = c * k <= own_steps
+    # prompt tokens in a step that carries prefill: one prompt's chunk, or (saturated) the whole
+    # budget shared by several prompts; its attention pairs scale with the prompts it holds
+    tokens = np.where(one_at_a_time, P / k, c * P / window)
+    n_mixed = np.where(one_at_a_time, c * k, window)
+    pairs = float(causal_pairs(0, P)) / P * tokens
+    pairs_w = float(causal_pairs(0, P, server.pricer.window)) / P * tokens
     ctx = P + decode_steps / 2.0
     if decode_steps > 0:
         pts = P + (np.arange(DECODE_POINTS) + 0.5) * decode_steps / DECODE_POINTS
         t_d = np.mean(np.asarray(server.pricer.decode(np.maximum(b, 1.0)[:, None], pts[None, :]).step_time_s), axis=1)
     else:
         t_d = np.zeros_like(c)
-    # prefill chunks find (k - 1) / 2 chunks cached on average (attention work is linear in it)
-    cached = np.clip((k - 1.0) / 2.0 * chunk, 0.0, np.maximum(P - chunk, 0.0))
-    t_m = np.asarray(server.pricer.mixed(b, ctx, chunk, cached).step_time_s, dtype=float)
-    mixed_share = np.minimum(1.0, c * k / window)
+    W = server.pricer.window
+    t_m = np.asarray(server.pricer.step(
+        new_tokens=b + tokens, logits_tokens=b + tokens / P, attention_pairs=b * (ctx + 1) + pairs,
+        kv_read_tokens=b * ctx, sequences=b + np.maximum(tokens / P, 1.0),
+        window_attention_pairs=b * min(ctx + 1, W) + pairs_w, window_kv_read_tokens=b * min(ctx, W - 1),
+    ).step_time_s, dtype=float)
+    mixed_share = np.minimum(1.0, n_mixed / window)
     step = np.where(b > 0, mixed_share * t_m + (1.0 - mixed_share) * t_d, t_m)
     ttft = (window - decode_steps) * t_m + server.request_overhead_s
     e2e = ttft + decode_steps * step
@@ -174,14 +188,23 @@ def _closed_loop_arrays(server: Server, concurrency: Any, input_tokens: float, o
 
 
 def closed_loop(server: Server, concurrency: float, input_tokens: int, output_tokens: int, limited_by: str = "clients") -> BenchmarkResult:
-    """``concurrency`` clients, each sending its next request when the last one ends (module notes)."""
+    """``concurrency`` clients, each sending its next request when the last one ends (module notes).
+
+    More clients than the engine can run at once (:func:`max_concurrency`) queue: the engine runs
+    at its limit and the rest wait, ``wait = clients / throughput - E2E in the engine`` (Little's
+    law), which is added to TTFT and latency.
+    """
     _check(concurrency=concurrency, input_tokens=input_tokens, output_tokens=output_tokens)
-    a = {k: float(v[0]) for k, v in _closed_loop_arrays(server, concurrency, input_tokens, output_tokens).items()}
-    c, e2e = a["c"], a["e2e"]
+    top, why = max_concurrency(server, input_tokens, output_tokens)
+    running = min(float(concurrency), top)
+    a = {k: float(v[0]) for k, v in _closed_loop_arrays(server, running, input_tokens, output_tokens).items()}
+    e2e = a["e2e"]
+    rps = running / e2e
+    wait = max(0.0, concurrency / rps - e2e) if concurrency > top else 0.0
     return BenchmarkResult(
-        scenario="closed_loop", concurrency=c, decode_batch=a["b"], ttft_s=a["ttft"], itl_s=a["itl"], e2e_latency_s=e2e,
-        output_tokens_per_s=c * output_tokens / e2e, input_tokens_per_s=c * input_tokens / e2e, requests_per_s=c / e2e,
-        limited_by=limited_by,
+        scenario="closed_loop", concurrency=float(concurrency), decode_batch=a["b"], ttft_s=a["ttft"] + wait, itl_s=a["itl"],
+        e2e_latency_s=e2e + wait, output_tokens_per_s=rps * output_tokens, input_tokens_per_s=rps * input_tokens,
+        requests_per_s=rps, limited_by=why if concurrency > top else limited_by,
     )
 
 

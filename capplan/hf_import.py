@@ -221,6 +221,39 @@ def _deepseek_v3(config: Config, source: str) -> dict[str, Any]:
     return spec
 
 
+def _mixtral(config: Config, source: str) -> dict[str, Any]:
+    spec = _common(config, source, tie_default=False)
+    spec.update(attention_bias=False, attention_output_bias=False, qk_norm="none", norms_per_layer=2)
+    if config.get("sliding_window"):
+        spec["sliding_window"] = {"window_tokens": _int(config, "sliding_window", source), "pattern": ["sliding"]}
+    spec["moe"] = {
+        "num_experts": _int(config, "num_local_experts", source),
+        "experts_per_token": _int(config, "num_experts_per_tok", source),
+        "expert_intermediate_size": _int(config, "intermediate_size", source),
+        "num_shared_experts": 0,
+        "first_dense_layers": 0,
+        "router_bias": False,
+    }
+    return spec
+
+
+def _gpt_oss(config: Config, source: str) -> dict[str, Any]:
+    spec = _common(config, source, tie_default=False)
+    bias = bool(config.get("attention_bias", True))
+    spec.update(attention_bias=bias, attention_output_bias=bias, qk_norm="none", norms_per_layer=2)
+    if config.get("layer_types") is not None:
+        spec["sliding_window"] = _sliding_from_layer_types(config["layer_types"], config.get("sliding_window"), source)
+    spec["moe"] = {
+        "num_experts": _int(config, "num_local_experts", source),
+        "experts_per_token": _int(config, "num_experts_per_tok", source),
+        "expert_intermediate_size": _int(config, "intermediate_size", source),
+        "num_shared_experts": 0,
+        "first_dense_layers": 0,
+        "router_bias": True,
+    }
+    return spec
+
+
 def _olmo2(config: Config, source: str) -> dict[str, Any]:
     return _biased(config, source, "full_projection")
 
@@ -242,7 +275,10 @@ SUPPORTED_ARCHITECTURES: dict[str, Callable[[Config, str], dict[str, Any]]] = {
     "Qwen3ForCausalLM": _qwen3,
     "Qwen3MoeForCausalLM": _qwen3_moe,
     "Gemma2ForCausalLM": _gemma2,
+    "DeepseekV2ForCausalLM": _deepseek_v3,
     "DeepseekV3ForCausalLM": _deepseek_v3,
+    "MixtralForCausalLM": _mixtral,
+    "GptOssForCausalLM": _gpt_oss,
     "Olmo2ForCausalLM": _olmo2,
     "Olmo3ForCausalLM": _olmo3,
 }

@@ -89,7 +89,7 @@ class MLASpec(BaseModel):
 
     model_config = _CONFIG
 
-    q_lora_rank: int | None = Field(gt=0)
+    q_lora_rank: int | None = Field(default=None, gt=0)
     """Rank of the query down-projection [elements]; ``null`` = full-rank ``q_proj``."""
 
     kv_lora_rank: int = Field(gt=0)

@@ -14,21 +14,12 @@ from capplan.hf_import import SUPPORTED_ARCHITECTURES, spec_from_hf_config, spec
 from capplan.modelspec import ModelSpec, list_models, load_model_spec
 from capplan.resources import bundled_dir
 
-EXPECTED_PRESETS = [
-    "deepseek-v3",
-    "gemma-2-9b",
-    "llama-3.1-405b",
-    "llama-3.1-70b",
-    "llama-3.1-8b",
-    "mistral-7b",
-    "olmo-3-32b",
-    "olmo-3-7b",
-    "qwen2.5-72b",
-    "qwen2.5-7b",
-    "qwen3-30b-a3b",
-    "qwen3-32b",
-    "qwen3-8b",
-]
+EXPECTED_PRESETS = sorted([
+    "codellama-34b", "deepseek-v2-lite", "deepseek-v3", "gemma-2-9b", "gpt-oss-120b", "gpt-oss-20b", "kimi-k2",
+    "llama-2-13b", "llama-2-70b", "llama-2-7b", "llama-3.1-405b", "llama-3.1-70b", "llama-3.1-8b", "mistral-7b",
+    "mixtral-8x7b", "olmo-3-32b", "olmo-3-7b", "qwen2-7b", "qwen2.5-72b", "qwen2.5-7b", "qwen3-0.6b", "qwen3-1.7b",
+    "qwen3-14b", "qwen3-235b-a22b", "qwen3-30b-a3b", "qwen3-32b", "qwen3-4b", "qwen3-8b",
+])
 PRESETS = list_models()
 MOE_PRESETS = [n for n in PRESETS if load_model_spec(n).moe is not None]
 DENSE_PRESETS = [n for n in PRESETS if load_model_spec(n).moe is None]
@@ -61,7 +52,9 @@ NON_ARCH_FIELDS = {
 #: Published figures stated more coarsely than 1 %: preset -> relative tolerance, with the reason.
 #: qwen3-30b-a3b active: "3.3B" is stated to 0.1B; the exact count is 3.353B (1.6 % above), see the
 #: preset's notes. Every other published figure is checked at 1 %.
-ACTIVE_TOLERANCE = {"qwen3-30b-a3b": 0.02}
+ACTIVE_TOLERANCE = {"qwen3-30b-a3b": 0.02, "deepseek-v2-lite": 0.025}
+"""Active-count tolerances above 1%, each explained in the preset's notes: Qwen publishes "3.3B"
+for 3.353B; DeepSeek publishes "2.4B" for 2.451B."""
 
 
 def _arch(spec: ModelSpec) -> dict:
@@ -230,9 +223,10 @@ def test_dense_active_equals_total(name: str) -> None:
 
 @pytest.mark.parametrize("name", MOE_PRESETS)
 def test_moe_active_below_total(name: str) -> None:
-    """An MoE model activates fewer weights than it holds."""
+    """An MoE model activates fewer weights than it holds: at most the shared part plus k of E
+    experts (Mixtral, 2 of 8, activates 28%; the fine-grained ones under 20%)."""
     spec = load_model_spec(name)
-    assert spec.active_params() < spec.total_params() / 5
+    assert spec.active_params() < spec.total_params() * 0.3
 
 
 def test_tying_removes_one_embedding_matrix() -> None:
@@ -414,7 +408,7 @@ def test_import_explicit_sliding_layers_when_not_periodic() -> None:
     assert spec.layer_kinds()[-1] == "full"
 
 
-@pytest.mark.parametrize("arch", ["GPT2LMHeadModel", "MixtralForCausalLM", None])
+@pytest.mark.parametrize("arch", ["GPT2LMHeadModel", "FalconForCausalLM", None])
 def test_unsupported_architecture_lists_supported(arch: str | None) -> None:
     """Anything outside the supported families is a one-line InputError listing them."""
     config = {"architectures": [arch] if arch else [], "hidden_size": 8}
