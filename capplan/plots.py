@@ -129,23 +129,27 @@ def plot_roofline(
     hw: "HardwareProfile",
     inp: "RooflineInputs",
     rows: list[dict[str, Any]],
-    batches: list[int],
-    contexts: list[int],
+    decode_curves: "list[tuple[int, Any, Any]]",
     path: str | Path,
     force: bool = False,
 ) -> Path:
     """Left: the roofline (log-log) with each row's operating point; right: decode tokens/s vs batch.
 
-    ``rows`` are :func:`capplan.roofline.roofline_rows`; the figure is written atomically
-    (format from the suffix), never over a file without ``force``.
+    Parameters
+    ----------
+    rows : list of dict
+        Rows of :func:`capplan.roofline.roofline_rows`.
+    decode_curves : list of (int, array, array)
+        ``(context, batch, tokens_per_s)`` per curve: context [positions], decode batch
+        [sequences] and output tokens per second of the whole TP group [tokens/s].
+    path : str or Path
+        Figure file; the format follows the suffix. Written atomically, never over a file
+        without ``force``.
     """
     import numpy as np
 
     plt = _pyplot()
     path = ensure_new(path, force)
-
-    from capplan.roofline import decode_step
-
     r = inp.resolved(hw)
     dtype = r.gemm_dtype or "bf16"
     peak, bw = hw.peak_flops(dtype), hw.hbm_bandwidth_bytes_per_s
@@ -174,11 +178,8 @@ def plot_roofline(
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(True, which="both", lw=0.3)
 
-    bs = np.unique(np.geomspace(1, max(max(batches), 2) * 2, 40).round())
-    decode_contexts = contexts if rows[0]["kind"] in ("decode", "mixed") else sorted({row["prompt"] for row in rows})
-    for c in decode_contexts:
-        s = decode_step(spec, hw, inp, bs, c)
-        ax2.plot(bs, bs / s.step_time_s, label=f"context {c:,}")
+    for context, batch, tokens_per_s in decode_curves:
+        ax2.plot(batch, tokens_per_s, label=f"context {context:,}")
     ax2.set_xscale("log", base=2)
     ax2.set_xlabel("decode batch [sequences]")
     ax2.set_ylabel("decode output tokens/s (whole TP group)")

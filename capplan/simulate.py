@@ -37,7 +37,3 @@ def __getattr__(name: str) -> Any:
         f"capplan.simulate is deprecated: import {name} from {home}", DeprecationWarning, stacklevel=2
     )
     return getattr(importlib.import_module(home), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_HOMES])

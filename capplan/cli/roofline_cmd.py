@@ -119,7 +119,8 @@ def roofline(
     if plot is not None:
         from capplan.plots import plot_roofline
 
-        call(lambda: plot_roofline(spec, hw, inp, rows, batches, contexts, plot, force=force))
+        curves = _decode_curves(spec, hw, inp, rows, batches, contexts)
+        call(lambda: plot_roofline(spec, hw, inp, rows, curves, plot, force=force))
         typer.echo(f"wrote {plot}", err=True)
 
 
@@ -194,3 +195,17 @@ def _table(
     )
     if output is not None:
         emit(con.file.getvalue(), output, force)  # type: ignore[attr-defined]
+
+
+def _decode_curves(
+    spec: "ModelSpec", hw: "HardwareProfile", inp: "RooflineInputs", rows: list[dict[str, Any]], batches: list[int], contexts: list[int]
+) -> list[tuple[int, Any, Any]]:
+    """``(context, batch, tokens_per_s)`` of the plot's decode-throughput panel: one curve per
+    context (per prompt length for prefill and score rows), batches 1 .. twice the largest."""
+    import numpy as np
+
+    from capplan.roofline import decode_step
+
+    batch = np.unique(np.geomspace(1, max(max(batches), 2) * 2, 40).round())
+    decode_contexts = contexts if rows[0]["kind"] in ("decode", "mixed") else sorted({row["prompt"] for row in rows})
+    return [(c, batch, batch / decode_step(spec, hw, inp, batch, c).step_time_s) for c in decode_contexts]
