@@ -1,4 +1,4 @@
-"""Engine-step prices as a few coefficients, so a simulator can price millions of steps quickly.
+"""Engine-step prices as a few coefficients, and runs of decode steps in closed form, so the simulator can price millions of steps quickly.
 
 :func:`capplan.roofline.engine_step` prices one step from seven work terms (new positions,
 logit positions, attention pairs and KV reads, full and sliding-window, and sequences). Its
@@ -15,6 +15,11 @@ and no routed term otherwise. :func:`step_coefficients` recovers every coefficie
 ``engine_step`` itself (differences of exact affine functions), so the simulator and the
 roofline model cannot drift apart; ``tests/test_simulate.py`` checks the two agree on random
 step mixes.
+
+A run of decode steps with an unchanged batch is priced in closed form: each step every context
+grows by one position, so compute and memory time grow linearly (a :data:`DecodeLine`, built
+from the folded ``decode_*`` coefficients), and :func:`run_time` / :func:`steps_within` sum and
+invert the run without stepping through it.
 """
 
 from __future__ import annotations
