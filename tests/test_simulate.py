@@ -13,9 +13,9 @@ from capplan.cli.app import app
 from capplan.hardware import load_hardware
 from capplan.modelspec import load_model_spec
 from capplan.roofline import RooflineInputs, decode_step, engine_step, prefill_step
-from capplan.sim.engine import run_time, steps_within
+from capplan.sim.stepcost import run_time, steps_within
 from capplan.sim.stepcost import step_coefficients
-from capplan.simulate import SUMMARY_KEYS, SimConfig, simulate, trajectory_records, write_trajectories
+from capplan.sim import SUMMARY_KEYS, SimConfig, simulate, trajectory_records, write_trajectories
 from capplan.trainer import trainer_step_time_s, training_flops
 from capplan.workload import load_workload
 

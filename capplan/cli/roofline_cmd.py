@@ -131,7 +131,10 @@ def roofline(
     else:
         _table(spec, hw, inp, rows, contexts, output, force)
     if plot is not None:
-        draw_plot(spec, hw, inp, rows, batches, contexts, plot)
+        from capplan.plots import plot_roofline
+
+        curves = _decode_curves(spec, hw, inp, rows, batches, contexts)
+        call(lambda: plot_roofline(spec, hw, inp, rows, curves, plot, force=force))
         typer.echo(f"wrote {plot}", err=True)
 
 
@@ -208,64 +211,15 @@ def _table(
         emit(con.file.getvalue(), output, force)  # type: ignore[attr-defined]
 
 
-def draw_plot(
-    spec: "ModelSpec",
-    hw: "HardwareProfile",
-    inp: "RooflineInputs",
-    rows: list[dict[str, Any]],
-    batches: list[int],
-    contexts: list[int],
-    path: Path,
-) -> None:
-    """Left: the roofline (log-log) with each row's operating point; right: decode tokens/s vs batch."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def _decode_curves(
+    spec: "ModelSpec", hw: "HardwareProfile", inp: "RooflineInputs", rows: list[dict[str, Any]], batches: list[int], contexts: list[int]
+) -> list[tuple[int, Any, Any]]:
+    """``(context, batch, tokens_per_s)`` of the plot's decode-throughput panel: one curve per
+    context (per prompt length for prefill and score rows), batches 1 .. twice the largest."""
     import numpy as np
 
     from capplan.roofline import decode_step
 
-    r = inp.resolved(hw)
-    dtype = r.gemm_dtype or "bf16"
-    peak, bw = hw.peak_flops(dtype), hw.hbm_bandwidth_bytes_per_s
-    ce, be = r.compute_efficiency or 1.0, r.bandwidth_efficiency or 1.0
-    ai = np.array([row["arithmetic_intensity"] for row in rows])
-    attained = np.array([row["flops"] / row["step_time_s"] for row in rows])
-    lo = min(ai.min(), 1.0) / 3
-    hi = max(ai.max(), peak / bw) * 3
-    x = np.logspace(np.log10(lo), np.log10(hi), 200)
-
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 5.2))
-    ax.loglog(x, np.minimum(peak, bw * x) / 1e12, color="black", label=f"datasheet: {bw / 1e12:.2f} TB/s, {peak / 1e12:,.0f} TFLOP/s {dtype}")
-    ax.loglog(x, np.minimum(peak * ce, bw * be * x) / 1e12, color="black", ls="--", label=f"derated: x{be:g} bandwidth, x{ce:g} compute (assumed)")
-    if dtype != "bf16":
-        p16 = hw.peak_flops("bf16")
-        ax.axhline(p16 / 1e12, color="grey", ls=":", label=f"bf16 ceiling {p16 / 1e12:,.0f} TFLOP/s (attention, LM head)")
-    ax.axvline(peak / bw, color="grey", lw=0.6, label=f"ridge {peak / bw:,.0f} FLOP/B (derated {peak * ce / (bw * be):,.0f})")
-    for i, (row, xi, yi) in enumerate(zip(rows, ai, attained)):
-        color = "tab:red" if row["bound"] == "compute" else "tab:blue"
-        ax.plot(xi, yi / 1e12, "o", color=color, ms=5)
-        label = f"B={row['batch']}" + (f" c={row['context']}" if row["kind"] != "score" else "") + (f" p={row['prompt']}" if row["prompt"] else "")
-        ax.annotate(label, (xi, yi / 1e12), textcoords="offset points", xytext=(5, -11 if i % 2 else 3), fontsize=7)
-    ax.set_xlabel("arithmetic intensity [FLOP/byte, per GPU]")
-    ax.set_ylabel("attained [TFLOP/s per GPU]")
-    ax.set_title(f"{spec.name} on {hw.name}, TP{inp.tp}, W {inp.weight_dtype} / KV {inp.kv_dtype}: {rows[0]['kind']}", fontsize=10)
-    ax.legend(fontsize=7, loc="lower right")
-    ax.grid(True, which="both", lw=0.3)
-
-    bs = np.unique(np.geomspace(1, max(max(batches), 2) * 2, 40).round())
+    batch = np.unique(np.geomspace(1, max(max(batches), 2) * 2, 40).round())
     decode_contexts = contexts if rows[0]["kind"] in ("decode", "mixed") else sorted({row["prompt"] for row in rows})
-    for c in decode_contexts:
-        s = decode_step(spec, hw, inp, bs, c)
-        ax2.plot(bs, bs / s.step_time_s, label=f"context {c:,}")
-    ax2.set_xscale("log", base=2)
-    ax2.set_xlabel("decode batch [sequences]")
-    ax2.set_ylabel("decode output tokens/s (whole TP group)")
-    ax2.set_title("decode throughput vs batch (roofline)", fontsize=10)
-    ax2.grid(True, which="both", lw=0.3)
-    ax2.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return [(c, batch, batch / decode_step(spec, hw, inp, batch, c).step_time_s) for c in decode_contexts]

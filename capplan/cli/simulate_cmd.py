@@ -13,7 +13,7 @@ from capplan.cli.app import app
 from capplan.cli.common import Format, FormatOpt, ForceOpt, call, console, emit, fail
 
 if TYPE_CHECKING:
-    from capplan.simulate import SimResult
+    from capplan.sim import SimResult
 
 PLOT_HINT = "pip install 'capplan[plot]'"
 
@@ -144,7 +144,7 @@ def simulate(
     force: ForceOpt = False,
 ) -> None:
     from capplan.hardware import load_hardware
-    from capplan.simulate import SimConfig
+    from capplan.sim import SimConfig
     from capplan.workload import load_workload
 
     if format is Format.csv:
@@ -182,7 +182,7 @@ def simulate(
     if bounds is not None:
         _sweep(w, hw, thw, cfg, bounds, model, format, output, timeline, force)
         return
-    from capplan.simulate import simulate as run
+    from capplan.sim import simulate as run
 
     with _Progress(steps) as progress:
         result = call(lambda: run(w, hw, cfg, model=model, trainer_hardware=thw, progress=progress))
@@ -195,12 +195,12 @@ def simulate(
     if output is not None:
         emit(to_json(result.as_dict()), output, force)
     if trajectories is not None:
-        from capplan.simulate import write_trajectories
+        from capplan.sim import write_trajectories
 
         path = call(lambda: write_trajectories(result, w, trajectories, force=force))
         typer.echo(f"wrote {path}", err=True)
     if timeline is not None:
-        from capplan.simulate import plot_timeline
+        from capplan.plots import plot_timeline
 
         path = call(lambda: plot_timeline(result, timeline, force=force))
         typer.echo(f"wrote {path}", err=True)
@@ -208,7 +208,8 @@ def simulate(
 
 def _sweep(w, hw, thw, cfg, bounds, model, format, output, timeline, force) -> None:  # noqa: ANN001
     from capplan.output import to_json
-    from capplan.simulate import plot_sweep, sweep_staleness
+    from capplan.plots import plot_sweep
+    from capplan.sim import sweep_staleness
 
     with _Progress(cfg.steps * (len(bounds) + 1)) as progress:
         results = call(lambda: sweep_staleness(w, hw, cfg, bounds, model=model, trainer_hardware=thw, progress=progress))

@@ -1,4 +1,4 @@
-"""Engine-step prices as a few coefficients, so a simulator can price millions of steps quickly.
+"""Engine-step prices as a few coefficients, and runs of decode steps in closed form, so the simulator can price millions of steps quickly.
 
 :func:`capplan.roofline.engine_step` prices one step from seven work terms (new positions,
 logit positions, attention pairs and KV reads, full and sliding-window, and sequences). Its
@@ -15,6 +15,11 @@ and no routed term otherwise. :func:`step_coefficients` recovers every coefficie
 ``engine_step`` itself (differences of exact affine functions), so the simulator and the
 roofline model cannot drift apart; ``tests/test_simulate.py`` checks the two agree on random
 step mixes.
+
+A run of decode steps with an unchanged batch is priced in closed form: each step every context
+grows by one position, so compute and memory time grow linearly (a :data:`DecodeLine`, built
+from the folded ``decode_*`` coefficients), and :func:`run_time` / :func:`steps_within` sum and
+invert the run without stepping through it.
 """
 
 from __future__ import annotations
@@ -78,6 +83,35 @@ class StepCoefficients:
     """Fixed host time per step [s]."""
     window: float
     """Sliding-window width [positions] (:data:`NO_WINDOW` when the model has none)."""
+
+    # A decode step of ``B`` sequences: every sequence forwards one position and one logit, so
+    # the terms that scale with B fold into one coefficient each (the attention and KV-read
+    # terms depend on the contexts and stay separate).
+
+    @property
+    def decode_compute_per_sequence(self) -> float:
+        """Compute time per decoding sequence besides attention [s/sequence]: ``c_new + c_logit``."""
+        return self.c_new + self.c_logit
+
+    @property
+    def decode_memory_base(self) -> float:
+        """Memory time of a decode step independent of the batch [s]: ``m_0 + m_head``."""
+        return self.m_0 + self.m_head
+
+    @property
+    def decode_memory_per_sequence(self) -> float:
+        """Memory time per decoding sequence besides KV reads [s/sequence]: ``m_new + m_logit + m_seq``."""
+        return self.m_new + self.m_logit + self.m_seq
+
+    @property
+    def decode_fixed_base(self) -> float:
+        """Communication plus overhead of a decode step independent of the batch [s]: ``overhead + k_0 + k_head``."""
+        return self.overhead + self.k_0 + self.k_head
+
+    @property
+    def decode_fixed_per_sequence(self) -> float:
+        """Communication per decoding sequence [s/sequence]: ``k_new + k_logit``."""
+        return self.k_new + self.k_logit
 
     def compute(self, new: float, logits: float, pairs: float, pairs_w: float) -> float:
         """Compute time of a step [s]."""
@@ -192,3 +226,98 @@ def step_coefficients(spec: "ModelSpec", hw: "HardwareProfile", inp: "RooflineIn
     if not math.isclose(got, float(check.step_time_s), rel_tol=1e-6):
         raise AssertionError(f"step coefficients disagree with engine_step: {got} vs {float(check.step_time_s)}")
     return coeffs
+
+
+# --------------------------------------------------------------------------------------------- decode runs
+
+DecodeLine = tuple[float, float, float, float, float]
+"""A run of decode steps with an unchanged batch, as ``(compute_0, compute_growth, memory_0,
+memory_growth, fixed)`` [s]: step ``i`` (0-based) takes
+``max(compute_0 + compute_growth i, memory_0 + memory_growth i) + fixed`` (each step every
+context grows by one position, so attention compute and KV reads grow linearly)."""
+
+
+def _line_sum(start: float, growth: float, first: int, stop: int) -> float:
+    """``sum_{i=first}^{stop-1} (start + growth i)``."""
+    n = stop - first
+    return n * start + growth * n * (first + stop - 1) * 0.5 if n > 0 else 0.0
+
+
+def run_time(line: DecodeLine, steps: int) -> float:
+    """Time of the first ``steps`` decode steps of ``line`` [s].
+
+    The compute and memory lines cross at most once, so the sum splits into two closed-form
+    arithmetic series.
+    """
+    compute_0, compute_growth, memory_0, memory_growth, fixed = line
+    if steps <= 0:
+        return 0.0
+    gap_0, gap_growth = compute_0 - memory_0, compute_growth - memory_growth
+    if gap_growth == 0.0:
+        start, growth = (compute_0, compute_growth) if gap_0 >= 0 else (memory_0, memory_growth)
+        return _line_sum(start, growth, 0, steps) + fixed * steps
+    crossing = -gap_0 / gap_growth  # compute - memory changes sign at step ``crossing``
+    switch = max(0, min(steps, math.ceil(crossing)))
+    if gap_growth > 0:  # memory first, compute from ``switch`` on
+        return _line_sum(memory_0, memory_growth, 0, switch) + _line_sum(compute_0, compute_growth, switch, steps) + fixed * steps
+    return _line_sum(compute_0, compute_growth, 0, switch) + _line_sum(memory_0, memory_growth, switch, steps) + fixed * steps
+
+
+def _split(line: DecodeLine, steps: int) -> tuple[int, float, float, float, float]:
+    """``(switch, start_1, growth_1, start_2, growth_2)``: steps ``i < switch`` follow the first
+    line, the rest the second (``fixed`` excluded)."""
+    compute_0, compute_growth, memory_0, memory_growth, _ = line
+    gap_0, gap_growth = compute_0 - memory_0, compute_growth - memory_growth
+    if gap_growth == 0.0:
+        start, growth = (compute_0, compute_growth) if gap_0 >= 0 else (memory_0, memory_growth)
+        return steps, start, growth, start, growth
+    switch = max(0, min(steps, math.ceil(-gap_0 / gap_growth)))
+    if gap_growth > 0:
+        return switch, memory_0, memory_growth, compute_0, compute_growth
+    return switch, compute_0, compute_growth, memory_0, memory_growth
+
+
+def _solve(start: float, growth: float, elapsed: float) -> float:
+    """Real ``m`` with ``m start + growth m (m - 1) / 2 = elapsed`` (``start > 0``, ``growth >= 0``)."""
+    b = start - 0.5 * growth
+    if growth <= 0.0:
+        return elapsed / start
+    root = math.sqrt(b * b + 2.0 * growth * elapsed)
+    return 2.0 * elapsed / (b + root) if b > 0 else (-b + root) / growth
+
+
+def steps_within(line: DecodeLine, max_steps: int, elapsed: float) -> int:
+    """Smallest ``k`` (0..max_steps) with ``run_time(line, k) >= elapsed``: the step boundary at or after ``elapsed``.
+
+    Solved in closed form on each linear piece (a quadratic in ``k``), then checked exactly.
+    """
+    if elapsed <= 0.0:
+        return 0
+    compute_0, compute_growth, memory_0, memory_growth, fixed = line
+    last = max_steps - 1
+    if (compute_0 >= memory_0) == (compute_0 + compute_growth * last >= memory_0 + memory_growth * last):
+        # one line dominates the whole run: T(k) = k (start + fixed) + growth k (k - 1) / 2
+        start, growth = (compute_0, compute_growth) if compute_0 >= memory_0 else (memory_0, memory_growth)
+        start += fixed
+        if max_steps * start + growth * max_steps * (max_steps - 1) * 0.5 <= elapsed:
+            return max_steps
+        k = max(0, min(max_steps, math.ceil(_solve(start, growth, elapsed) - 1e-9)))
+        while k < max_steps and k * start + growth * k * (k - 1) * 0.5 < elapsed:
+            k += 1
+        while k > 0 and (k - 1) * start + growth * (k - 1) * (k - 2) * 0.5 >= elapsed:
+            k -= 1
+        return k
+    if run_time(line, max_steps) <= elapsed:
+        return max_steps
+    switch, start_1, growth_1, start_2, growth_2 = _split(line, max_steps)
+    time_at_switch = _line_sum(start_1, growth_1, 0, switch) + fixed * switch
+    if elapsed <= time_at_switch:
+        k = math.ceil(_solve(start_1 + fixed, growth_1, elapsed) - 1e-9)
+    else:
+        k = switch + math.ceil(_solve(start_2 + growth_2 * switch + fixed, growth_2, elapsed - time_at_switch) - 1e-9)
+    k = max(0, min(max_steps, k))
+    while k < max_steps and run_time(line, k) < elapsed:
+        k += 1
+    while k > 0 and run_time(line, k - 1) >= elapsed:
+        k -= 1
+    return k

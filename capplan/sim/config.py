@@ -1,0 +1,159 @@
+"""How to run a simulation: :class:`SimConfig` (the user's options, validated) and :class:`RunOptions` (resolved for the engine)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from capplan.errors import InputError
+
+if TYPE_CHECKING:
+    from capplan.workload import Workload
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """How to run a simulation (everything besides the workload and the hardware)."""
+
+    tp: int = 1
+    """Tensor-parallel degree of each inference replica [GPUs]."""
+    inference_replicas: int = 1
+    """Inference engine replicas [count]."""
+    env_workers: int | None = None
+    """Environment workers executing tool calls; ``None`` = one per call (no queueing)."""
+    trainer_gpus: int | None = None
+    """Trainer GPUs; ``None`` = the fewest that hold the sharded state
+    (:func:`capplan.trainer.min_trainer_gpus`), or enough for ``training.step_time_target_s``."""
+    mode: Literal["sync", "async"] = "sync"
+    """``sync``: generation pauses while the trainer updates and pushes weights. ``async``:
+    generation continues; trajectories more than ``max_staleness`` versions old are rejected."""
+    max_staleness: int = 1
+    """Async freshness bound K [policy versions]."""
+    sampling: Literal["active", "oversample"] = "active"
+    """``active``: the batch is filled continuously from finished groups, filtered groups are
+    replaced. ``oversample``: each update dispatches ``oversample x prompts_per_step`` groups and
+    trains on the unfiltered ones (at most ``prompts_per_step``)."""
+    oversample: float | None = None
+    """Groups dispatched per update / prompts per step with ``sampling='oversample'``; default
+    ``1 / (1 - filtered_group_fraction)``."""
+    static_batching: bool = False
+    """Admit a new batch only when the previous one has finished (for comparison)."""
+    inflight_updates: bool = False
+    """Async: replicas load new weights at their next step boundary, keeping running sequences
+    and their KV, instead of draining their running invocations first."""
+    steps: int = 10
+    """Trainer updates to simulate; the run ends when the last one finishes."""
+    seed: int | None = None
+    """Seed of every random draw; default ``sampling.seed`` of the workload."""
+    kv_dtype: str = "bf16"
+    """KV-cache element type (bf16, fp16, fp8, int8 or int4)."""
+    weight_dtype: str = "bf16"
+    """Weight element type of the inference replicas (bf16, fp16, fp8, int8 or int4)."""
+    gpu_mem_util: float = 0.9
+    """Fraction of each GPU's memory the inference engine may use [fraction]."""
+    max_num_seqs: int | None = None
+    """Scheduler cap on running sequences per replica; default vLLM's for the GPU class."""
+    max_batched_tokens: int | None = None
+    """Scheduler token budget per step; default vLLM's for the GPU class."""
+    max_inflight_groups: int | None = None
+    """Async: keep at most this many prompt groups generating, whatever their age; default
+    AReaL's staleness gate, ``dispatched - rejected <= (K + version + 1) x prompts_per_step``
+    groups, which ties production to the bound."""
+    chunk_conversations: int = 8192
+    """Conversations drawn at a time (the draw of chunk ``c`` depends only on the seed and ``c``)."""
+
+    def validate(self, workload: "Workload") -> None:
+        """Check the options against each other and the workload.
+
+        Raises
+        ------
+        InputError
+            An option out of range, options that do not go together, or a workload without a
+            rollout engine or a trainer.
+        """
+        if self.mode not in ("sync", "async"):
+            raise InputError(f"--mode {self.mode}: allowed: sync, async")
+        if self.sampling not in ("active", "oversample"):
+            raise InputError(f"--sampling {self.sampling}: allowed: active, oversample")
+        for name in ("inference_replicas", "steps", "tp", "chunk_conversations"):
+            if getattr(self, name) < 1:
+                raise InputError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be >= 1")
+        if self.max_staleness < 0:
+            raise InputError(f"--max-staleness {self.max_staleness}: must be >= 0")
+        if self.env_workers is not None and self.env_workers < 1:
+            raise InputError(f"--env-workers {self.env_workers}: must be >= 1 (omit it for one worker per call)")
+        if self.trainer_gpus is not None and self.trainer_gpus < 1:
+            raise InputError(f"--trainer-gpus {self.trainer_gpus}: must be >= 1")
+        if self.inflight_updates and self.mode != "async":
+            raise InputError("--inflight-updates needs --mode async (a synchronous update has nothing in flight)")
+        if self.max_inflight_groups is not None:
+            if self.max_inflight_groups < 1:
+                raise InputError(f"--max-inflight-groups {self.max_inflight_groups}: must be >= 1")
+            if self.mode != "async" or self.sampling != "active":
+                raise InputError("--max-inflight-groups needs --mode async and --sampling active")
+        if self.oversample is not None and self.oversample < 1:
+            raise InputError(f"--oversample {self.oversample}: must be >= 1")
+        if not workload.has_rollout or not workload.has_trainer:
+            raise InputError(
+                f"workload {workload.name}: method {workload.method} has "
+                f"{'no rollout engine' if not workload.has_rollout else 'no trainer'}; simulate needs both "
+                "(distillation, outcome-rl or multi-turn-rl)"
+            )
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The options the event loop runs with, defaults resolved against the workload."""
+
+    replicas: int
+    """Inference engine replicas [count]."""
+    env_workers: int | None
+    """Environment workers; ``None`` = one per call."""
+    mode: str
+    """``sync`` or ``async``."""
+    max_staleness: int
+    """Freshness bound K in force [policy versions]: ``SimConfig.max_staleness`` in async mode, 0 in sync."""
+    sampling: str
+    """``active`` or ``oversample``."""
+    oversample: float
+    """Groups dispatched per update / prompts per step (oversample sampling)."""
+    groups_per_round: int
+    """Prompt groups dispatched per update: ``ceil(oversample x prompts_per_step)`` when
+    oversampling, else ``prompts_per_step``."""
+    static_batching: bool
+    """Admit a new batch only when the previous one has finished."""
+    inflight_updates: bool
+    """Async: load new weights at the next step boundary instead of draining."""
+    steps: int
+    """Trainer updates to simulate."""
+    seed: int
+    """Seed of every random draw."""
+    max_inflight_groups: int | None
+    """Async: cap on prompt groups generating; ``None`` = the staleness gate."""
+    chunk_conversations: int
+    """Conversations drawn at a time."""
+
+
+def run_options(config: SimConfig, workload: "Workload") -> RunOptions:
+    """Resolve ``config``'s defaults (seed, oversampling factor, staleness in force) against ``workload``."""
+    seed = workload.sampling.seed if config.seed is None else config.seed
+    filtered = workload.training.filtered_group_fraction
+    oversample = config.oversample if config.oversample is not None else 1.0 / (1.0 - filtered)
+    prompts = workload.volume.prompts_per_step
+    groups_per_round = max(1, math.ceil(oversample * prompts - 1e-9)) if config.sampling == "oversample" else prompts
+    return RunOptions(
+        replicas=config.inference_replicas,
+        env_workers=config.env_workers,
+        mode=config.mode,
+        max_staleness=config.max_staleness if config.mode == "async" else 0,
+        sampling=config.sampling,
+        oversample=oversample,
+        groups_per_round=groups_per_round,
+        static_batching=config.static_batching,
+        inflight_updates=config.inflight_updates,
+        steps=config.steps,
+        seed=seed,
+        max_inflight_groups=config.max_inflight_groups,
+        chunk_conversations=config.chunk_conversations,
+    )

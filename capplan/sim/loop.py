@@ -1,0 +1,267 @@
+"""The simulator's event loop: conversations from dispatch to their last turn, tool calls on environment workers, time-series samples.
+
+The model, in the order a conversation meets it:
+
+1. **Task queue.** The :class:`~capplan.sim.controller.Controller` dispatches prompt groups;
+   each conversation stays on the replica it was given (the one with the fewest) for its whole
+   life.
+2. **Inference queue.** Each replica's :class:`~capplan.sim.scheduler.ReplicaScheduler` admits,
+   prefills and decodes under its token budget, ``max_num_seqs`` and KV capacity.
+3. **KV.** A conversation waiting on a tool keeps its KV (``retain``) or frees it (``evict``).
+   Retained KV behaves as an engine's prefix cache does: it stays resident until an admission
+   or a decode step needs the room, then the longest-waiting conversation's KV is evicted first
+   (before any running sequence is preempted), and its next turn recomputes the prefix it lost.
+4. **Environment queue.** A tool call takes an environment worker (``env_workers``, unlimited
+   by default) for the conversation's drawn wait; the next turn then joins the replica's
+   waiting queue, reusing the prefix the workload's cache policy allows.
+5. **Trainer.** See :mod:`capplan.sim.controller`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from functools import partial
+from heapq import heappop
+from typing import TYPE_CHECKING, Any, Callable
+
+from capplan.errors import DoesNotFitError, InputError
+from capplan.sim.controller import Controller
+from capplan.sim.conversations import ConversationTable
+from capplan.sim.events import (
+    EVENT_RUN_END,
+    EVENT_SAMPLE,
+    EVENT_SYNC_DONE,
+    EVENT_TOOL_DONE,
+    EVENT_TRAIN_DONE,
+    EVENT_WEIGHTS_LOADED,
+    EventQueue,
+)
+from capplan.sim.scheduler import Invocation, ReplicaScheduler
+
+if TYPE_CHECKING:
+    from capplan.sim.config import RunOptions
+    from capplan.sim.conversations import ConversationChunk
+    from capplan.sim.setup import EngineSetup
+    from capplan.workload import Workload
+
+MAX_SAMPLES = 1000
+"""Time-series samples kept: between this and twice this many (the interval doubles)."""
+
+
+class Simulation:
+    """The whole simulated system and its event loop (see the module docstring)."""
+
+    def __init__(
+        self,
+        workload: "Workload",
+        setup: "EngineSetup",
+        options: "RunOptions",
+        draw: Callable[[int], "ConversationChunk"],
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.setup = setup
+        self.options = options
+        self.draw = draw
+        self.kv_capacity_bytes = setup.kv_capacity_bytes
+        self.retain_during_tools = workload.cache.kv_during_tool_wait == "retain"
+        self.events = EventQueue()
+        self.table = ConversationTable()
+        self.next_uid = partial(next, itertools.count(1))
+        """Creation order of invocations (ties between sequences break on it)."""
+        self.replicas = [
+            ReplicaScheduler(i, setup, options, self.table, self.events, self.next_uid, self.invocation_done)
+            for i in range(options.replicas)
+        ]
+        self.controller = Controller(
+            workload, setup, options, self.table, self.events, self.replicas, self.start_conversations, progress
+        )
+        self.now = 0.0
+        """Time of the event being handled [s]."""
+        # environment workers
+        self.env_busy = 0
+        """Tool calls executing [count]."""
+        self.env_queue: deque[tuple[int, int]] = deque()
+        """Tool calls ``(conversation, turn)`` waiting for a worker."""
+        # time series
+        self.sample_interval_s = 0.05
+        self.samples: list[tuple[Any, ...]] = []
+        """One tuple per sample, in the order of :data:`capplan.sim.result.TIMELINE_KEYS`."""
+        self.kv_samples: list[float] = []
+        """KV occupancy of every replica at every sample [fraction]."""
+
+    # ------------------------------------------------------------------ conversations
+
+    def ensure_drawn(self, count: int) -> None:
+        """Draw conversations until at least ``count`` exist.
+
+        Raises
+        ------
+        DoesNotFitError
+            A drawn conversation's KV does not fit a replica.
+        """
+        table = self.table
+        while table.count < count:
+            chunk = self.draw(len(table.ledger_chunks))
+            table.append(chunk)
+            longest = chunk.max_record_length
+            need = self.setup.kv_layout.held_bytes(longest)
+            if need > self.kv_capacity_bytes:
+                raise DoesNotFitError(
+                    f"a conversation of {longest:,} positions needs {need / 2**30:.2f} GiB of KV per GPU but a "
+                    f"replica holds {self.kv_capacity_bytes / 2**30:.2f} GiB: raise --tp, or lower max_context"
+                )
+
+    def new_invocation(self, conversation: int, turn: int) -> Invocation:
+        table = self.table
+        inv = Invocation(conversation, turn, self.next_uid())
+        inv.input_positions = table.input_positions[conversation][turn]
+        inv.claimed_positions = table.claimed_positions[conversation][turn]
+        sampled = table.action_tokens[conversation][turn]
+        inv.decode_steps = sampled - 1 if sampled > 1 else 0
+        return inv
+
+    def least_loaded_replica(self) -> ReplicaScheduler:
+        best = self.replicas[0]
+        for replica in self.replicas:
+            if replica.assigned_conversations < best.assigned_conversations:
+                best = replica
+        return best
+
+    def start_conversations(self, first: int, stop: int, t: float) -> None:
+        """Start conversations ``first .. stop - 1`` at ``t``: each goes to the least loaded replica."""
+        self.ensure_drawn(stop)
+        table = self.table
+        touched: list[ReplicaScheduler] = []
+        for i in range(first, stop):
+            replica = self.least_loaded_replica()
+            table.replica[i] = replica.index
+            replica.assigned_conversations += 1
+            table.start_s[i] = t
+            replica.waiting.append(self.new_invocation(i, 0))
+            replica.new_conversations_waiting += 1
+            if replica not in touched:
+                touched.append(replica)
+        for replica in touched:
+            replica.wake(t)
+
+    def invocation_done(self, replica: ReplicaScheduler, inv: Invocation, context: int, t: float) -> None:
+        """``inv`` produced its last token at ``t`` with ``context`` positions cached: call its tool, or end."""
+        i, turn = inv.conversation, inv.turn
+        if self.table.tool_called[i][turn]:
+            if self.retain_during_tools:
+                replica.retain(i, context)
+            self.start_tool_call(i, turn, t)
+        else:
+            self.conversation_done(replica, i, t)
+
+    def conversation_done(self, replica: ReplicaScheduler, conversation: int, t: float) -> None:
+        replica.conversation_done(conversation, t)
+        self.table.end_s[conversation] = t
+        self.controller.conversation_done(conversation, t)
+
+    # ------------------------------------------------------------------ environment workers
+
+    def start_tool_call(self, conversation: int, turn: int, t: float) -> None:
+        workers = self.options.env_workers
+        if workers is None or self.env_busy < workers:
+            self.env_busy += 1
+            self.events.push(t + self.table.tool_wait_s[conversation][turn], EVENT_TOOL_DONE, conversation, turn)
+        else:
+            self.env_queue.append((conversation, turn))
+
+    def tool_done(self, conversation: int, turn: int, t: float) -> None:
+        """A tool call ended at ``t``: free its worker, then queue the next turn (or end the conversation)."""
+        self.env_busy -= 1
+        table = self.table
+        if self.env_queue:
+            queued, queued_turn = self.env_queue.popleft()
+            self.env_busy += 1
+            self.events.push(t + table.tool_wait_s[queued][queued_turn], EVENT_TOOL_DONE, queued, queued_turn)
+        replica = self.replicas[table.replica[conversation]]
+        invoked = table.invoked[conversation]
+        if turn + 1 < len(invoked) and invoked[turn + 1]:
+            replica.waiting.append(self.new_invocation(conversation, turn + 1))
+            if replica.can_admit() or not replica.busy:
+                replica.wake(t)
+        else:
+            self.conversation_done(replica, conversation, t)
+
+    # ------------------------------------------------------------------ time series
+
+    def sample(self, t: float) -> None:
+        """Record the queues, batch, KV occupancy and trainer state at ``t``."""
+        replicas = self.replicas
+        batch = 0
+        kv = 0.0
+        capacity = self.kv_capacity_bytes
+        for replica in replicas:
+            running = replica.decoding + len(replica.prefilling)
+            occupancy = replica.kv_used_at(t) / capacity
+            self.kv_samples.append(occupancy)
+            batch += running if replica.busy else 0
+            kv += occupancy
+        n = len(replicas)
+        new_waiting = sum(r.new_conversations_waiting for r in replicas)
+        waiting = sum(len(r.waiting) for r in replicas) - new_waiting
+        running = sum(r.decoding + len(r.prefilling) for r in replicas)
+        controller = self.controller
+        self.samples.append(
+            (t, batch / n, kv / n, new_waiting, waiting, running, len(self.env_queue), self.env_busy,
+             len(controller.ready_groups) * controller.group_size, controller.state, controller.version,
+             controller.completed, controller.accepted)
+        )
+        if len(self.samples) >= 2 * MAX_SAMPLES:
+            self.samples = self.samples[::2]
+            self.kv_samples = self._every_other_sample(self.kv_samples)
+            self.sample_interval_s *= 2
+        self.events.push(t + self.sample_interval_s, EVENT_SAMPLE)
+
+    def _every_other_sample(self, per_replica: list[float]) -> list[float]:
+        """Keep every other sample of a per-replica series (all replicas of a kept sample)."""
+        n = len(self.replicas)
+        out: list[float] = []
+        for sample in range(0, len(per_replica) // n, 2):
+            out += per_replica[sample * n:(sample + 1) * n]
+        return out
+
+    # ------------------------------------------------------------------ main loop
+
+    def run(self) -> None:
+        """Run until the last update ends.
+
+        Raises
+        ------
+        InputError
+            No event is left before the last update (nothing can run).
+        """
+        controller = self.controller
+        self.events.push(0.0, EVENT_SAMPLE)
+        controller.gate(0.0)
+        heap = self.events.heap
+        replicas = self.replicas
+        while heap and controller.horizon is None:
+            t, _, kind, a, b = heappop(heap)
+            self.now = t
+            if kind == EVENT_RUN_END:
+                replica = replicas[a]
+                if b == replica.run_epoch and replica.busy:
+                    replica.finish_run(t)
+            elif kind == EVENT_TOOL_DONE:
+                self.tool_done(a, b, t)
+            elif kind == EVENT_SAMPLE:
+                if len(heap) > 0:
+                    self.sample(t)
+            elif kind == EVENT_TRAIN_DONE:
+                controller.training_done(t)
+            elif kind == EVENT_SYNC_DONE:
+                controller.sync_done(t)
+            elif kind == EVENT_WEIGHTS_LOADED:
+                replicas[a].finish_weight_load(t)
+        for replica in replicas:
+            replica.credit_unfinished_decodes()
+        if controller.horizon is None:
+            raise InputError(
+                f"the simulation stalled at t = {self.now:,.1f} s after {controller.version} of "
+                f"{self.options.steps} updates: no event left (nothing can run)"
+            )

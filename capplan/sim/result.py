@@ -1,0 +1,267 @@
+"""A simulation's result: :class:`SimResult` (the JSON contract) and its assembly from the finished event loop."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from capplan.hardware import HardwareProfile
+    from capplan.modelspec import ModelSpec
+    from capplan.sim.config import RunOptions, SimConfig
+    from capplan.sim.conversations import ConversationTable
+    from capplan.sim.loop import Simulation
+    from capplan.sim.setup import SetupReport
+    from capplan.workload import Workload
+
+SUMMARY_KEYS: tuple[str, ...] = (
+    "simulated_s",
+    "updates",
+    "started_trajectories",
+    "completed_trajectories",
+    "accepted_trajectories",
+    "rejected_stale_trajectories",
+    "rejected_filtered_trajectories",
+    "rejected_surplus_trajectories",
+    "unfinished_trajectories",
+    "pending_trajectories",
+    "completed_trajectories_per_s",
+    "accepted_trajectories_per_s",
+    "completed_tokens_per_s",
+    "accepted_tokens_per_s",
+    "trained_tokens_per_s",
+    "trainer_idle_fraction",
+    "trainer_busy_fraction",
+    "trainer_sync_fraction",
+    "replica_utilisation",
+    "mean_running_batch",
+    "kv_occupancy_p50",
+    "kv_occupancy_p95",
+    "preemptions",
+    "recompute_tokens",
+    "retained_kv_evictions",
+    "rejected_stale_fraction",
+    "mean_policy_lag",
+    "max_policy_lag",
+    "engine_steps",
+    "engine_forwarded_tokens",
+)
+"""Scalar figures of a simulation, in order (the JSON contract; units in ``docs/simulate.md``)."""
+
+QUEUES: tuple[str, ...] = ("task", "inference_waiting", "running", "environment_waiting", "tool_executing", "result")
+"""Queues sampled over time: new conversations not yet admitted, later turns (and recomputes)
+waiting for admission, sequences admitted to an engine (prefilling or decoding), tool calls
+waiting for an environment worker, tool calls executing, finished trajectories waiting for the
+trainer [count]."""
+
+TIMELINE_KEYS: tuple[str, ...] = (
+    "t_s", "running_batch", "kv_occupancy", *QUEUES, "trainer_state", "policy_version",
+    "completed_trajectories", "accepted_trajectories",
+)
+"""Per-sample series of ``timeline`` in the JSON (``running_batch`` and ``kv_occupancy`` are means
+over replicas; ``trainer_state`` 0 waiting for data, 1 training, 2 pushing weights; the last two
+are cumulative counts)."""
+
+
+@dataclass
+class SimResult:
+    """One simulation: the summary (JSON contract), queue statistics, the timeline, and the detail.
+
+    ``conversations`` holds per-conversation arrays (for tests) and ``table`` the simulated
+    conversations (for the trajectory log); neither is part of the JSON.
+    """
+
+    workload: str
+    model: str
+    hardware: str
+    trainer_hardware: str
+    config: dict[str, Any]
+    setup: dict[str, Any]
+    summary: dict[str, Any]
+    queues: dict[str, dict[str, float]]
+    lag_histogram: dict[str, int]
+    token_counters: dict[str, int]
+    updates: list[dict[str, float]]
+    timeline: dict[str, list[float]]
+    assumptions: list[str]
+    conversations: dict[str, Any] = field(default_factory=dict, repr=False)
+    table: "ConversationTable | None" = field(default=None, repr=False)
+
+    def as_dict(self, timeline: bool = True) -> dict[str, Any]:
+        """The JSON contract (see ``docs/simulate.md``)."""
+        doc: dict[str, Any] = {
+            "workload": self.workload,
+            "model": self.model,
+            "hardware": self.hardware,
+            "trainer_hardware": self.trainer_hardware,
+            "config": self.config,
+            "setup": self.setup,
+            **self.summary,
+            "queues": self.queues,
+            "lag_histogram": self.lag_histogram,
+            "token_counters": self.token_counters,
+            "update_log": self.updates,
+            "assumptions": self.assumptions,
+        }
+        if timeline:
+            doc["timeline"] = self.timeline
+        return doc
+
+
+def _percentile(values: "np.ndarray | list[float]", q: float) -> float:
+    import numpy as np
+
+    a = np.asarray(values, dtype=float)
+    return float(np.percentile(a, q)) if a.size else 0.0
+
+
+def _per_s(count: float, horizon_s: float) -> float:
+    return count / horizon_s if horizon_s > 0 else 0.0
+
+
+def build_result(
+    workload: "Workload",
+    spec: "ModelSpec",
+    hw: "HardwareProfile",
+    trainer_hw: "HardwareProfile",
+    config: "SimConfig",
+    options: "RunOptions",
+    report: "SetupReport",
+    notes: list[str],
+    sim: "Simulation",
+) -> SimResult:
+    """Assemble the :class:`SimResult` of a finished simulation."""
+    import numpy as np
+
+    from capplan.sim.conversations import OUTCOME_ACCEPTED, OUTCOME_FILTERED, OUTCOME_STALE, OUTCOME_SURPLUS, OUTCOME_UNFINISHED
+
+    controller = sim.controller
+    table = sim.table
+    horizon_s = float(controller.horizon or sim.now)
+    replicas = sim.replicas
+    busy_s = 0.0
+    sequence_s = 0.0
+    for replica in replicas:
+        replica_busy_s, replica_sequence_s = replica.busy_until(horizon_s)
+        busy_s += replica_busy_s
+        sequence_s += replica_sequence_s
+    n = table.count
+    started = np.array([not math.isnan(x) for x in table.start_s[:n]])
+    outcome = np.array(table.outcome[:n], dtype=np.int8)
+    completed = np.array([not math.isnan(x) for x in table.end_s[:n]])
+    rejected = {k: int(v) for k, v in controller.rejected.items()}
+    accepted = controller.accepted
+    unfinished = int((started & (outcome == OUTCOME_UNFINISHED)).sum())
+    lags = np.asarray(controller.accepted_lags, dtype=float)
+    samples = sim.samples
+    columns = list(zip(*samples)) if samples else [[] for _ in TIMELINE_KEYS]
+    timeline = {k: [float(x) for x in column] for k, column in zip(TIMELINE_KEYS, columns)}
+    queues = {}
+    for q in QUEUES:
+        values = timeline[q]
+        queues[q] = {"p50": _percentile(values, 50), "p95": _percentile(values, 95), "max": float(max(values)) if values else 0.0}
+    kv = sim.kv_samples
+
+    # token counters: the engine's forwarded positions against the ledger's for the same conversations
+    ledger = {k: np.concatenate([c[k] for c in table.ledger_chunks])[:n] for k in table.ledger_chunks[0]}
+    forwarded = sum(r.forwarded_tokens for r in replicas)
+    prefill = np.asarray(table.prefill_forwarded[:n])
+    recompute = np.asarray(table.recompute_forwarded[:n])
+    decode = np.asarray(table.decode_forwarded[:n])
+    done = completed
+    counters = {
+        "engine_forwarded": int(forwarded),
+        "prefill_forwarded": int(prefill.sum()),
+        "decode_forwarded": int(decode.sum()),
+        "recompute_forwarded": int(recompute.sum()),
+        "completed_prefill_forwarded": int((prefill - recompute)[done].sum()),
+        "completed_decode_forwarded": int(decode[done].sum()),
+        "ledger_prefill_forwarded": int(ledger["prefill_forwarded"][done].sum()),
+        "ledger_cache_hit": int(ledger["cache_hit"][done].sum()),
+        "ledger_decode_forwarded": int(ledger["decode_forwarded"][done].sum()),
+        "ledger_sampled": int(ledger["sampled"][done].sum()),
+        "ledger_trained_accepted": int(ledger["trained"][outcome == OUTCOME_ACCEPTED].sum()),
+    }
+    completed_n = controller.completed
+    summary = {
+        "simulated_s": horizon_s,
+        "updates": controller.version,
+        "started_trajectories": int(started.sum()),
+        "completed_trajectories": completed_n,
+        "accepted_trajectories": accepted,
+        "rejected_stale_trajectories": rejected[OUTCOME_STALE],
+        "rejected_filtered_trajectories": rejected[OUTCOME_FILTERED],
+        "rejected_surplus_trajectories": rejected[OUTCOME_SURPLUS],
+        "unfinished_trajectories": unfinished,
+        "pending_trajectories": completed_n - accepted - sum(rejected.values()),
+        "completed_trajectories_per_s": _per_s(completed_n, horizon_s),
+        "accepted_trajectories_per_s": _per_s(accepted, horizon_s),
+        "completed_tokens_per_s": _per_s(controller.completed_tokens, horizon_s),
+        "accepted_tokens_per_s": _per_s(controller.accepted_tokens, horizon_s),
+        "trained_tokens_per_s": _per_s(controller.trained_tokens, horizon_s),
+        "trainer_idle_fraction": max(0.0, 1.0 - (controller.train_s + controller.sync_s) / horizon_s) if horizon_s > 0 else 0.0,
+        "trainer_busy_fraction": _per_s(controller.train_s, horizon_s),
+        "trainer_sync_fraction": _per_s(controller.sync_s, horizon_s),
+        "replica_utilisation": busy_s / (len(replicas) * horizon_s) if horizon_s > 0 else 0.0,
+        "mean_running_batch": sequence_s / busy_s if busy_s > 0 else 0.0,
+        "kv_occupancy_p50": _percentile(kv, 50),
+        "kv_occupancy_p95": _percentile(kv, 95),
+        "preemptions": sum(r.preemptions for r in replicas),
+        "recompute_tokens": int(recompute.sum()),
+        "retained_kv_evictions": sum(r.evictions for r in replicas),
+        "rejected_stale_fraction": rejected[OUTCOME_STALE] / completed_n if completed_n else 0.0,
+        "mean_policy_lag": float(lags.mean()) if lags.size else 0.0,
+        "max_policy_lag": int(lags.max()) if lags.size else 0,
+        "engine_steps": int(sum(r.steps_done for r in replicas)),
+        "engine_forwarded_tokens": int(forwarded),
+    }
+    run_config = {
+        "tp": config.tp,
+        "inference_replicas": config.inference_replicas,
+        "env_workers": config.env_workers,
+        "mode": config.mode,
+        "max_staleness": options.max_staleness,
+        "max_inflight_groups": config.max_inflight_groups,
+        "sampling": config.sampling,
+        "oversample": options.oversample if config.sampling == "oversample" else None,
+        "static_batching": config.static_batching,
+        "inflight_updates": config.inflight_updates,
+        "steps": config.steps,
+        "seed": options.seed,
+        "kv_dtype": config.kv_dtype,
+        "weight_dtype": config.weight_dtype,
+    }
+    conversations = {
+        "n": n,
+        "started": started,
+        "completed": completed,
+        "outcome": outcome,
+        "start_s": np.asarray(table.start_s[:n]),
+        "end_s": np.asarray(table.end_s[:n]),
+        "policy_version": np.asarray(table.policy_version[:n]),
+        "trainer_version": np.asarray(table.trainer_version[:n]),
+        "prefill_forwarded": prefill - recompute,
+        "recompute_forwarded": recompute,
+        "decode_forwarded": decode,
+        "ledger": ledger,
+    }
+    return SimResult(
+        workload=workload.name,
+        model=spec.name,
+        hardware=hw.name,
+        trainer_hardware=trainer_hw.name,
+        config=run_config,
+        setup=report.as_dict(),
+        summary=summary,
+        queues=queues,
+        lag_histogram={str(k): v for k, v in sorted(controller.lags.items())},
+        token_counters=counters,
+        updates=controller.update_log,
+        timeline=timeline,
+        assumptions=notes,
+        conversations=conversations,
+        table=table,
+    )

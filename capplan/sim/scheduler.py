@@ -1,0 +1,687 @@
+"""One inference replica's scheduler: admission, chunked prefill, decode runs, KV accounting, preemption and eviction.
+
+Each engine step runs under a token budget (``max_batched_tokens``) and ``max_num_seqs``:
+every decoding sequence forwards one position, and the rest of the budget goes to prefill
+chunks, continuing partial prefills first, then admitting from the waiting queue (first come,
+first served) while the KV capacity allows. A step with prefill chunks is priced from its
+actual mix (:class:`capplan.sim.stepcost.StepCoefficients`); runs of decode steps with an
+unchanged batch are advanced in one jump (:func:`capplan.sim.stepcost.run_time`).
+
+KV is held in bytes per GPU: full-attention layers grow with the context, sliding-window layers
+stop at the window, linear-attention layers hold a fixed state. An admitted invocation reserves
+the KV of its whole input; decoding grows it one position per step. When a step's growth does
+not fit, retained KV (conversations waiting on a tool) is evicted first, oldest first, then the
+most recently joined decoding sequence is preempted: its KV is freed and it is recomputed
+(prefilled again) when readmitted.
+
+This is the simulator's hot loop: methods alias attributes to well-named locals, and the
+per-step work stays in :meth:`ReplicaScheduler.plan` and :meth:`ReplicaScheduler.finish_run`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from heapq import heappop, heappush
+from typing import TYPE_CHECKING, Callable
+
+from capplan.errors import DoesNotFitError
+from capplan.roofline import causal_pairs_one
+from capplan.sim.events import EVENT_RUN_END, EVENT_WEIGHTS_LOADED
+from capplan.sim.setup import held_bytes_function
+from capplan.sim.stepcost import run_time, steps_within
+
+if TYPE_CHECKING:
+    from capplan.sim.config import RunOptions
+    from capplan.sim.conversations import ConversationTable
+    from capplan.sim.events import EventQueue
+    from capplan.sim.setup import EngineSetup
+    from capplan.sim.stepcost import DecodeLine
+
+_NO_CHUNKS: list = []  # shared empty chunk list (never mutated)
+
+
+class Invocation:
+    """One invocation of the engine for one turn of a conversation (or a preempted one's recompute)."""
+
+    __slots__ = (
+        "conversation", "turn", "uid", "input_positions", "claimed_positions", "prefill_remaining",
+        "cached_positions", "decode_steps", "join_context", "join_step", "end_step", "epoch", "below_window",
+        "kv_reserved_bytes", "computes_logits", "is_recompute", "is_first_turn",
+    )
+
+    def __init__(self, conversation: int, turn: int, uid: int) -> None:
+        self.conversation = conversation
+        self.turn = turn
+        self.uid = uid
+        """Creation order (breaks ties between sequences, as a scheduler's request ids do)."""
+        self.input_positions = 0
+        """Input positions of the invocation (a recompute: the positions to rebuild)."""
+        self.claimed_positions = 0
+        """Input positions the ledger counts as a cache hit."""
+        self.prefill_remaining = 0
+        """Input positions not yet prefilled."""
+        self.cached_positions = 0
+        """Positions already in the KV cache while prefilling."""
+        self.decode_steps = 0
+        """Decode steps after the prefill (sampled tokens less the one the prefill yields)."""
+        self.join_context = 0
+        """Cached positions when the invocation joined the decoding batch."""
+        self.join_step = 0
+        """The replica's step count when it joined the decoding batch."""
+        self.end_step = 0
+        """The replica's step count at which it stops decoding."""
+        self.epoch = 0
+        """Bumped whenever the invocation leaves or joins the decoding batch (stale heap entries are skipped)."""
+        self.below_window = True
+        """Its context is still below the sliding window (sliding layers still grow)."""
+        self.kv_reserved_bytes = 0.0
+        """KV bytes reserved while prefilling."""
+        self.computes_logits = True
+        """The prefill ends with a sampled token (a recompute does not)."""
+        self.is_recompute = False
+        self.is_first_turn = turn == 0
+
+
+class ReplicaScheduler:
+    """One inference replica: its queues, its KV, its current run of steps, and its weights."""
+
+    __slots__ = (
+        # constants
+        "index", "coeffs", "window", "window_limit", "kv_full_bytes", "kv_window_bytes", "kv_state_bytes",
+        "kv_capacity_bytes", "held_bytes", "max_batched_tokens", "max_num_seqs", "static_batching",
+        "inflight_updates", "weight_sync_s", "decode_compute_per_sequence", "decode_memory_base",
+        "decode_memory_per_sequence", "decode_fixed_base", "decode_fixed_per_sequence",
+        # shared with the rest of the simulation
+        "table", "events", "tiebreak", "uids", "on_invocation_done",
+        # queues and KV
+        "waiting", "prefilling", "decode_ends", "window_crossings", "decoding", "decoding_below_window",
+        "decoding_cached", "decoding_cached_below_window", "kv_prefill_bytes", "kv_retained_bytes",
+        "retained", "assigned_conversations", "new_conversations_waiting",
+        # the current run
+        "busy", "run_epoch", "run_start_s", "run_steps", "run_chunks", "run_line", "run_time_s",
+        # weights
+        "policy_version", "target_version", "loading_version", "draining", "loading_weights", "stopped",
+        # counters
+        "steps_done", "busy_s", "sequence_s", "forwarded_tokens", "preemptions", "evictions",
+    )
+
+    def __init__(
+        self,
+        index: int,
+        setup: "EngineSetup",
+        options: "RunOptions",
+        table: "ConversationTable",
+        events: "EventQueue",
+        uids: "Callable[[], int]",
+        on_invocation_done: "Callable[[ReplicaScheduler, Invocation, int, float], None]",
+    ) -> None:
+        coeffs = setup.coeffs
+        layout = setup.kv_layout
+        self.index = index
+        self.coeffs = coeffs
+        self.window = coeffs.window
+        """Sliding-window width [positions] (a huge finite number without a window)."""
+        self.window_limit = coeffs.window - 1.0
+        """Cached positions at which a sliding layer stops growing [positions]."""
+        self.kv_full_bytes = layout.full_bytes_per_token
+        """KV bytes per cached position on full-attention layers [bytes/position]."""
+        self.kv_window_bytes = layout.window_bytes_per_token
+        """KV bytes per cached position on sliding-window layers [bytes/position]."""
+        self.kv_state_bytes = layout.state_bytes_per_sequence
+        """Linear-attention state per sequence [bytes]."""
+        self.kv_capacity_bytes = setup.kv_capacity_bytes
+        self.held_bytes = held_bytes_function(layout)
+        """KV bytes of one sequence with the given cached positions [bytes]."""
+        self.max_batched_tokens = setup.max_batched_tokens
+        self.max_num_seqs = setup.max_num_seqs
+        self.static_batching = options.static_batching
+        self.inflight_updates = options.inflight_updates
+        self.weight_sync_s = setup.weight_sync_s
+        self.decode_compute_per_sequence = coeffs.decode_compute_per_sequence
+        self.decode_memory_base = coeffs.decode_memory_base
+        self.decode_memory_per_sequence = coeffs.decode_memory_per_sequence
+        self.decode_fixed_base = coeffs.decode_fixed_base
+        self.decode_fixed_per_sequence = coeffs.decode_fixed_per_sequence
+        self.table = table
+        self.events = events.heap
+        self.tiebreak = events.tiebreak
+        self.uids = uids
+        self.on_invocation_done = on_invocation_done
+        self.waiting: deque[Invocation] = deque()
+        """Invocations waiting for admission (new turns and recomputes)."""
+        self.prefilling: deque[Invocation] = deque()
+        """Admitted invocations still prefilling, in admission order."""
+        self.decode_ends: list[tuple[int, int, Invocation, int]] = []
+        """Heap of decoding sequences by the step at which they end: ``(end_step, uid, invocation, epoch)``."""
+        self.window_crossings: list[tuple[int, int, Invocation, int]] = []
+        """Heap of decoding sequences by the step at which their context reaches the window."""
+        self.decoding = 0
+        """Decoding sequences [sequences]."""
+        self.decoding_below_window = 0
+        """Decoding sequences whose context is below the sliding window [sequences]."""
+        self.decoding_cached = 0
+        """Cached positions of the decoding sequences, summed [positions]."""
+        self.decoding_cached_below_window = 0
+        """... of those below the sliding window [positions]."""
+        self.kv_prefill_bytes = 0.0
+        """KV bytes reserved by prefilling invocations [bytes]."""
+        self.kv_retained_bytes = 0.0
+        """KV bytes of conversations waiting on a tool (evictable) [bytes]."""
+        self.retained: dict[int, None] = {}
+        """Conversations whose KV is retained, oldest first (an ordered set)."""
+        self.assigned_conversations = 0
+        """Conversations living on this replica [count]."""
+        self.new_conversations_waiting = 0
+        """First turns in the waiting queue [count]."""
+        self.busy = False
+        """A run of steps is in progress."""
+        self.run_epoch = 0
+        """Bumped when a run is (re)scheduled (stale run-end events are skipped)."""
+        self.run_start_s = 0.0
+        self.run_steps = 0
+        """Steps in the current run."""
+        self.run_chunks: list[tuple[Invocation, int]] = _NO_CHUNKS
+        """Prefill chunks ``(invocation, positions)`` of the current step (a run with chunks is one step)."""
+        self.run_line: "DecodeLine" = (0.0, 0.0, 0.0, 0.0, 0.0)
+        """Price line of the current decode run."""
+        self.run_time_s = 0.0
+        """Duration of the current run [s]."""
+        self.policy_version = 0
+        """Policy version of the weights the replica runs."""
+        self.target_version = 0
+        """Newest policy version it should load."""
+        self.loading_version = 0
+        """Version being loaded while ``loading_weights``."""
+        self.draining = False
+        """Finishing running invocations before loading new weights (no admissions)."""
+        self.loading_weights = False
+        """Paused for a weight load."""
+        self.stopped = False
+        """The simulation reached its horizon: plan nothing more."""
+        self.steps_done = 0
+        """Engine steps taken (the replica's step clock) [steps]."""
+        self.busy_s = 0.0
+        """Time spent stepping [s]."""
+        self.sequence_s = 0.0
+        """Running sequences integrated over stepping time [sequence x s]."""
+        self.forwarded_tokens = 0
+        """Positions forwarded [positions]."""
+        self.preemptions = 0
+        self.evictions = 0
+        """Retained-KV evictions [count]."""
+
+    # ------------------------------------------------------------------ KV
+
+    def kv_used_bytes(self) -> float:
+        """KV bytes in use on the replica's fullest GPU [bytes]."""
+        decoding, below = self.decoding, self.decoding_below_window
+        return (
+            self.kv_prefill_bytes
+            + self.kv_retained_bytes
+            + self.kv_full_bytes * self.decoding_cached
+            + self.kv_window_bytes * (
+                self.decoding_cached_below_window + self.window_limit * (decoding - below)
+                if decoding > below else self.decoding_cached_below_window
+            )
+            + self.kv_state_bytes * decoding
+        )
+
+    def evict_retained(self, keep: int) -> bool:
+        """Free the oldest retained conversation's KV (never ``keep``'s); False when none is left."""
+        for conversation in self.retained:
+            if conversation != keep:
+                del self.retained[conversation]
+                held = self.table.held_positions
+                self.kv_retained_bytes -= self.held_bytes(held[conversation])
+                held[conversation] = 0
+                self.evictions += 1
+                return True
+        return False
+
+    def retain(self, conversation: int, positions: int) -> None:
+        """Keep ``positions`` of ``conversation``'s KV while it waits on a tool."""
+        self.table.held_positions[conversation] = positions
+        self.kv_retained_bytes += self.held_bytes(positions)
+        self.retained[conversation] = None
+
+    def conversation_done(self, conversation: int, t: float) -> None:
+        """``conversation`` ended: free its retained KV (and use the room) and unassign it."""
+        held = self.table.held_positions
+        positions = held[conversation]
+        if positions:
+            self.kv_retained_bytes -= self.held_bytes(positions)
+            del self.retained[conversation]
+            held[conversation] = 0
+            if self.waiting:
+                self.wake(t)
+        self.assigned_conversations -= 1
+
+    # ------------------------------------------------------------------ the decoding batch
+
+    def join_decode(self, inv: Invocation, context: int) -> None:
+        inv.join_context = context
+        inv.join_step = self.steps_done
+        inv.end_step = self.steps_done + inv.decode_steps
+        inv.epoch += 1
+        self.decoding += 1
+        self.decoding_cached += context
+        if context < self.window_limit:
+            inv.below_window = True
+            self.decoding_below_window += 1
+            self.decoding_cached_below_window += context
+            if self.kv_window_bytes:
+                heappush(
+                    self.window_crossings,
+                    (inv.join_step + int(self.window_limit) - context, inv.uid, inv, inv.epoch),
+                )
+        else:
+            inv.below_window = False
+        heappush(self.decode_ends, (inv.end_step, inv.uid, inv, inv.epoch))
+
+    def leave_decode(self, inv: Invocation) -> int:
+        """Take ``inv`` out of the decoding batch; returns its cached positions."""
+        context = inv.join_context + self.steps_done - inv.join_step
+        self.decoding -= 1
+        self.decoding_cached -= context
+        if inv.below_window:
+            self.decoding_below_window -= 1
+            self.decoding_cached_below_window -= context
+        inv.epoch += 1
+        self.table.decode_forwarded[inv.conversation] += self.steps_done - inv.join_step
+        return context
+
+    def _retire_window_crossings(self) -> None:
+        """Sequences whose context reached the window stop growing on sliding layers."""
+        crossings = self.window_crossings
+        steps = self.steps_done
+        while crossings and crossings[0][0] <= steps:
+            _, _, inv, epoch = heappop(crossings)
+            if epoch == inv.epoch and inv.below_window:
+                inv.below_window = False
+                self.decoding_below_window -= 1
+                self.decoding_cached_below_window -= inv.join_context + steps - inv.join_step
+
+    def preempt(self) -> None:
+        """Free the most recently joined decoding sequence; it will be recomputed.
+
+        vLLM's V1 scheduler under first-come-first-served preempts the last request of its
+        running list (``self.running.pop()`` in ``vllm/v1/core/sched/scheduler.py``,
+        vllm-project/vllm @ 00024d314514900f361ad072af6931e403b7f589) and admits no waiting
+        request in a step that preempted.
+        """
+        victim = None
+        for _, _, inv, epoch in self.decode_ends:
+            if epoch == inv.epoch and (victim is None or (inv.join_step, inv.uid) > (victim.join_step, victim.uid)):
+                victim = inv
+        assert victim is not None
+        context = self.leave_decode(victim)
+        remaining = victim.end_step - self.steps_done
+        redo = Invocation(victim.conversation, victim.turn, self.uids())
+        redo.is_recompute = True
+        redo.is_first_turn = False
+        redo.input_positions = context
+        redo.prefill_remaining = context
+        redo.cached_positions = 0
+        redo.decode_steps = remaining
+        redo.computes_logits = False
+        self.waiting.appendleft(redo)
+        self.preemptions += 1
+        self.table.recompute_forwarded[victim.conversation] += context
+
+    def _free_kv_for_growth(self, used: float, growth: float) -> tuple[float, float, bool]:
+        """Evict retained KV, then preempt, until the decode batch's next step fits.
+
+        Returns the KV in use and the growth per step afterwards [bytes], and whether a
+        sequence was preempted.
+        """
+        preempted = False
+        capacity = self.kv_capacity_bytes
+        while self.decoding and used + growth > capacity:
+            if not self.evict_retained(-1):
+                self.preempt()
+                preempted = True
+                growth = self.kv_full_bytes * self.decoding + self.kv_window_bytes * self.decoding_below_window
+            used = self.kv_used_bytes()
+        return used, growth, preempted
+
+    # ------------------------------------------------------------------ admission
+
+    def can_admit(self) -> bool:
+        """Whether a waiting invocation could be admitted at the next step boundary."""
+        return not self.draining and self.decoding + len(self.prefilling) < self.max_num_seqs and not (
+            self.static_batching and (self.decoding or self.prefilling)
+        )
+
+    def admission_bytes(self, inv: Invocation) -> float:
+        """Extra KV bytes admitting ``inv`` takes (its retained prefix is already held) [bytes]."""
+        if inv.is_recompute:
+            return self.held_bytes(inv.input_positions)
+        held = self.table.held_positions[inv.conversation]
+        return self.held_bytes(inv.input_positions) - (self.held_bytes(held) if held else 0.0)
+
+    def admit(self, inv: Invocation) -> None:
+        """Reserve ``inv``'s KV and start its prefill, reusing the prefix it still holds."""
+        i = inv.conversation
+        if inv.is_recompute:
+            inv.kv_reserved_bytes = self.held_bytes(inv.input_positions)
+            self.kv_prefill_bytes += inv.kv_reserved_bytes
+        else:
+            table = self.table
+            held = table.held_positions[i]
+            claim = inv.claimed_positions
+            hit = claim if claim <= held else held
+            if held:
+                self.kv_retained_bytes -= self.held_bytes(held)
+                del self.retained[i]
+                table.held_positions[i] = 0
+            if claim > hit:
+                table.recompute_forwarded[i] += claim - hit
+            inv.cached_positions = hit
+            inv.prefill_remaining = inv.input_positions - hit
+            inv.kv_reserved_bytes = self.held_bytes(inv.input_positions)
+            self.kv_prefill_bytes += inv.kv_reserved_bytes
+            table.cache_hits[i].append(hit)
+            if inv.is_first_turn:
+                self.new_conversations_waiting -= 1
+                table.policy_version[i] = self.policy_version
+        self.prefilling.append(inv)
+
+    def _admit_waiting(self, chunks: list[tuple[Invocation, int]], budget: int, used: float, growth: float) -> float:
+        """Admit from the head of the waiting queue while KV, ``max_num_seqs`` and the budget allow.
+
+        Each admitted invocation's first prefill chunk joins ``chunks``. Returns the KV in use
+        afterwards [bytes].
+
+        Raises
+        ------
+        DoesNotFitError
+            An invocation alone does not fit an idle replica's KV.
+        """
+        capacity = self.kv_capacity_bytes
+        static = self.static_batching
+        waiting, prefilling = self.waiting, self.prefilling
+        decoding = self.decoding
+        held = self.table.held_positions
+        while waiting and (budget > 0 or static) and decoding + len(prefilling) < self.max_num_seqs:
+            inv = waiting[0]
+            need = self.admission_bytes(inv)
+            if used + need + growth > capacity:
+                own = self.held_bytes(held[inv.conversation]) if held[inv.conversation] and not inv.is_recompute else 0.0
+                if used - (self.kv_retained_bytes - own) + need + growth > capacity:
+                    if decoding or prefilling:
+                        break  # wait for running sequences to free KV
+                    raise DoesNotFitError(
+                        f"an invocation of {inv.input_positions:,} positions does not fit a replica's KV "
+                        f"({capacity / 2**30:.2f} GiB per GPU); raise --tp"
+                    )
+                while used + need + growth > capacity and self.evict_retained(inv.conversation):
+                    used = self.kv_used_bytes()
+            waiting.popleft()
+            self.admit(inv)
+            used += need
+            if budget > 0:
+                n = inv.prefill_remaining if inv.prefill_remaining < budget else budget
+                chunks.append((inv, n))
+                budget -= n
+        return used
+
+    # ------------------------------------------------------------------ planning steps
+
+    def wake(self, t: float) -> None:
+        """New work (or new weights) arrived: plan now if idle, else end the run at the next step boundary."""
+        if self.loading_weights:
+            return
+        if not self.busy:
+            self.plan(t)
+            return
+        if self.run_chunks or self.run_steps <= 1:
+            return
+        steps = steps_within(self.run_line, self.run_steps, t - self.run_start_s)
+        if steps < self.run_steps:
+            self.run_steps = steps
+            self.run_time_s = run_time(self.run_line, steps)
+            self.run_epoch += 1
+            heappush(self.events, (self.run_start_s + self.run_time_s, next(self.tiebreak), EVENT_RUN_END, self.index, self.run_epoch))
+
+    def plan(self, t: float) -> None:
+        """Build the next step (or run of decode steps) at step boundary ``t`` [s]."""
+        if self.loading_weights or self.stopped:
+            return
+        if self.target_version > self.policy_version:  # new weights
+            if self.inflight_updates or (not self.decoding and not self.prefilling):
+                self.start_weight_load(t)
+                return
+            self.draining = True
+        crossings = self.window_crossings
+        if crossings and crossings[0][0] <= self.steps_done:
+            self._retire_window_crossings()
+        # the decode batch's next step must fit
+        full_bytes, window_bytes = self.kv_full_bytes, self.kv_window_bytes
+        decoding = self.decoding
+        growth = full_bytes * decoding + window_bytes * self.decoding_below_window
+        used = self.kv_prefill_bytes + self.kv_retained_bytes + full_bytes * self.decoding_cached + self.kv_state_bytes * decoding
+        if window_bytes:
+            used += window_bytes * (self.decoding_cached_below_window + self.window_limit * (decoding - self.decoding_below_window))
+        preempted = False
+        if decoding and used + growth > self.kv_capacity_bytes:
+            used, growth, preempted = self._free_kv_for_growth(used, growth)
+            decoding = self.decoding
+        # prefill chunks: continuing prefills first, then admissions
+        budget = self.max_batched_tokens - decoding
+        chunks: list[tuple[Invocation, int]] = []
+        if budget > 0:
+            prefilling = self.prefilling
+            for inv in prefilling:
+                n = inv.prefill_remaining if inv.prefill_remaining < budget else budget
+                chunks.append((inv, n))
+                budget -= n
+                if budget <= 0:
+                    break
+            if (
+                budget > 0
+                and not preempted  # as vLLM: no admission in a step that preempted
+                and self.waiting
+                and not self.draining
+                and decoding + len(prefilling) < self.max_num_seqs
+                and not (self.static_batching and (decoding or prefilling))
+            ):
+                used = self._admit_waiting(chunks, budget, used, growth)
+        if chunks:
+            self._start_step_with_prefill(chunks, t)
+            return
+        if not decoding:
+            self.busy = False
+            self.run_chunks = _NO_CHUNKS
+            if self.draining and not self.prefilling:
+                self.start_weight_load(t)
+            return
+        self._start_decode_run(used, growth, t)
+
+    def _start_step_with_prefill(self, chunks: list[tuple[Invocation, int]], t: float) -> None:
+        """Price one step of the decoding batch plus ``chunks`` of prefill and schedule its end."""
+        decoding = self.decoding
+        below = self.decoding_below_window
+        cached_below = self.decoding_cached_below_window
+        new = decoding
+        logits = decoding
+        pairs = self.decoding_cached + decoding
+        read = self.decoding_cached
+        if self.kv_window_bytes:
+            window = self.window
+            window_limit = self.window_limit
+            if decoding > below:
+                pairs_window = cached_below + below + window * (decoding - below)
+                read_window = cached_below + window_limit * (decoding - below)
+            else:
+                pairs_window = cached_below + below
+                read_window = cached_below
+            for inv, n in chunks:
+                cached = inv.cached_positions
+                new += n
+                if n == inv.prefill_remaining and inv.computes_logits:
+                    logits += 1
+                pairs += causal_pairs_one(cached, n)
+                pairs_window += causal_pairs_one(cached, n, window)
+                read += cached
+                read_window += cached if cached < window_limit else window_limit
+        else:
+            pairs_window = read_window = 0.0
+            for inv, n in chunks:
+                cached = inv.cached_positions
+                new += n
+                if n == inv.prefill_remaining and inv.computes_logits:
+                    logits += 1
+                pairs += causal_pairs_one(cached, n)
+                read += cached
+        step_s = self.coeffs.step_time(new, logits, pairs, pairs_window, read, read_window, decoding + len(chunks))
+        self.busy = True
+        self.run_steps = 1
+        self.run_chunks = chunks
+        self.run_start_s = t
+        self.run_time_s = step_s
+        self.run_epoch += 1
+        heappush(self.events, (t + step_s, next(self.tiebreak), EVENT_RUN_END, self.index, self.run_epoch))
+
+    def _start_decode_run(self, used: float, growth: float, t: float) -> None:
+        """Schedule a run of pure decode steps: until a sequence ends, crosses the window, or KV runs out.
+
+        ``used`` is the KV in use and ``growth`` what each step adds [bytes].
+        """
+        steps_done = self.steps_done
+        ends = self.decode_ends
+        while ends[0][3] != ends[0][2].epoch:
+            heappop(ends)
+        steps = ends[0][0] - steps_done
+        crossings = self.window_crossings
+        while crossings and crossings[0][3] != crossings[0][2].epoch:
+            heappop(crossings)
+        if crossings:
+            to_crossing = crossings[0][0] - steps_done + 1
+            if to_crossing < steps:
+                steps = to_crossing
+        fitting = int((self.kv_capacity_bytes - used) // growth) if growth > 0 else steps
+        if fitting < steps:
+            steps = fitting
+        if steps < 1:
+            steps = 1
+        coeffs = self.coeffs
+        decoding = self.decoding
+        below, cached, cached_below = self.decoding_below_window, self.decoding_cached, self.decoding_cached_below_window
+        above = decoding - below
+        if above:
+            pairs_window = cached_below + below + self.window * above
+            read_window = cached_below + self.window_limit * above
+        else:
+            pairs_window = cached_below + below
+            read_window = cached_below
+        compute_0 = self.decode_compute_per_sequence * decoding + coeffs.c_pair * (cached + decoding) + coeffs.c_pair_w * pairs_window
+        memory_0 = self.decode_memory_base + self.decode_memory_per_sequence * decoding + coeffs.m_read * cached + coeffs.m_read_w * read_window
+        if coeffs.m_routed:
+            memory_0 += coeffs.m_routed * (1.0 - coeffs.q**decoding)
+        compute_growth = coeffs.c_pair * decoding + coeffs.c_pair_w * below
+        memory_growth = coeffs.m_read * decoding + coeffs.m_read_w * below
+        fixed = self.decode_fixed_base + self.decode_fixed_per_sequence * decoding
+        line = (compute_0, compute_growth, memory_0, memory_growth, fixed)
+        self.run_line = line
+        self.busy = True
+        self.run_steps = steps
+        self.run_chunks = _NO_CHUNKS
+        self.run_start_s = t
+        # run_time(line, steps), with the common case (one line dominates throughout) inline
+        last = steps - 1
+        if (compute_0 >= memory_0) == (compute_0 + compute_growth * last >= memory_0 + memory_growth * last):
+            start, step_growth = (compute_0, compute_growth) if compute_0 >= memory_0 else (memory_0, memory_growth)
+            run_s = steps * (start + fixed) + step_growth * steps * last * 0.5
+        else:
+            run_s = run_time(line, steps)
+        self.run_time_s = run_s
+        self.run_epoch += 1
+        heappush(self.events, (t + run_s, next(self.tiebreak), EVENT_RUN_END, self.index, self.run_epoch))
+
+    def finish_run(self, t: float) -> None:
+        """The current run of ``run_steps`` steps ended at ``t`` [s]: advance the batch, finish invocations, plan the next."""
+        steps = self.run_steps
+        decoding = self.decoding
+        self.busy = False
+        self.busy_s += self.run_time_s
+        self.steps_done += steps
+        self.decoding_cached += decoding * steps
+        self.decoding_cached_below_window += self.decoding_below_window * steps
+        tokens = decoding * steps
+        chunks = self.run_chunks
+        if chunks:
+            self.sequence_s += (decoding + len(chunks)) * self.run_time_s
+            prefill_forwarded = self.table.prefill_forwarded
+            for inv, n in chunks:
+                inv.prefill_remaining -= n
+                inv.cached_positions += n
+                tokens += n
+                prefill_forwarded[inv.conversation] += n
+            self.run_chunks = _NO_CHUNKS
+            prefilling = self.prefilling
+            while prefilling and prefilling[0].prefill_remaining == 0:
+                inv = prefilling.popleft()
+                self.kv_prefill_bytes -= inv.kv_reserved_bytes
+                if inv.decode_steps > 0:
+                    self.join_decode(inv, inv.input_positions)
+                else:
+                    # one sampled token (or none): the invocation ends with its prefill
+                    self.on_invocation_done(self, inv, inv.input_positions, t)
+        else:
+            self.sequence_s += decoding * self.run_time_s
+        self.forwarded_tokens += tokens
+        ends = self.decode_ends
+        steps_done = self.steps_done
+        while ends and ends[0][0] <= steps_done:
+            _, _, inv, epoch = heappop(ends)
+            if epoch != inv.epoch:
+                continue
+            context = self.leave_decode(inv)
+            self.on_invocation_done(self, inv, context, t)
+        self.plan(t)
+
+    # ------------------------------------------------------------------ weights
+
+    def start_weight_load(self, t: float) -> None:
+        """Pause to load the target weights (for the weight push time)."""
+        self.loading_weights = True
+        self.draining = False
+        self.loading_version = self.target_version
+        self.busy = False
+        heappush(self.events, (t + self.weight_sync_s, next(self.tiebreak), EVENT_WEIGHTS_LOADED, self.index, 0))
+
+    def finish_weight_load(self, t: float) -> None:
+        """The weights are loaded: resume at ``t`` [s]."""
+        self.loading_weights = False
+        self.policy_version = self.loading_version
+        self.plan(t)
+
+    # ------------------------------------------------------------------ reporting
+
+    def kv_used_at(self, t: float) -> float:
+        """KV in use at ``t`` [bytes], interpolating the steps of a decode run in progress."""
+        used = self.kv_used_bytes()
+        if self.busy and not self.run_chunks and self.run_steps > 1 and self.run_time_s > 0:
+            # steps of the current run done by t (a sample, not an event)
+            done = int(self.run_steps * (t - self.run_start_s) / self.run_time_s)
+            used += done * (self.kv_full_bytes * self.decoding + self.kv_window_bytes * self.decoding_below_window)
+        return used
+
+    def busy_until(self, horizon_s: float) -> tuple[float, float]:
+        """Stepping time and running sequences x time up to ``horizon_s`` [s, sequence x s].
+
+        A run in progress at the horizon counts as busy up to the horizon.
+        """
+        busy_s, sequence_s = self.busy_s, self.sequence_s
+        if self.busy:
+            part = min(horizon_s - self.run_start_s, self.run_time_s)
+            busy_s += part
+            sequence_s += (self.decoding + len(self.run_chunks)) * part
+        return busy_s, sequence_s
+
+    def credit_unfinished_decodes(self) -> None:
+        """Credit sequences still decoding (at the horizon) with the decode steps they have done."""
+        decode_forwarded = self.table.decode_forwarded
+        for _, _, inv, epoch in self.decode_ends:
+            if epoch == inv.epoch:
+                decode_forwarded[inv.conversation] += self.steps_done - inv.join_step

@@ -1,0 +1,190 @@
+"""The simulator's constants: KV bytes and capacity, scheduler limits, step prices and the trainer, from the calculators.
+
+Nothing here is re-derived: KV bytes by layer kind come from :func:`capplan.kv.kv_layout`, the
+KV budget and scheduler limits from :func:`capplan.kv.compute_kv`, step prices from
+:func:`capplan.sim.stepcost.step_coefficients` (probed from the roofline model), the trainer's
+step time and weight push from :mod:`capplan.trainer`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from capplan.hardware import HardwareProfile
+    from capplan.kv import KVLayout
+    from capplan.modelspec import ModelSpec
+    from capplan.sim.config import SimConfig
+    from capplan.sim.stepcost import StepCoefficients
+    from capplan.workload import Workload
+
+
+@dataclass(frozen=True)
+class EngineSetup:
+    """Per-replica constants the scheduler and the trainer need."""
+
+    coeffs: "StepCoefficients"
+    """Step-price coefficients of one replica."""
+    kv_layout: "KVLayout"
+    """KV bytes by layer kind on one GPU of a replica."""
+    kv_capacity_bytes: float
+    """KV budget of one replica's fullest GPU [bytes]."""
+    max_num_seqs: int
+    """Scheduler cap on running sequences per replica [sequences]."""
+    max_batched_tokens: int
+    """Scheduler token budget per engine step [positions]."""
+    weight_sync_s: float
+    """Time to push new weights to the replicas [s]."""
+    trainer_time: Callable[["np.ndarray"], float]
+    """Trainer step time for records of the given lengths [s]."""
+
+
+@dataclass(frozen=True)
+class SetupReport:
+    """The set-up figures a simulation reports (the ``setup`` object of the JSON, in this order)."""
+
+    kv_capacity_tokens: int
+    """KV capacity of one replica [positions]."""
+    kv_budget_gib_per_gpu: float
+    """KV budget per GPU [GiB]."""
+    max_num_seqs: int
+    """Running sequences per replica [sequences]."""
+    max_batched_tokens: int
+    """Token budget per engine step [positions]."""
+    trainer_gpus: int
+    """Trainer GPUs [count]."""
+    trainer_gpus_sizing: str
+    """How ``trainer_gpus`` was chosen."""
+    weight_sync_s: float
+    """Weight push per update [s]."""
+    single_decode_step_s: float
+    """One decode step of one sequence at one cached position [s]."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def held_bytes_function(layout: "KVLayout") -> Callable[[float], float]:
+    """:meth:`capplan.kv.KVLayout.held_bytes` with its constants bound once, for the hot loop.
+
+    The same formula and operation order (so the same bits), without the per-call property
+    look-ups: the scheduler calls it a few times per invocation.
+    """
+    full = layout.full_bytes_per_token
+    window = layout.window_bytes_per_token
+    state = layout.state_bytes_per_sequence
+    limit = layout.window_tokens - 1.0
+
+    def held_bytes(positions: float) -> float:
+        return full * positions + window * (positions if positions < limit else limit) + state
+
+    return held_bytes
+
+
+def trainer_gpus(
+    workload: "Workload", spec: "ModelSpec", trainer_hw: "HardwareProfile", given: int | None
+) -> tuple[int, str]:
+    """Trainer GPUs and how they were chosen: given, the fewest that hold the state, or sized for the step-time target.
+
+    Raises
+    ------
+    DoesNotFitError
+        ``given`` GPUs cannot hold the sharded training state.
+    """
+    from capplan.trainer import min_trainer_gpus, trainer_step_time_s, training_flops
+
+    training = workload.training
+    fewest = min_trainer_gpus(spec, trainer_hw)
+    if given is not None:
+        if given < fewest:
+            from capplan.errors import DoesNotFitError
+
+            raise DoesNotFitError(
+                f"--trainer-gpus {given}: {spec.name}'s sharded training state needs at least {fewest} {trainer_hw.name} GPUs"
+            )
+        return given, "given"
+    if training.step_time_target_s is None:
+        return fewest, "fewest GPUs that hold the sharded training state"
+    from capplan.ledger import sample_conversations
+
+    conv = sample_conversations(workload, n=workload.volume.conversations_per_step, seed=0)
+    flops = training_flops(spec, conv.record_length, training.recompute_logprobs, training.reference_forward)
+    one_gpu_s = trainer_step_time_s(flops, trainer_hw, 1)
+    gpus = max(fewest, math.ceil(one_gpu_s / training.step_time_target_s))
+    return gpus, f"sized for the workload's {training.step_time_target_s:g} s step-time target"
+
+
+def engine_setup(
+    workload: "Workload", spec: "ModelSpec", hw: "HardwareProfile", trainer_hw: "HardwareProfile", config: "SimConfig"
+) -> tuple[EngineSetup, SetupReport, list[str]]:
+    """Engine constants from the KV calculator, the roofline model and the trainer model.
+
+    Returns
+    -------
+    setup : EngineSetup
+        What the scheduler and the trainer use.
+    report : SetupReport
+        What the result reports.
+    notes : list of str
+        The assumptions the run makes, in words.
+    """
+    from capplan.kv import KVInputs, compute_kv, kv_layout
+    from capplan.roofline import RooflineInputs
+    from capplan.sim.stepcost import step_coefficients
+    from capplan.trainer import TRAIN_MFU, trainer_step_time_s, training_flops, weight_sync_time_s
+
+    kv = compute_kv(
+        spec, hw,
+        KVInputs(tp=config.tp, kv_dtype=config.kv_dtype, weight_dtype=config.weight_dtype,
+                 gpu_mem_util=config.gpu_mem_util, max_num_seqs=config.max_num_seqs,
+                 max_batched_tokens=config.max_batched_tokens),
+    )
+    coeffs = step_coefficients(
+        spec, hw, RooflineInputs(tp=config.tp, weight_dtype=config.weight_dtype, kv_dtype=config.kv_dtype)
+    )
+    capacity_bytes = kv.kv_capacity_tokens * kv.kv_bytes_per_token_per_gpu
+    sync_s = weight_sync_time_s(spec, hw, config.tp)
+    gpus, sizing = trainer_gpus(workload, spec, trainer_hw, config.trainer_gpus)
+    training = workload.training
+
+    def trainer_time(lengths: "np.ndarray") -> float:
+        flops = training_flops(spec, lengths, training.recompute_logprobs, training.reference_forward)
+        return trainer_step_time_s(flops, trainer_hw, gpus)
+
+    setup = EngineSetup(
+        coeffs=coeffs,
+        kv_layout=kv_layout(spec, config.kv_dtype, config.tp),
+        kv_capacity_bytes=float(capacity_bytes),
+        max_num_seqs=kv.max_num_seqs,
+        max_batched_tokens=kv.max_batched_tokens,
+        weight_sync_s=float(sync_s),
+        trainer_time=trainer_time,
+    )
+    report = SetupReport(
+        kv_capacity_tokens=kv.kv_capacity_tokens,
+        kv_budget_gib_per_gpu=kv.kv_budget_gib_per_gpu,
+        max_num_seqs=kv.max_num_seqs,
+        max_batched_tokens=kv.max_batched_tokens,
+        trainer_gpus=gpus,
+        trainer_gpus_sizing=sizing,
+        weight_sync_s=sync_s,
+        single_decode_step_s=coeffs.step_time(1, 1, 1, 1, 0, 0, 1),
+    )
+    assumptions = hw.assumptions
+    notes = [
+        f"engine steps priced by the roofline model with {hw.name}'s assumptions block "
+        f"(compute {assumptions.compute_efficiency:g}, bandwidth {assumptions.bandwidth_efficiency:g}, "
+        f"step overhead {assumptions.step_overhead_s:g} s)",
+        f"trainer: {gpus} x {trainer_hw.name}, MFU {TRAIN_MFU:g} (capplan.trainer); weight push {sync_s:.2f} s per update",
+        "KV accounted in bytes per GPU without block rounding; an admitted invocation reserves its whole input",
+        "a preempted sequence is recomputed (prefilled again) from scratch when readmitted",
+        "each conversation stays on one replica; new conversations go to the replica with the fewest",
+        "async without in-flight updates: a replica finishes its running invocations, then loads the weights "
+        "(paused for the weight push time); with in-flight updates it loads them at its next step boundary",
+        "the trainer is busy for the weight push after each update",
+    ]
+    return setup, report, notes
