@@ -22,8 +22,12 @@ request's own steps when the prefills of all ``c`` clients do not fit between it
 ``b = c (O - 1) / W`` and ``t_m`` a mixed step::
 
     step = (c k / W) t_m + (1 - c k / W) t_d          ITL = step
-    TTFT = (W - O + 1) t_m                            E2E = TTFT + (O - 1) ITL
+    TTFT = (W - O + 1) t_m + wait + request overhead  E2E = TTFT + (O - 1) ITL
     output tokens/s = c O / E2E
+
+where ``wait`` is the mean wait of an M/D/1 queue for the prefills of the other clients, at the
+share of time the engine spends on them. When the clients' prefills do not fit one per step
+between a request's decodes, steps carry several prompts' tokens up to the budget (saturated).
 
 All times are seconds; throughputs are per engine instance (``tp`` GPUs).
 """
@@ -182,7 +186,11 @@ def _closed_loop_arrays(server: Server, concurrency: Any, input_tokens: float, o
     ).step_time_s, dtype=float)
     mixed_share = np.minimum(1.0, n_mixed / window)
     step = np.where(b > 0, mixed_share * t_m + (1.0 - mixed_share) * t_d, t_m)
-    ttft = (window - decode_steps) * t_m + server.request_overhead_s
+    # a new request finds the other clients' prefills under way: the engine spends a share rho of
+    # its time on them, and the wait is an M/D/1 queue's, rho / (2 (1 - rho)) own prefills
+    rho = np.clip((c - 1.0) / np.maximum(c, 1.0) * mixed_share * t_m / np.maximum(step, 1e-12), 0.0, 0.95)
+    queue = np.where(one_at_a_time, rho / (2.0 * (1.0 - rho)) * k * t_m, 0.0)
+    ttft = (window - decode_steps) * t_m + queue + server.request_overhead_s
     e2e = ttft + decode_steps * step
     return {"c": c, "b": b, "ttft": ttft, "itl": step, "e2e": e2e}
 

@@ -93,10 +93,12 @@ class MemoryTerms(BaseModel):
 class TimeTerms(BaseModel):
     """How long an engine step takes beyond the roofline's FLOPs and bytes.
 
-    ``step = smooth_max(compute, memory) + communication + step_overhead_s + per_sequence_s x S``
-    with ``smooth_max(c, m) = (c^p + m^p)^(1/p)`` (``p`` = ``overlap_exponent``; large ``p`` is
-    ``max``), compute at ``gemm_efficiency x T / (T + gemm_half_tokens)`` of peak for the weight
-    GEMMs of a step of ``T`` tokens, memory at ``bandwidth_efficiency`` of peak bandwidth.
+    ``step = max(compute, memory) + communication + step_overhead_s + per_sequence_s x S``,
+    compute at ``gemm_efficiency x T / (T + gemm_half_tokens)`` of peak for the weight GEMMs of a
+    step of ``T`` tokens, memory at ``bandwidth_efficiency`` of peak bandwidth. Every term is
+    affine in the step's work, so the simulator prices runs of steps in closed form with the
+    same terms. Not modelled: partial overlap of compute and memory near the ridge, and
+    CUDA-graph batch padding (decode batches are memory-bound, so padding changes little).
     """
 
     model_config = _STRICT
@@ -112,9 +114,6 @@ class TimeTerms(BaseModel):
     """Fraction [0-1] of dense 16-bit peak the attention products and LM head reach."""
     moe_gemm_efficiency: float = Field(default=1.0, gt=0, le=1)
     """Multiplier [0-1] on GEMM efficiency for the routed experts' grouped GEMMs."""
-    overlap_exponent: float = Field(default=math.inf, ge=1)
-    """``p`` of the smooth maximum of compute and memory time; ``inf`` is the plain maximum,
-    1 their sum (no overlap)."""
     step_overhead_s: float = Field(default=0.002, ge=0)
     """Fixed host time per engine step (scheduling, launch, sampling set-up) [s]."""
     per_sequence_s: float = Field(default=0.0, ge=0)
@@ -129,9 +128,6 @@ class TimeTerms(BaseModel):
     chunked_prefill: bool = True
     """Prompts are split into chunks of the token budget that share steps with decodes (vLLM V1,
     SGLang); ``false``: a prompt is prefilled whole in one step."""
-    cuda_graph_max_batch: int = Field(default=0, ge=0)
-    """Largest decode batch run as a captured CUDA graph [sequences]; decode batches up to it are
-    padded to the next captured size (1, 2, 4, then multiples of 8). 0: no padding."""
 
 
 class TimeOverrides(BaseModel):
@@ -191,8 +187,12 @@ class EngineProfile(BaseModel):
         return self.time.model_copy(update={k: v for k, v in o.model_dump().items() if v is not None})
 
 
-DEFAULT_ENGINE = "vllm"
-"""Engine profile used when none is named: the bundled ``vllm.yaml``."""
+DEFAULT_ENGINE = "vllm-0.19"
+"""Engine profile used when none is named: vLLM 0.17-0.19, whose start-up arithmetic and step
+times ``capplan accuracy`` reports against published measurements."""
+
+ALIASES = {"vllm": DEFAULT_ENGINE}
+"""Names that stand for a bundled profile (``--engine vllm`` is the default vLLM profile)."""
 
 
 def load_engine(name_or_path: str | Path | None = None) -> EngineProfile:
@@ -205,7 +205,8 @@ def load_engine(name_or_path: str | Path | None = None) -> EngineProfile:
     InputError
         Invalid file (the message names the file, the field and the line).
     """
-    path = resources.resolve("engine_profiles", name_or_path or DEFAULT_ENGINE)
+    name = name_or_path or DEFAULT_ENGINE
+    path = resources.resolve("engine_profiles", ALIASES.get(str(name), name))
     return load_model(path, EngineProfile)
 
 

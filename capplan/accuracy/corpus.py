@@ -61,6 +61,8 @@ class CorpusRow:
     """The published value."""
     held_out: bool
     """True when no fit saw this row (``validation/split.yaml``)."""
+    excluded: str = ""
+    """Why the row is not scored (``validation/split.yaml`` ``excluded_rows``), else empty."""
     fields: dict[str, Any] = field(default_factory=dict)
     """Every other column, ``not_stated`` and empty cells as ``None``."""
 
@@ -158,6 +160,7 @@ def load_corpus(folder: str | Path | None = None, kinds: set[str] | None = None)
                               if k not in ("id", "source", "citation", "metric", "unit", "measured")}
                     rows.append(CorpusRow(
                         id=rid, kind=kind, source=rec["source"], citation=rec["citation"], metric=metric, unit=unit,
-                        measured=measured, held_out=_held_out(rid, rec["source"], split), fields=fields,
+                        measured=measured, held_out=_held_out(rid, rec["source"], split),
+                        excluded=str((split.get("excluded_rows") or {}).get(rid, "")), fields=fields,
                     ))
     return rows

@@ -19,8 +19,23 @@ if TYPE_CHECKING:
     from capplan.accuracy.corpus import CorpusRow
     from capplan.engine import EngineProfile
 
+LATENCY_METRICS = {"ttft_ms", "e2e_latency_s", "itl_ms", "tpot_ms"}
+
 WEIGHT_DTYPES = {"bf16", "fp16", "fp8", "int8", "int4"}
 KV_DTYPES = {"bf16", "fp16", "fp8", "int8", "int4"}
+_SPELLINGS = {"auto": "bf16", "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "awq": "int4", "gptq": "int4"}
+
+
+def dtype_of(text: str | None) -> str | None:
+    """A corpus dtype cell as a capplan dtype: the first word, vLLM spellings mapped
+    (``auto`` is the checkpoint's 16-bit dtype; ``awq int4 (w4a16)`` is int4); text that names
+    a mixed layout (``mxfp4 experts, bf16 attention``) stays unrecognised."""
+    if text is None:
+        return None
+    word = text.strip().lower().split(" ")[0].rstrip(",")
+    if "," in text and word not in ("awq", "gptq"):
+        return text.strip().lower()
+    return _SPELLINGS.get(word, word)
 
 
 @dataclass(frozen=True)
@@ -88,12 +103,12 @@ def serving_setup(row: "CorpusRow", family: str) -> tuple[dict[str, Any], list[s
         raise Unsupported("expert / data-parallel attention layouts are not modelled yet")
     if pp > 1:
         raise Unsupported("pipeline-parallel serving steps are not modelled")
-    w = row.get("weight_dtype")
+    w = dtype_of(row.get("weight_dtype"))
     if w is None:
         raise Unsupported("weight dtype not stated")
     if w not in WEIGHT_DTYPES:
         raise Unsupported(f"weight dtype {w} is not modelled yet")
-    kv = row.get("kv_dtype")
+    kv = dtype_of(row.get("kv_dtype"))
     if kv is None:
         kv = "fp8" if (family == "trtllm" and w == "fp8") else ("fp16" if w == "fp16" else "bf16")
         assumed.append(f"kv_dtype {kv} (the engine's default for {w} weights)")
@@ -126,6 +141,8 @@ class PreparedServing:
             server = replace(server, pricer=server.pricer.with_inputs(server.pricer.inp.model_copy(update={"engine": engine})),
                              chunked_prefill=t.chunked_prefill, request_overhead_s=t.request_overhead_s)
         r = getattr(benchmark, self.scenario)(server, *self.args)
+        if r.limited_by == "saturated" and self.row.metric in LATENCY_METRICS:
+            raise Unsupported("arrivals exceed what the instance can serve: latency grows with the run's length")
         return _metric(self.row.metric, r, self.instances, self.divisor)
 
 
@@ -133,6 +150,8 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
     """Resolve a serving row's model, hardware, settings and scenario (raises :class:`Unsupported`)."""
     from capplan import benchmark
 
+    if row.excluded:
+        raise Unsupported(f"excluded: {row.excluded}")
     family = engine_family(row.get("engine"))
     spec, hw = _model(row.get("model") or "?"), _hardware(row.get("hardware") or "?")
     settings, assumed = serving_setup(row, family)
@@ -154,16 +173,19 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
             raise Unsupported("concurrency not stated")
         call, args = "closed_loop", (c, round(P), round(O))
     elif scenario == "offline_max":
-        if row.metric in ("ttft_ms", "e2e_latency_s"):
-            raise Unsupported("latency with every request queued at once depends on the request count")
+        if row.metric in LATENCY_METRICS:
+            raise Unsupported("latency with every request queued at once depends on the request count and the engine's batch limit")
+        if "derived means" in (row.get("notes") or "") and row.get("request_rate") == "inf":
+            raise Unsupported("a finite burst of variable-length requests: its throughput includes the ramp and the drain, "
+                              "which the steady-state closed form does not model")
         call, args = "offline", (round(P), round(O))
     elif scenario == "request_rate":
         rate = row.number("request_rate")
         if rate is None:
             raise Unsupported("request rate not stated")
         if rate == float("inf"):
-            if row.metric in ("ttft_ms", "e2e_latency_s"):
-                raise Unsupported("latency with every request queued at once depends on the request count")
+            if row.metric in LATENCY_METRICS:
+                raise Unsupported("latency with every request queued at once depends on the request count and the engine's batch limit")
             call, args = "offline", (round(P), round(O))
         else:
             call, args = "open_loop", (rate, round(P), round(O))
@@ -229,45 +251,83 @@ def _metric(metric: str, r: Any, instances: float, divisor: float, check_only: b
     raise Unsupported(f"metric {metric} is not predicted")
 
 
+@dataclass(frozen=True)
+class PreparedKV:
+    """A KV row turned into a calculator call, ready to be evaluated with any memory terms."""
+
+    row: "CorpusRow"
+    spec: Any
+    hw: Any
+    inputs: Any
+    assumed: list[str]
+
+    def evaluate(self, engine: "EngineProfile | None" = None) -> float:
+        from capplan.kv import compute_kv
+
+        inp = self.inputs if engine is None else self.inputs.model_copy(update={"engine": engine})
+        r = compute_kv(self.spec, self.hw, inp)
+        return float(r.kv_capacity_tokens) if self.row.metric == "kv_cache_tokens" else r.kv_budget_gib_per_gpu
+
+
+def vllm_version(text: str | None) -> tuple[int, int, int] | None:
+    """``(0, 19, 1)`` from a version cell such as ``0.19.1`` or ``v0.10.1.dev101+g...``; ``None``
+    for the v0 engine or text without a version."""
+    import re
+
+    if not text or text.lower().startswith("v0 engine"):
+        return None
+    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not m:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def prepare_kv(row: "CorpusRow", engine: "EngineProfile | None") -> PreparedKV:
+    """Resolve a KV row's model, hardware and logged settings (raises :class:`Unsupported`)."""
+    from capplan.kv import KVInputs
+
+    if row.excluded:
+        raise Unsupported(f"excluded: {row.excluded}")
+    spec, hw = _model(row.get("model") or "?"), _hardware(row.get("hardware") or "?")
+    if row.get("engine") != "vllm":
+        raise Unsupported(f"engine {row.get('engine')} KV rows are not predicted yet")
+    if vllm_version(row.get("engine_version")) is None and "latest" not in (row.get("engine_version") or ""):
+        raise Unsupported("the log shows no V1 version (the v0 engine, or a version not printed)")
+    assumed: list[str] = []
+    w = dtype_of(row.get("weight_dtype")) or "bf16"
+    if w not in WEIGHT_DTYPES:
+        raise Unsupported(f"weight dtype {w} is not modelled yet")
+    kvd = dtype_of(row.get("kv_dtype"))
+    if kvd is None:
+        kvd = "bf16"
+        assumed.append("kv_dtype bf16 (vLLM auto)")
+    if kvd not in KV_DTYPES:
+        raise Unsupported(f"KV dtype {kvd} is not modelled")
+    if _int(row, "dp", 1) > 1:
+        raise Unsupported("data-parallel ranks are not modelled")
+    if row.metric not in ("kv_cache_tokens", "available_kv_gib"):
+        raise Unsupported(f"metric {row.metric} is not predicted")
+    inp = KVInputs(
+        tp=_int(row, "tp", 1), pp=_int(row, "pp", 1), weight_dtype=w, kv_dtype=kvd, engine=engine,
+        gpu_mem_util=row.number("gpu_memory_utilization"), usable_mem_gib=row.number("total_mem_gib_logged"),
+        max_num_seqs=_opt_int(row, "max_num_seqs"), max_batched_tokens=_opt_int(row, "max_num_batched_tokens"),
+        block_size=_int(row, "block_size", engine.memory.block_size if engine else 16),
+        context=_int(row, "max_model_len", 8192),
+    )
+    return PreparedKV(row, spec, hw, inp, assumed)
+
+
 def predict_kv(row: "CorpusRow", engine: "EngineProfile | None") -> Prediction:
     """Predict a KV-capacity row (``kv_cache_tokens`` or ``available_kv_gib``) from the logged settings."""
-    from capplan.kv import KVInputs, compute_kv
-
+    name = engine.name if engine else ""
     try:
-        spec, hw = _model(row.get("model") or "?"), _hardware(row.get("hardware") or "?")
-        if row.get("engine") != "vllm":
-            raise Unsupported(f"engine {row.get('engine')} KV rows are not predicted yet")
-        assumed: list[str] = []
-        w = row.get("weight_dtype") or "bf16"
-        if w not in WEIGHT_DTYPES:
-            raise Unsupported(f"weight dtype {w} is not modelled yet")
-        kvd = row.get("kv_dtype")
-        if kvd is None:
-            kvd = "bf16"
-            assumed.append("kv_dtype bf16 (vLLM auto)")
-        if kvd not in KV_DTYPES:
-            raise Unsupported(f"KV dtype {kvd} is not modelled")
-        if _int(row, "dp", 1) > 1:
-            raise Unsupported("data-parallel ranks are not modelled")
-        inp = KVInputs(
-            tp=_int(row, "tp", 1), pp=_int(row, "pp", 1), weight_dtype=w, kv_dtype=kvd, engine=engine,
-            gpu_mem_util=row.number("gpu_memory_utilization"), usable_mem_gib=row.number("total_mem_gib_logged"),
-            max_num_seqs=_opt_int(row, "max_num_seqs"), max_batched_tokens=_opt_int(row, "max_num_batched_tokens"),
-            block_size=_int(row, "block_size", engine.memory.block_size if engine else 16),
-            context=_int(row, "max_model_len", 8192),
-        )
-        r = compute_kv(spec, hw, inp)
-        if row.metric == "kv_cache_tokens":
-            value = float(r.kv_capacity_tokens)
-        elif row.metric == "available_kv_gib":
-            value = r.kv_budget_gib_per_gpu
-        else:
-            raise Unsupported(f"metric {row.metric} is not predicted")
+        prepared = prepare_kv(row, engine)
+        value = prepared.evaluate()
     except Unsupported as exc:
-        return Prediction(None, str(exc), engine.name if engine else "")
+        return Prediction(None, str(exc), name)
     except CapplanError as exc:
-        return Prediction(None, f"capplan refused the setup: {exc}", engine.name if engine else "")
-    return Prediction(value, "", engine.name if engine else "", assumed)
+        return Prediction(None, f"capplan refused the setup: {exc}", name)
+    return Prediction(value, "", name, prepared.assumed)
 
 
 def _opt_int(row: "CorpusRow", name: str) -> int | None:

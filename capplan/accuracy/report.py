@@ -139,7 +139,8 @@ def run_accuracy(
     out = []
     for row in rows:
         family = engine_family(row.get("engine"))
-        engine = engines.get(family, default_engine)
+        key = kv_profile_name(row) if row.kind == "kv" and family == "vllm" else family
+        engine = engines.get(key, engines.get(family, default_engine))
         used[family] = engine.name if engine is not None else "hardware assumptions"
         if row.kind == "serving":
             p = predict_serving(row, engine)
@@ -158,23 +159,41 @@ def run_accuracy(
 
 
 FAMILY_PROFILES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "other": "vllm"}
-"""Bundled engine profile that predicts the rows of each engine family (``other``: engines
-without a profile of their own, e.g. gpt-fast, are priced as vLLM)."""
+"""Bundled engine profile that predicts the serving rows of each engine family (``other``:
+engines without a profile of their own, e.g. gpt-fast, are priced as vLLM)."""
+
+VLLM_VERSION_PROFILES = [((0, 11, 0), "vllm-0.10"), ((0, 16, 99), "vllm-0.15"), ((0, 19, 99), "vllm-0.19"), ((9, 0, 0), "vllm-latest")]
+"""Which vLLM profile reproduces a start-up log of each version: the first whose upper bound
+the log's version does not exceed. ``latest`` container images of early 2026 (the llm-d logs)
+are 0.14-0.15 and count as ``vllm-0.15``."""
+
+
+def kv_profile_name(row: Any) -> str:
+    """The engine profile that reproduces a vLLM start-up log (by its version)."""
+    from capplan.accuracy.predict import vllm_version
+
+    text = row.get("engine_version") or ""
+    v = vllm_version(text)
+    if v is None:
+        return "vllm-0.15" if "latest" in text else "vllm"
+    return next(name for top, name in VLLM_VERSION_PROFILES if v <= top)
 
 
 def default_engines(override: str | None = None) -> "dict[str, EngineProfile | None]":
-    """The engine profile of each family: the bundled ones, or ``override`` for all of them."""
+    """The engine profile of each family (and of each vLLM version's KV rows, keyed by profile
+    name): the bundled ones, or ``override`` for all of them."""
     from capplan.engine import list_engines, load_engine
 
+    names = set(FAMILY_PROFILES.values()) | {n for _, n in VLLM_VERSION_PROFILES}
     if override is not None:
         eng = load_engine(override)
-        return {f: eng for f in FAMILY_PROFILES}
+        return {k: eng for k in [*FAMILY_PROFILES, *names]}
     bundled = set(list_engines())
     cache: dict[str, EngineProfile] = {}
-    out: dict[str, EngineProfile | None] = {}
-    for family, name in FAMILY_PROFILES.items():
-        if name in bundled:
-            out[family] = cache.setdefault(name, load_engine(name))
-        else:
-            out[family] = cache.setdefault("vllm", load_engine("vllm"))
+
+    def get(name: str) -> "EngineProfile":
+        return cache.setdefault(name, load_engine(name if name in bundled else "vllm"))
+
+    out: dict[str, EngineProfile | None] = {f: get(n) for f, n in FAMILY_PROFILES.items()}
+    out.update({n: get(n) for n in names})
     return out

@@ -1,0 +1,281 @@
+"""Refitting the bundled engine profiles on the validation corpus (a maintainer's tool).
+
+``python -m capplan.accuracy.refit`` fits, for each profile in :data:`PROFILES`:
+
+* the **memory terms** that differ across vLLM versions (the sampler's profiling peak, non-torch
+  memory) on the start-up logs of that version range, and
+* the **time terms** shared by an engine family on that family's serving rows,
+
+using only the rows ``validation/split.yaml`` does not hold out, and writes
+``engine_profiles/<name>.yaml`` with every fitted value's ``fitted_on`` row ids. Terms a profile
+fixes from the engine's source code (default utilisation, batch limits, the budget rule) carry
+their citation instead. ``capplan accuracy`` then reports the error on the held-out rows.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+KV_SOURCES = "validation/sources/kv_capacity.md"
+
+FAMILY_TERMS = ["bandwidth_efficiency", "step_overhead_s", "per_sequence_s", "request_overhead_s"]
+"""Terms a family with few rows (SGLang) fits on top of the vLLM fit; kernel efficiencies and
+collectives are taken from vLLM's."""
+
+BASE_FAMILY = "vllm"
+"""The family fitted first; others start from its values."""
+
+TIME_TERMS = [
+    "bandwidth_efficiency", "gemm_efficiency", "gemm_half_tokens", "attention_efficiency", "moe_gemm_efficiency",
+    "step_overhead_s", "per_sequence_s", "request_overhead_s", "interconnect_efficiency", "allreduce_latency_us",
+]
+"""Time terms fitted per engine family."""
+
+MEMORY_TERMS = ["sampler_bytes_per_seq_vocab", "non_torch_gib_single", "non_torch_gib_nvlink", "non_torch_gib_pcie"]
+"""Memory terms fitted per vLLM version range (those the start-up logs constrain)."""
+
+
+@dataclass
+class ProfileSpec:
+    """How one bundled profile is made."""
+
+    name: str
+    engine: str
+    version: str
+    description: str
+    family: str
+    """Engine family whose serving rows fit the time terms."""
+    memory: dict[str, Any] = field(default_factory=dict)
+    """Memory terms fixed from the engine's code (not fitted)."""
+    time: dict[str, Any] = field(default_factory=dict)
+    """Time terms fixed from the engine's code (not fitted)."""
+    sources: dict[str, str] = field(default_factory=dict)
+    fit_memory: list[str] = field(default_factory=list)
+    """Memory terms fitted on the start-up logs this profile reproduces."""
+
+
+_VLLM_SOURCES = {
+    "memory.block_size": "vLLM CacheConfig default block_size 16 on CUDA (vllm/config/cache.py)",
+    "memory.max_num_seqs": "vLLM get_batch_defaults: 1024 on >= 70 GiB non-A100 GPUs for vllm serve, else 256 (docs/research/kv-engine-logs.md)",
+    "memory.max_num_batched_tokens": "vLLM get_batch_defaults: 8192 on large GPUs, 2048 otherwise (docs/research/kv-engine-logs.md)",
+    "memory.budget_rule": f"total x gpu_memory_utilization - weights - torch peak - non-torch (gpu_worker.determine_available_memory; {KV_SOURCES} section 1)",
+    "time.chunked_prefill": "vLLM V1 schedules prompt chunks beside decodes within max_num_batched_tokens (chunked prefill always on in V1)",
+}
+
+PROFILES: list[ProfileSpec] = [
+    ProfileSpec(
+        "vllm-0.10", "vllm", "0.9-0.11.0", "vLLM V1 0.9 to 0.11.0: FlashInfer sampling, NCCL initialised inside the profiled budget up to 0.10.2.",
+        "vllm", memory={"gpu_memory_utilization": 0.9},
+        sources={**_VLLM_SOURCES, "memory.gpu_memory_utilization": f"default 0.9 up to 0.19 ({KV_SOURCES} section 1)"},
+        fit_memory=MEMORY_TERMS,
+    ),
+    ProfileSpec(
+        "vllm-0.15", "vllm", "0.11.1-0.16", "vLLM V1 0.11.1 to 0.16: the sampler warm-up sorts whole rows in PyTorch; NCCL outside the budget.",
+        "vllm", memory={"gpu_memory_utilization": 0.9},
+        sources={**_VLLM_SOURCES, "memory.gpu_memory_utilization": f"default 0.9 up to 0.19 ({KV_SOURCES} section 1)"},
+        fit_memory=MEMORY_TERMS,
+    ),
+    ProfileSpec(
+        "vllm-0.19", "vllm", "0.17-0.19", "vLLM V1 0.17 to 0.19: in-place Triton sampler; CUDA-graph memory measured but not subtracted.",
+        "vllm", memory={"gpu_memory_utilization": 0.9, "cudagraph_gib": 0.0},
+        sources={**_VLLM_SOURCES, "memory.gpu_memory_utilization": f"default 0.9 up to 0.19 ({KV_SOURCES} section 1)",
+                 "memory.cudagraph_gib": f"0.17.1-0.19 measure CUDA-graph memory but subtract it only with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 ({KV_SOURCES} section 1)"},
+        fit_memory=["sampler_bytes_per_seq_vocab"],
+    ),
+    ProfileSpec(
+        "vllm-latest", "vllm", "0.20 and later", "vLLM V1 0.20 and later: CUDA-graph memory subtracted by default; default utilisation 0.92.",
+        "vllm", memory={"gpu_memory_utilization": 0.92, "cudagraph_gib": 2.35},
+        sources={**_VLLM_SOURCES,
+                 "memory.gpu_memory_utilization": f"PR #38284 raised the default to 0.92 in 0.20.0 ({KV_SOURCES} section 1)",
+                 "memory.cudagraph_gib": f"subtracted by default from 0.20.0 (PR #38284); 2.35 GiB is the estimate a 0.19.1 log prints for Qwen3-8B on an A100-40GB (tokenkaki row; {KV_SOURCES}); the estimate varies with the model and the capture sizes"},
+    ),
+    ProfileSpec(
+        "sglang", "sglang", "0.3-0.5", "SGLang: static memory fraction for weights and KV, chunked prefill.",
+        "sglang", memory={"budget_rule": "static_fraction", "gpu_memory_utilization": 0.88, "block_size": 1,
+                          "max_num_seqs": {"large": 1024, "small": 256}, "max_num_batched_tokens": {"large": 8192, "small": 2048}},
+        sources={"memory.budget_rule": f"rest = free after weights - total x (1 - mem_fraction_static) (ModelRunner.profile_max_num_token; {KV_SOURCES} section 6)",
+                 "memory.gpu_memory_utilization": f"mem_fraction_static 0.88 at TP 1 in releases up to v0.4.x ({KV_SOURCES} section 6)",
+                 "memory.block_size": "SGLang's token granularity is the page size, 1 by default",
+                 "memory.max_num_batched_tokens": f"chunked_prefill_size 8192 on < 160 GiB cards of >= 60 GiB, 2048-4096 on smaller ({KV_SOURCES} section 6)",
+                 "memory.max_num_seqs": "capplan assumption: SGLang sizes max_running_requests from the KV pool; the vLLM limits are used as a stand-in",
+                 "time.chunked_prefill": "SGLang chunked prefill (chunked_prefill_size) is on by default"},
+    ),
+    ProfileSpec(
+        "trtllm", "trtllm", "0.12-1.0", "TensorRT-LLM in-flight batching (trtllm-bench, Triton backend, NIM).",
+        "trtllm", memory={"budget_rule": "fraction_of_free", "gpu_memory_utilization": 0.9, "block_size": 32,
+                          "sampler_bytes_per_seq_vocab": 0.0,
+                          "max_num_seqs": {"large": 2048, "small": 2048}, "max_num_batched_tokens": {"large": 8192, "small": 8192}},
+        time={"chunked_prefill": False},
+        sources={"memory.budget_rule": f"KvCacheConfig.free_gpu_memory_fraction of the memory free after the model loads ({KV_SOURCES}, TensorRT-LLM)",
+                 "memory.gpu_memory_utilization": "free_gpu_memory_fraction default 0.9 (TensorRT-LLM KvCacheConfig docs)",
+                 "memory.block_size": "tokens_per_block default 32 (TensorRT-LLM KV cache docs)",
+                 "memory.max_num_seqs": "max_batch_size default 2048 (TensorRT-LLM build defaults)",
+                 "memory.sampler_bytes_per_seq_vocab": "TensorRT-LLM sizes the KV pool from the memory free after the engine loads; it runs no sampler warm-up (capplan assumption, consistent with its KV docs)",
+                 "memory.max_num_batched_tokens": "max_num_tokens default 8192 (TensorRT-LLM build defaults)",
+                 "time.chunked_prefill": "enable_chunked_context is off by default: a context is processed whole in one step"},
+    ),
+]
+"""The bundled profiles and how each is made."""
+
+
+def _prepare(rows: list[Any], engine: Any, kind: str) -> list[Any]:
+    from capplan.accuracy.predict import Unsupported, prepare_kv, prepare_serving
+    from capplan.errors import CapplanError
+
+    out = []
+    for r in rows:
+        try:
+            out.append(prepare_serving(r, engine) if kind == "serving" else prepare_kv(r, engine))
+        except (Unsupported, CapplanError):
+            continue
+    return out
+
+
+def fit_memory_terms(engine: Any, prepared: list[Any], terms: list[str]) -> tuple[Any, dict[str, float]]:
+    """Fit memory ``terms`` to KV rows by bounded least squares on log ratios."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    bounds = {"sampler_bytes_per_seq_vocab": (0.0, 80.0), "non_torch_gib_single": (0.0, 2.0),
+              "non_torch_gib_nvlink": (0.0, 4.0), "non_torch_gib_pcie": (0.0, 4.0)}
+    # a term no row constrains (no TP > 1 row, no PCIe row) keeps its value
+    usable = []
+    for t in terms:
+        if t == "non_torch_gib_nvlink" and not any(p.inputs.tp > 1 and p.hw.intra_node_bandwidth_gbps >= 100 for p in prepared):
+            continue
+        if t == "non_torch_gib_pcie" and not any(p.inputs.tp > 1 and p.hw.intra_node_bandwidth_gbps < 100 for p in prepared):
+            continue
+        if t == "non_torch_gib_single" and not any(p.inputs.tp * p.inputs.pp == 1 for p in prepared):
+            continue
+        usable.append(t)
+    usable = usable[: max(1, len(prepared) - 1)] if len(prepared) > 1 else usable[:1]
+    if not prepared or not usable:
+        return engine, {}
+    lo = np.array([bounds[t][0] for t in usable])
+    hi = np.array([bounds[t][1] for t in usable])
+    x0 = np.clip([getattr(engine.memory, t) for t in usable], lo, hi)
+    meas = np.array([p.row.measured for p in prepared])
+
+    def make(x: Any) -> Any:
+        return engine.model_copy(update={"memory": engine.memory.model_copy(update=dict(zip(usable, map(float, x))))})
+
+    def res(x: Any) -> Any:
+        e = make(x)
+        return np.log(np.maximum([p.evaluate(e) for p in prepared], 1e-9) / meas)
+
+    sol = least_squares(res, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05)
+    fitted = make(sol.x)
+    return fitted, dict(zip(usable, map(float, sol.x)))
+
+
+def refit(folder: Path | None = None, write: bool = True) -> dict[str, Any]:
+    """Fit every profile of :data:`PROFILES`; write them to ``engine_profiles/`` (``write``)."""
+    from capplan.accuracy.corpus import load_corpus
+    from capplan.accuracy.fit import fit_time_terms
+    from capplan.accuracy.predict import engine_family
+    from capplan.accuracy.report import kv_profile_name
+    from capplan.engine import ByGpuClass, EngineProfile, MemoryTerms, TimeTerms
+
+    corpus = load_corpus(folder)
+    fit_rows = [r for r in corpus if not r.held_out]
+    time_fits: dict[str, Any] = {}
+    out: dict[str, Any] = {}
+    for spec in PROFILES:
+        mem = {k: (ByGpuClass(**v) if isinstance(v, dict) else v) for k, v in spec.memory.items()}
+        engine = EngineProfile(
+            name=spec.name, engine=spec.engine, version=spec.version, description=spec.description,  # type: ignore[arg-type]
+            memory=MemoryTerms(**mem), time=TimeTerms(**spec.time), calibration="validation corpus fit", sources=spec.sources,
+        )
+        fitted_on: dict[str, list[str]] = {}
+        if spec.fit_memory:
+            kv_rows = [r for r in fit_rows if r.kind == "kv" and kv_profile_name(r) == spec.name]
+            prepared = _prepare(kv_rows, engine, "kv")
+            engine, values = fit_memory_terms(engine, prepared, spec.fit_memory)
+            for t in values:
+                fitted_on[f"memory.{t}"] = [p.row.id for p in prepared]
+        if spec.family not in time_fits:
+            rows = [r for r in fit_rows if r.kind == "serving" and engine_family(r.get("engine")) == spec.family]
+            prepared = _prepare(rows, engine, "serving")
+            start = engine
+            if spec.family != BASE_FAMILY and BASE_FAMILY in time_fits:
+                start = engine.model_copy(update={"time": time_fits[BASE_FAMILY].engine.time.model_copy(update=spec.time)})
+            terms = TIME_TERMS if len(prepared) >= 100 else FAMILY_TERMS
+            result = fit_time_terms(start, prepared, terms)
+            result = _fit_hardware_overrides(result, prepared)
+            time_fits[spec.family] = result
+            print(f"{spec.family}: {len(prepared)} rows, median |error| {result.median_abs_error_before:.1%} -> "
+                  f"{result.median_abs_error_after:.1%}", file=sys.stderr)
+        result = time_fits[spec.family]
+        fixed = set(spec.time)
+        engine = engine.model_copy(update={"time": result.engine.time.model_copy(update=spec.time)})
+        for t in TIME_TERMS:
+            if t not in fixed:
+                fitted_on[f"time.{t}"] = result.row_ids
+        engine = engine.model_copy(update={"fitted_on": fitted_on})
+        out[spec.name] = engine
+        if write:
+            write_profile(engine)
+    return out
+
+
+HARDWARE_MIN_ROWS = 15
+"""A hardware profile gets its own overrides when at least this many fit rows run on it ..."""
+HARDWARE_MIN_BIAS = 0.10
+"""... and the family fit leaves them biased by more than this (median signed error)."""
+HARDWARE_TERMS = ["bandwidth_efficiency", "gemm_efficiency"]
+"""Terms a hardware override fits (a chip's kernels reach a different share of its peaks)."""
+
+
+def _fit_hardware_overrides(result: Any, prepared: list[Any]) -> Any:
+    """Fit :data:`HARDWARE_TERMS` as overrides on every hardware the family fit leaves biased."""
+    import math
+    from statistics import median
+
+    from capplan.accuracy.fit import FitResult, fit_time_terms
+
+    by_hw: dict[str, list[int]] = {}
+    for i, p in enumerate(prepared):
+        by_hw.setdefault(p.server.pricer.hw.name, []).append(i)
+    engine = result.engine
+    for hw, idx in sorted(by_hw.items()):
+        if len(idx) < HARDWARE_MIN_ROWS:
+            continue
+        bias = median(math.expm1(result.residuals_after[i]) for i in idx)
+        if abs(bias) <= HARDWARE_MIN_BIAS:
+            continue
+        sub = fit_time_terms(engine, [prepared[i] for i in idx], HARDWARE_TERMS, hardware=hw)
+        print(f"  {hw}: {len(idx)} rows biased {bias:+.1%}; override {sub.terms}", file=sys.stderr)
+        engine = sub.engine
+    if engine is result.engine:
+        return result
+    from capplan.accuracy.fit import _evaluate
+
+    after = [math.log(max(_evaluate(p, engine), 1e-12) / p.row.measured) for p in prepared]
+    return FitResult(engine, result.terms, result.residuals_before, after, result.row_ids)
+
+
+def write_profile(engine: Any, folder: Path | None = None) -> Path:
+    """Write ``engine`` as ``<folder>/<name>.yaml`` (default: the bundled ``engine_profiles/``)."""
+    import yaml
+
+    from capplan.resources import bundled_dir
+
+    folder = folder or bundled_dir("engine_profiles")
+    data = engine.model_dump(mode="json")
+    for section in ("memory", "time"):
+        data[section] = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in data[section].items()}
+    header = (
+        f"# {engine.name}: {engine.description}\n"
+        "# Written by `python -m capplan.accuracy.refit`: terms in `fitted_on` were fitted on those corpus rows\n"
+        "# (validation/*.csv, held-out rows excluded); the others carry a citation in `sources`.\n"
+    )
+    path = folder / f"{engine.name}.yaml"
+    path.write_text(header + yaml.safe_dump(data, sort_keys=False, width=120), encoding="utf-8")
+    return path
+
+
+if __name__ == "__main__":
+    refit()
