@@ -77,3 +77,13 @@ def test_imports_point_up_the_layers(path: Path):
 def test_every_module_opens_with_a_sentence_saying_what_it_owns():
     missing = [str(p.relative_to(PACKAGE)) for p in MODULES if p.stat().st_size and not ast.get_docstring(ast.parse(p.read_text()))]
     assert missing == []
+
+
+def test_command_modules_do_not_import_the_app():
+    """Commands are registered explicitly by capplan.cli.app; a command module importing the app
+    back would recreate the import cycle (registration by import side effect)."""
+    offenders = [
+        p.name for p in (PACKAGE / "cli").glob("*_cmd.py")
+        if any(mod == "capplan.cli.app" for _, mod in _imports(p))
+    ]
+    assert offenders == []

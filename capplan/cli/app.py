@@ -58,7 +58,6 @@ ledger_app = typer.Typer(
     no_args_is_help=False,
     rich_markup_mode=None,
 )
-app.add_typer(ledger_app, name="ledger")
 
 
 def _version(value: bool) -> None:
@@ -76,19 +75,38 @@ def _root(
     """Workload accounting and capacity planning for LLM inference and RL post-training."""
 
 
-from capplan.cli import kv_cmd as _kv_cmd  # noqa: E402,F401  (registers commands)
-from capplan.cli import ledger_cmd as _ledger_cmd  # noqa: E402,F401
-from capplan.cli import map_cmd as _map_cmd  # noqa: E402,F401
-from capplan.cli import misc_cmd as _misc_cmd  # noqa: E402,F401
-from capplan.cli import plan_cmd as _plan_cmd  # noqa: E402,F401
-from capplan.cli import roofline_cmd as _roofline_cmd  # noqa: E402,F401
-from capplan.cli import sweep_cmd as _sweep_cmd  # noqa: E402,F401
-from capplan.cli import profiles_cmd as _profiles_cmd  # noqa: E402,F401
-from capplan.cli import reconcile_cmd as _reconcile_cmd  # noqa: E402,F401
-from capplan.cli import simulate_cmd as _simulate_cmd  # noqa: E402,F401
-from capplan.cli import accuracy_cmd  # noqa: E402
+def _register() -> None:
+    """Add every command to the application, in the order ``capplan --help`` lists them."""
+    from capplan.cli import (
+        accuracy_cmd,
+        kv_cmd,
+        ledger_cmd,
+        map_cmd,
+        misc_cmd,
+        plan_cmd,
+        profiles_cmd,
+        reconcile_cmd,
+        roofline_cmd,
+        simulate_cmd,
+        sweep_cmd,
+    )
 
-app.command("accuracy", help=accuracy_cmd.HELP)(accuracy_cmd.accuracy)
+    plan_cmd.commands.register(app)
+    sweep_cmd.commands.register(app)
+    simulate_cmd.commands.register(app)
+    kv_cmd.commands.register(app)
+    roofline_cmd.commands.register(app)
+    app.command("accuracy", help=accuracy_cmd.HELP)(accuracy_cmd.accuracy)
+    map_cmd.commands.register(app)
+    misc_cmd.commands.register(app)
+    ledger_cmd.commands.register(ledger_app)
+    reconcile_cmd.commands.register(ledger_app)
+    app.add_typer(ledger_app, name="ledger")
+    app.add_typer(profiles_cmd.profiles_app, name="profiles")
+    app.add_typer(profiles_cmd.model_app, name="model")
+
+
+_register()
 
 
 def run() -> None:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from capplan.cli.app import app
+from capplan.cli.registry import CommandSet
 from capplan.cli.common import (
     BlockSizeOpt,
     DtypeOpt,
@@ -33,7 +33,11 @@ if TYPE_CHECKING:
     from capplan.kv import KVResult
 
 
-@app.command(
+commands = CommandSet()
+"""This module's commands (registered by :mod:`capplan.cli.app`)."""
+
+
+@commands.command(
     "kv",
     help=(
         "KV-cache memory budget, capacity and concurrency of MODEL on HARDWARE.\n\n"

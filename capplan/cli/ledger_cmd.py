@@ -6,14 +6,18 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from capplan.cli.app import ledger_app
+from capplan.cli.registry import CommandSet
 from capplan.cli.common import Format, FormatOpt, ForceOpt, OutputOpt, call, console, emit, file_console, fmt_num
 
 if TYPE_CHECKING:
     from capplan.ledger import Ledger
 
 
-@ledger_app.command(
+commands = CommandSet()
+"""This module's commands (registered by :mod:`capplan.cli.app`)."""
+
+
+@commands.command(
     "show",
     help=(
         "Print the ledger of WORKLOAD (a bundled name or a path).\n\n"

@@ -7,8 +7,12 @@ from typing import Annotated
 
 import typer
 
-from capplan.cli.app import app
+from capplan.cli.registry import CommandSet
 from capplan.cli.common import ForceOpt, OutputOpt, call, console, emit
+
+
+commands = CommandSet()
+"""This module's commands (registered by :mod:`capplan.cli.app`)."""
 
 
 class MapFormat(str, Enum):
@@ -18,7 +22,7 @@ class MapFormat(str, Enum):
     json = "json"
 
 
-@app.command(
+@commands.command(
     "map",
     help=(
         "Draw the workload map: the components a method needs (absent ones with the reason), who owns "

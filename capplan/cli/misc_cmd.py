@@ -7,10 +7,14 @@ from typing import Annotated
 
 import typer
 
-from capplan.cli.app import app
+from capplan.cli.registry import CommandSet
 
 
-@app.command(
+commands = CommandSet()
+"""This module's commands (registered by :mod:`capplan.cli.app`)."""
+
+
+@commands.command(
     help=(
         "Check workload files; print one line per file (ok, or what is wrong and where). Exit 1 when "
         "any file is invalid.\n\n"
@@ -44,7 +48,7 @@ class SchemaKind(str, Enum):
     roofline = "roofline"
 
 
-@app.command(
+@commands.command(
     help=(
         "Print the JSON Schema of a file kind or an option set, for editors (e.g. the YAML language "
         "server) and scripts; every property carries its description.\n\n"

@@ -8,11 +8,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from capplan.cli.app import app
+from capplan.cli.registry import CommandSet
 from capplan.cli.common import Format, FormatOpt, ForceOpt, call, console, emit, fail
 
 if TYPE_CHECKING:
     from capplan.plan import Plan
+
+
+commands = CommandSet()
+"""This module's commands (registered by :mod:`capplan.cli.app`)."""
 
 
 class Mode(str, Enum):
@@ -165,7 +169,7 @@ def render(plans: list["Plan"], explain: bool) -> None:
                 out.print("  " + escape(line))
 
 
-@app.command(
+@commands.command(
     "plan",
     help=(
         "Capacity plan for one or more workloads: concurrency limits, prefill/decode/scoring "

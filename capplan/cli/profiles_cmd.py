@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from capplan.cli.app import app
 from capplan.cli.common import ForceOpt, console, emit, fail
 
 profiles_app = typer.Typer(
@@ -24,7 +23,6 @@ profiles_app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
 )
-app.add_typer(profiles_app, name="profiles")
 
 model_app = typer.Typer(
     help=(
@@ -36,7 +34,6 @@ model_app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
 )
-app.add_typer(model_app, name="model")
 
 
 class ProfileKind(str, Enum):

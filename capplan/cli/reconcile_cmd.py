@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable
 
 import typer
 
-from capplan.cli.app import ledger_app
+from capplan.cli.registry import CommandSet
 from capplan.cli.common import Format, FormatOpt, ForceOpt, OutputOpt, call, console, emit, file_console, fmt_num
 
 if TYPE_CHECKING:
@@ -17,6 +17,10 @@ if TYPE_CHECKING:
 
 #: Files at least this large get a progress bar (when standard error is a terminal) [bytes].
 PROGRESS_MIN_BYTES = 8 * 2**20
+
+
+commands = CommandSet()
+"""This module's commands (registered by :mod:`capplan.cli.app`)."""
 
 
 class Mapping(str, Enum):
@@ -28,7 +32,7 @@ class Mapping(str, Enum):
     areal = "areal"
 
 
-@ledger_app.command(
+@commands.command(
     "reconcile",
     help=(
         "Check every record of a trajectory log (JSONL, gzip-compressed JSONL or Parquet) and count it "

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from capplan.cli.app import app
+from capplan.cli.registry import CommandSet
 from capplan.cli.common import (
     DtypeOpt,
     Format,
@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     from capplan.modelspec import ModelSpec
     from capplan.roofline import RooflineInputs
 
+commands = CommandSet()
+"""This module's commands (registered by :mod:`capplan.cli.app`)."""
+
+
 PLOT_HINT = "pip install 'capplan[plot]'"
 
 
@@ -47,7 +51,7 @@ class Kind(str, Enum):
     mixed = "mixed"
 
 
-@app.command(
+@commands.command(
     "roofline",
     help=(
         "Price engine steps with a roofline: FLOPs and HBM bytes per GPU, step time = max(compute, "

@@ -9,11 +9,15 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable
 
 import typer
 
-from capplan.cli.app import app
+from capplan.cli.registry import CommandSet
 from capplan.cli.common import Format, FormatOpt, ForceOpt, call, console, emit, fail
 
 if TYPE_CHECKING:
     from capplan.sim import SimResult
+
+commands = CommandSet()
+"""This module's commands (registered by :mod:`capplan.cli.app`)."""
+
 
 PLOT_HINT = "pip install 'capplan[plot]'"
 
@@ -28,7 +32,7 @@ class Sampling(str, Enum):
     oversample = "oversample"
 
 
-@app.command(
+@commands.command(
     "simulate",
     help=(
         "Simulate rollout and training event by event: inference replicas with continuous batching (or "

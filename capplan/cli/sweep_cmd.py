@@ -8,11 +8,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from capplan.cli.app import app
+from capplan.cli.registry import CommandSet
 from capplan.cli.common import ForceOpt, call, console, emit, fail, parse_ints, parse_names
 
 if TYPE_CHECKING:
     import pandas as pd
+
+
+commands = CommandSet()
+"""This module's commands (registered by :mod:`capplan.cli.app`)."""
 
 
 class Objective(str, Enum):
@@ -63,7 +67,7 @@ def render(grid: "pd.DataFrame", top_rows: "pd.DataFrame", subject: str, objecti
         out.print("No feasible combination: " + "; ".join(reasons))
 
 
-@app.command(
+@commands.command(
     "sweep",
     help=(
         "Plan every combination of hardware, tensor-parallel degree, KV and weight dtype, inference "
