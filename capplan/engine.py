@@ -22,7 +22,7 @@ chip's bandwidth) are ``hardware`` overrides of the time terms.
 
 from __future__ import annotations
 
-import math
+import functools
 from pathlib import Path
 from typing import Literal
 
@@ -208,6 +208,12 @@ def load_engine(name_or_path: str | Path | None = None) -> EngineProfile:
     name = name_or_path or DEFAULT_ENGINE
     path = resources.resolve("engine_profiles", ALIASES.get(str(name), name))
     return load_model(path, EngineProfile)
+
+
+@functools.lru_cache(maxsize=1)
+def default_engine() -> EngineProfile:
+    """The default engine profile (:data:`DEFAULT_ENGINE`), loaded once."""
+    return load_engine(DEFAULT_ENGINE)
 
 
 def list_engines() -> list[str]:

@@ -77,7 +77,9 @@ versions)."""
 
 
 def _terms(inp: "KVInputs") -> MemoryTerms:
-    return inp.engine.memory if inp.engine is not None else DEFAULTS
+    from capplan.engine import default_engine
+
+    return (inp.engine or default_engine()).memory
 
 
 def default_max_num_batched_tokens(hw: "HardwareProfile", terms: MemoryTerms = DEFAULTS) -> int:
@@ -139,7 +141,7 @@ class KVInputs(Options, BaseModel):
     are captured after the KV cache)."""
     engine: EngineProfile | None = None
     """Engine profile whose memory terms give every default above (its budget rule, batch limits,
-    profiling peaks); ``None``: vLLM V1 0.10-0.11's."""
+    profiling peaks); ``None``: the default engine profile (``capplan.engine.DEFAULT_ENGINE``)."""
 
 
 @dataclass(frozen=True)

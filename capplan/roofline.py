@@ -4,16 +4,20 @@ An inference engine runs its model in *steps*: one forward pass over every posit
 together (a decode token per running sequence, a chunk of prompt, a whole record to score).
 This module prices one step on one tensor-parallel (TP) rank of a hardware profile::
 
-    compute_time = (F_gemm / R_gemm + F_16 / R_16) / compute_efficiency
+    compute_time = ((F_gemm + h f_token + F_routed (1/e_moe - 1)) / R_gemm + F_16 / (R_16 a)) / g
     memory_time  = bytes / (hbm_bandwidth x bandwidth_efficiency)
-    step_time    = max(compute_time, memory_time) + comm_time + step_overhead
+    step_time    = max(compute_time, memory_time) + comm_time + step_overhead + per_sequence x S
 
 ``F_gemm`` are the FLOPs of the decoder's weight matrices, run on the tensor unit of the weight
 dtype (``R_gemm = peak_flops(weight_dtype)``: fp8 weights use the fp8 unit where the hardware has
 one); ``F_16`` are the attention score/value products and the LM head, run in 16-bit
 (``R_16 = peak_flops("bf16")``). ``comm_time`` prices the tensor-parallel all-reduces (not
-overlapped with compute). Every efficiency, latency and overhead is a field of
-:class:`RooflineInputs` that defaults to the hardware profile's ``assumptions`` block.
+overlapped with compute). The efficiencies and host times are an **engine profile's** time terms
+(:mod:`capplan.engine`, fitted to published measurements): ``g`` the GEMM efficiency, reached at
+large steps (a step of ``T`` tokens reaches ``g T / (T + h)``, which is ``h`` extra tokens' worth
+of GEMM work at ``g``), ``a`` the attention efficiency relative to ``g``, ``e_moe`` the grouped
+-GEMM efficiency of routed experts, and a per-step and per-sequence host time. Any field of
+:class:`RooflineInputs` given explicitly overrides the profile.
 
 All counts are **per GPU** (one TP rank): FLOPs and bytes of the whole model divided across
 ranks where the engine splits them (weights, heads, experts), not where it replicates them
@@ -106,8 +110,8 @@ class _EngineAssumptions:
 class RooflineInputs(Options, BaseModel):
     """Everything a step price needs besides the model, the hardware and the work.
 
-    Efficiency, latency and overhead fields left ``None`` take the hardware profile's
-    ``assumptions`` (labelled assumptions there, not vendor figures).
+    Efficiency, latency and overhead fields left ``None`` take the engine profile's time terms
+    (the default engine profile when ``engine`` is ``None``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -136,12 +140,18 @@ class RooflineInputs(Options, BaseModel):
     """Fixed host-side time per step [s]: scheduling, sampling, kernel launches."""
     engine: EngineProfile | None = None
     """Engine profile whose time terms price the step (its per-hardware overrides applied);
-    ``None``: the hardware profile's ``assumptions``. Fields given above override it."""
+    ``None``: the default engine profile. Fields given above override it."""
+
+    def profile(self) -> EngineProfile:
+        """The engine profile in force (the default one when none is given)."""
+        from capplan.engine import default_engine
+
+        return self.engine or default_engine()
 
     def resolved(self, hw: "HardwareProfile") -> "RooflineInputs":
-        """A copy with every ``None`` replaced by the engine profile's time terms on ``hw`` (or
-        ``hw.assumptions`` without an engine), and ``gemm_dtype`` resolved."""
-        a = hw.assumptions if self.engine is None else _EngineAssumptions(self.engine.time_on(hw.name))
+        """A copy with every ``None`` replaced by the engine profile's time terms on ``hw`` and
+        ``gemm_dtype`` resolved."""
+        a = _EngineAssumptions(self.profile().time_on(hw.name))
         return self.model_copy(
             update=dict(
                 gemm_dtype=hw.compute_dtype(self.gemm_dtype or self.weight_dtype),
@@ -288,8 +298,8 @@ def _hw_terms(hw: "HardwareProfile", inp: RooflineInputs) -> dict[str, float]:
     """Hardware peaks and the resolved efficiency and host-time terms of one step."""
     r = inp.resolved(hw)
     ce = float(r.compute_efficiency)  # type: ignore[arg-type]
-    terms = inp.engine.time_on(hw.name) if inp.engine is not None else None
-    attention = terms.attention_efficiency if terms is not None and inp.compute_efficiency is None else ce
+    terms = inp.profile().time_on(hw.name)
+    attention = terms.attention_efficiency if inp.compute_efficiency is None else ce
     return {
         "peak_gemm": hw.peak_flops(r.gemm_dtype or r.weight_dtype),
         "peak_16": hw.peak_flops(ATTENTION_DTYPE),
@@ -303,9 +313,9 @@ def _hw_terms(hw: "HardwareProfile", inp: RooflineInputs) -> dict[str, float]:
         "latency_s": float(r.allreduce_latency_us) * 1e-6,  # type: ignore[arg-type]
         "overhead_s": float(r.step_overhead_s),  # type: ignore[arg-type]
         "attention_rel": attention / ce,
-        "gemm_half_tokens": terms.gemm_half_tokens if terms is not None else 0.0,
-        "moe_extra": (1.0 / terms.moe_gemm_efficiency - 1.0) if terms is not None else 0.0,
-        "per_sequence_s": terms.per_sequence_s if terms is not None else 0.0,
+        "gemm_half_tokens": terms.gemm_half_tokens,
+        "moe_extra": 1.0 / terms.moe_gemm_efficiency - 1.0,
+        "per_sequence_s": terms.per_sequence_s,
     }
 
 
@@ -835,8 +845,9 @@ def ridge_point(
     Notes
     -----
     ``ridge = peak_flops(dtype) x compute_efficiency / (hbm_bandwidth x bandwidth_efficiency)``.
-    With both efficiencies 1 it is the datasheet ridge; with the profile's assumptions it is the
-    one :func:`engine_step` uses to decide ``bound`` (exactly, when all FLOPs run on one unit).
+    With both efficiencies 1 it is the datasheet ridge; with the engine profile's efficiencies it is the
+    one :func:`engine_step` uses to decide ``bound`` (exactly, when all FLOPs run on one unit and
+    the engine's GEMM curve is flat).
 
     Examples
     --------

@@ -27,3 +27,21 @@ def write_yaml(tmp_path: Path):
         return path
 
     return _write
+
+
+@pytest.fixture
+def assumed_engine(monkeypatch: pytest.MonkeyPatch):
+    """Price with the engine profile that reproduces capplan's former shared assumptions.
+
+    Tests that check arithmetic against hand-derived numbers (a 0.8 bandwidth efficiency, a 2 ms
+    step overhead, the 38.6-byte sampler peak) use it, so they keep testing the formulas whatever
+    the fitted default profile says; the default profile itself is tested against published
+    measurements by ``capplan accuracy`` and tests/test_engine.py.
+    """
+    from capplan import engine
+
+    profile = engine.EngineProfile(
+        name="assumed", engine="other", version="-", calibration="the former shared assumptions (defaults of every term)"
+    )
+    monkeypatch.setattr(engine, "default_engine", lambda: profile)
+    return profile

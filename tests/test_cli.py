@@ -15,6 +15,9 @@ from capplan.cli.app import app
 from capplan.ledger import COUNTERS
 from capplan.resources import bundled_names
 
+pytestmark = pytest.mark.usefixtures("assumed_engine")
+
+
 
 def test_version(runner):
     result = runner.invoke(app, ["--version"])

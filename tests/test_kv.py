@@ -20,6 +20,9 @@ from capplan.kv import (
 )
 from capplan.modelspec import load_model_spec
 
+pytestmark = pytest.mark.usefixtures("assumed_engine")
+
+
 H100 = load_hardware("h100-sxm")
 
 

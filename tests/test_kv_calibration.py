@@ -23,6 +23,9 @@ from capplan.hardware import load_hardware
 from capplan.kv import GIB, KVInputs, compute_kv, kv_bytes_per_token
 from capplan.modelspec import load_model_spec
 
+pytestmark = pytest.mark.usefixtures("assumed_engine")
+
+
 DATA = Path(__file__).parent / "data"
 LOGS = {r["id"]: r for r in yaml.safe_load((DATA / "engine_startup_logs.yaml").read_text())}
 CAL = DATA / "calibration_models"

@@ -20,6 +20,9 @@ from capplan.kv import KVInputs, compute_kv, kv_bytes_per_token, kv_grid, kv_lay
 from capplan.modelspec import ModelSpec, list_models, load_model_spec
 from capplan.roofline import RooflineInputs, decode_step
 
+pytestmark = pytest.mark.usefixtures("assumed_engine")
+
+
 H100 = load_hardware("h100-sxm")
 
 

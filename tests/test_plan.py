@@ -19,6 +19,9 @@ from capplan.roofline import RooflineInputs, decode_step, engine_step
 from capplan.trainer import forward_flops
 from capplan.workload import Workload, load_workload
 
+pytestmark = pytest.mark.usefixtures("assumed_engine")
+
+
 H100 = load_hardware("h100-sxm")
 LLAMA = load_model_spec("llama-3.1-8b")
 

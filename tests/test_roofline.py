@@ -22,6 +22,7 @@ from capplan.hardware import load_hardware
 from capplan.kv import weights_bytes_per_gpu
 from capplan.modelspec import ModelSpec, MoESpec, load_model_spec
 from capplan.roofline import (
+
     ROW_KEYS,
     RooflineInputs,
     causal_pairs,
@@ -34,6 +35,8 @@ from capplan.roofline import (
     ridge_point,
     score_step,
 )
+
+pytestmark = pytest.mark.usefixtures("assumed_engine")
 
 REPO = Path(__file__).resolve().parent.parent
 H100 = load_hardware("h100-sxm")

@@ -20,6 +20,9 @@ from capplan.roofline import RooflineInputs, causal_pairs, causal_pairs_one
 from capplan.sim.setup import held_bytes_function
 from capplan.sim.stepcost import step_coefficients
 
+pytestmark = pytest.mark.usefixtures("assumed_engine")
+
+
 
 def _hybrid() -> ModelSpec:
     """llama-3.1-8b with three of every four layers linear attention (a fixed state per sequence)."""

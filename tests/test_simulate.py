@@ -19,6 +19,9 @@ from capplan.sim import SUMMARY_KEYS, SimConfig, simulate, trajectory_records, w
 from capplan.trainer import trainer_step_time_s, training_flops
 from capplan.workload import load_workload
 
+pytestmark = pytest.mark.usefixtures("assumed_engine")
+
+
 H100 = load_hardware("h100-sxm")
 SMALL = 256  # conversations drawn per chunk in tests (keeps set-up fast)
 

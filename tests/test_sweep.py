@@ -12,6 +12,9 @@ from capplan.modelspec import load_model_spec
 from capplan.plan import PlanInputs, plan_workload, sweep
 from capplan.workload import load_workload
 
+pytestmark = pytest.mark.usefixtures("assumed_engine")
+
+
 
 def test_sweep_rows_equal_plans():
     """Each feasible row is the same arithmetic as `capplan plan` with both GPU counts given."""
