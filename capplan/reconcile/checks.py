@@ -242,7 +242,7 @@ class RecordChecker:
         loss = loss_bytes(get("loss_mask"))
         prompt, action, tool = self._mask_lengths(record, origin, loss)
         trained_prompt, trained_action, trained_tool = (
-            self._loss_classes(origin, loss) if b"\x01" in loss else _NOTHING_TRAINED
+            self._loss_classes(origin, loss) if 1 in loss else _NOTHING_TRAINED
         )
         stop = get("stop_reason")
         truncated = stop == "length"
@@ -427,6 +427,7 @@ class RecordChecker:
         cached = get("cached_tokens")
         prefilled = get("prefill_tokens")
         cache_logged = cached is not None or prefilled is not None
+        # turn_boundaries: one cached_tokens / prefill_tokens entry per turn, when logged
         if cached is not None and (type(cached) is not list or len(cached) != invocations):
             _per_turn(cached, invocations, "cached_tokens")
         if prefilled is not None and (type(prefilled) is not list or len(prefilled) != invocations):
@@ -514,6 +515,7 @@ class RecordChecker:
                 in_spans += origin.count(1, start, end)
                 previous_end = end
             if cache_logged:
+                # the common case inline: a well-formed claim within what earlier invocations computed
                 hit = cached[j] if cached is not None else None
                 if not (
                     type(hit) is int and 0 <= hit <= computed

@@ -57,8 +57,8 @@ def mask_bytes(value: Any, field: str, from_str: bytes, from_int: bytes, letters
             raise BadRecord(field, f"a list of {codes}") from None
     else:
         raise BadRecord(field, f"missing: a string of {letters} or a list of {codes}, one entry per position")
-    if b"\xff" in mask:
-        bad = mask.index(b"\xff")
+    if 255 in mask:  # an int needle: a bytes needle first fails as an int, at the cost of an exception
+        bad = mask.index(255)
         raise BadRecord(field, f"position {bad} is {value[bad]!r}; allowed: {letters} or {codes}")
     return mask
 

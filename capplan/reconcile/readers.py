@@ -139,16 +139,20 @@ class TrajectoryLog:
 
     def records(self) -> Iterator[tuple[int, Any]]:
         """``(line or row number, value)`` of every record, in file order; blank lines are skipped."""
-        if self.parquet:
-            rows, self.bytes_read = parquet_rows(self.path)
-            for self.lines, row in enumerate(rows, 1):
-                yield self.lines, row
-            return
-        lines, self.bytes_read, self._close = open_lines(self.path)
+        number = 0
         try:
-            for self.lines, raw in enumerate(lines, 1):
-                value = decode_line(raw)
-                if value is not BLANK:
-                    yield self.lines, value
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
-            raise InputError(f"{self.path}: unreadable after line {self.lines}: {exc}") from None
+            if self.parquet:
+                rows, self.bytes_read = parquet_rows(self.path)
+                for number, row in enumerate(rows, 1):
+                    yield number, row
+                return
+            lines, self.bytes_read, self._close = open_lines(self.path)
+            try:
+                for number, raw in enumerate(lines, 1):
+                    value = decode_line(raw)
+                    if value is not BLANK:
+                        yield number, value
+            except (OSError, EOFError, gzip.BadGzipFile) as exc:
+                raise InputError(f"{self.path}: unreadable after line {number}: {exc}") from None
+        finally:
+            self.lines = number
