@@ -96,14 +96,27 @@ def reconcile(
                 progress=progress,
             )
         )
-    if format is Format.json:
-        from capplan.output import to_json
+    _render(result, format, output, force)
+    _echo_failures(result, max_errors)
+    if not result.ok:
+        raise typer.Exit(1)
 
+
+def _render(result: "Reconciliation", format: Format, output: Path | None, force: bool) -> None:
+    """Write ``result`` as JSON, long-format CSV or rich tables to ``output`` or standard output."""
+    from capplan.output import to_csv, to_json
+    from capplan.reconcile.report import CSV_HEADER
+
+    if format is Format.json:
         emit(to_json(result.as_dict()), output, force)
     elif format is Format.csv:
-        emit(reconcile_csv(result), output, force)
+        emit(to_csv(CSV_HEADER, result.csv_rows()), output, force)
     else:
         render_table(result, output, force)
+
+
+def _echo_failures(result: "Reconciliation", max_errors: int) -> None:
+    """Each listed failure, the count of the unlisted ones and a plan mismatch, on standard error."""
     for f in result.failures:
         typer.echo(f"check failed: {f}", err=True)
     rest = result.failures_total - len(result.failures)
@@ -112,8 +125,6 @@ def reconcile(
     for c in result.ledger.checks:
         if c.name == "matches_plan_within_tolerance" and not c.ok:
             typer.echo(f"check failed: {c.name}: {c.detail}", err=True)
-    if not result.ok:
-        raise typer.Exit(1)
 
 
 class _progress:
@@ -153,41 +164,8 @@ class _progress:
             self.bar.stop()
 
 
-def reconcile_csv(result: "Reconciliation") -> str:
-    """Long format ``scope,counter,token_class,value``.
-
-    Scopes: the ledger's (``per_conversation``, ``per_step``, ``per_conversation_p50``,
-    ``per_conversation_p95``), ``total`` (file sums), ``stop_reason`` / ``policy_version`` /
-    ``staleness`` (records per key), ``response_length`` (statistic), ``check`` (failures per check)
-    and, with a workload, ``planned_per_conversation`` and ``plan_relative_error``.
-    """
-    from capplan.output import to_csv
-
-    led = result.ledger
-    rows: list[tuple[Any, ...]] = []
-    for scope, table in (
-        ("per_conversation", led.per_conversation),
-        ("per_step", led.per_step),
-        ("per_conversation_p50", led.per_conversation_p50),
-        ("per_conversation_p95", led.per_conversation_p95),
-        ("total", result.totals),
-    ):
-        rows += [(scope, counter, cls, v) for counter, by_class in table.items() for cls, v in by_class.items()]
-    for scope, hist in (
-        ("stop_reason", result.stop_reasons),
-        ("policy_version", result.policy_versions),
-        ("staleness", result.staleness),
-    ):
-        rows += [(scope, key, "records", n) for key, n in hist.items()]
-    rows += [("response_length", stat, "positions", v) for stat, v in result.response_length.items()]
-    rows += [("check", name, "failures", n) for name, n in result.failure_counts.items()]
-    for r in result.plan or []:
-        rows.append(("planned_per_conversation", r.counter, r.token_class, r.planned))
-        rows.append(("plan_relative_error", r.counter, r.token_class, "" if r.relative_error is None else r.relative_error))
-    return to_csv(["scope", "counter", "token_class", "value"], rows)
-
-
-def render_table(result: "Reconciliation", output: object, force: bool) -> None:
+def render_table(result: "Reconciliation", output: Path | None, force: bool) -> None:
+    """The observed ledger, the plan comparison, the histograms, notes and checks as rich text."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -250,7 +228,7 @@ def render_table(result: "Reconciliation", output: object, force: bool) -> None:
         mark = "[green]ok  [/green]" if c.ok else "[bold red]FAIL[/bold red]"
         con.print(f"  {mark} {c.name}: {escape(c.detail)}")
     if output is not None:
-        emit(con.file.getvalue(), output, force)  # type: ignore[attr-defined,arg-type]
+        emit(con.file.getvalue(), output, force)  # type: ignore[attr-defined]
 
 
 def _hist_text(hist: dict[str, int], limit: int = 20) -> str:
