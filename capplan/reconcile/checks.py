@@ -186,8 +186,8 @@ class RecordChecker:
         self.staleness: dict[Any, int] = {}
         self.newest_version: int | None = None
         self.stop_not_logged = 0
-        self.acc = Accumulator(scorers)
-        self.rows = self.acc.rows  # appended to by check, emptied in place by flush
+        self.histograms = Accumulator(scorers)
+        self.rows = self.histograms.rows  # appended to by check, emptied in place by flush
         self._line = 0
         self._record_id: Any = None
         self._failed = False
@@ -270,8 +270,8 @@ class RecordChecker:
              prefill_prompt, prefill_action, prefill_tool, hit_prompt, hit_action, hit_tool,
              decode, trained_prompt, trained_action, trained_tool, invocations, tool_calls, flags, wait_ms)
         )
-        if len(rows) >= self.acc.batch:
-            self.acc.flush()
+        if len(rows) >= self.histograms.batch:
+            self.histograms.flush()
 
     def _mask_lengths(self, record: dict[str, Any], origin: bytes, loss: bytes) -> tuple[int, int, int]:
         """well_formed / mask_lengths: the token count (token IDs, counts or the mapping's) matches
@@ -387,11 +387,7 @@ class RecordChecker:
         if type(version) is not int or version < 0:
             self.fail("staleness", "policy_version", f"{version!r} is not a non-negative integer")
             return
-        versions = self.versions
-        if version in versions:
-            versions[version] += 1
-        else:
-            _bump(versions, version)
+        _bump(self.versions, version)
         newest = self.newest_version
         if newest is None or version > newest:
             self.newest_version = newest = version
@@ -400,11 +396,7 @@ class RecordChecker:
             self.fail("staleness", "trainer_version", f"{trainer_version!r} is not a non-negative integer")
             return
         lag = (trainer_version if from_record else newest) - version
-        lags = self.staleness
-        if lag in lags:
-            lags[lag] += 1
-        else:
-            _bump(lags, lag)
+        _bump(self.staleness, lag)
         limit = self.max_staleness
         if limit is not None and lag > limit:
             source = f"trainer_version {trainer_version}" if from_record else f"the newest policy version so far ({newest})"

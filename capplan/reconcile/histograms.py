@@ -107,7 +107,8 @@ class Accumulator:
         self.scorers = scorers
         self.batch = batch
         self.rows: list[tuple[int, ...]] = []
-        self.n = 0
+        self.counted = 0
+        """Rows folded so far [records]."""
         self.sums = np.zeros(N_SERIES, dtype=np.int64)
         self.maxes = np.zeros(N_SERIES, dtype=np.int64)
         self.hist = np.zeros((N_SERIES, N_BINS), dtype=np.int64)
@@ -124,7 +125,7 @@ class Accumulator:
         rows = np.array(self.rows, dtype=np.int64)
         self.rows.clear()
         count = rows.shape[0]
-        self.n += count
+        self.counted += count
         flags = rows[:, ROW_FLAGS]
         kept = (flags & FLAG_KEPT) != 0
         self.flag_sums["truncated"] += int(((flags & FLAG_TRUNCATED) != 0).sum())

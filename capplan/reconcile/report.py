@@ -114,13 +114,13 @@ class Reconciliation:
         ``staleness`` (records per key), ``response_length`` (statistic), ``check`` (failures per
         check) and, with a workload, ``planned_per_conversation`` and ``plan_relative_error``.
         """
-        led = self.ledger
+        ledger = self.ledger
         rows: list[tuple[Any, ...]] = []
         for scope, table in (
-            ("per_conversation", led.per_conversation),
-            ("per_step", led.per_step),
-            ("per_conversation_p50", led.per_conversation_p50),
-            ("per_conversation_p95", led.per_conversation_p95),
+            ("per_conversation", ledger.per_conversation),
+            ("per_step", ledger.per_step),
+            ("per_conversation_p50", ledger.per_conversation_p50),
+            ("per_conversation_p95", ledger.per_conversation_p95),
             ("total", self.totals),
         ):
             rows += [(scope, counter, cls, v) for counter, by_class in table.items() for cls, v in by_class.items()]
@@ -155,17 +155,17 @@ def compare_with_plan(
     rows = []
     for counter in COUNTERS:
         for cls in CLASSES_AND_TOTAL:
-            obs, plan = float(observed[counter][cls]), float(planned[counter][cls])
-            if obs == 0 and plan == 0:
+            observed_mean, planned_mean = float(observed[counter][cls]), float(planned[counter][cls])
+            if observed_mean == 0 and planned_mean == 0:
                 continue
-            rel = (obs - plan) / plan if plan else None
+            relative_error = (observed_mean - planned_mean) / planned_mean if planned_mean else None
             if counter in unlogged:
                 status = "not logged"
-            elif rel is not None and abs(rel) <= tolerance + 1e-12:
+            elif relative_error is not None and abs(relative_error) <= tolerance + 1e-12:
                 status = "ok"
             else:
                 status = "FAIL"
-            rows.append(PlanRow(counter, cls, obs, plan, rel, status))
+            rows.append(PlanRow(counter, cls, observed_mean, planned_mean, relative_error, status))
     return rows
 
 
@@ -197,11 +197,11 @@ def summarize(
     plan_conversations : int, optional
         Monte Carlo sample size of the plan.
     """
-    acc = checker.acc
-    acc.flush()
-    counted = acc.n
+    histograms = checker.histograms
+    histograms.flush()
+    counted = histograms.counted
     conversations_per_step = workload.volume.conversations_per_step if workload is not None else 1
-    per_conversation = _per_conversation_means(acc)
+    per_conversation = _per_conversation_means(histograms)
     checks = _record_checks(checker)
     plan_rows = None
     if workload is not None:
@@ -209,7 +209,7 @@ def summarize(
             workload,
             per_conversation,
             tolerance,
-            all_cache_logged=acc.flag_sums["cache_logged"] == counted,
+            all_cache_logged=histograms.flag_sums["cache_logged"] == counted,
             conversations=plan_conversations,
         )
         checks.append(_plan_check(plan_rows, tolerance, workload.name))
@@ -224,9 +224,9 @@ def summarize(
             counter: {cls: mean * conversations_per_step for cls, mean in by_class.items()}
             for counter, by_class in per_conversation.items()
         },
-        per_conversation_p50=_percentile_table(acc, 50),
-        per_conversation_p95=_percentile_table(acc, 95),
-        conversation_stats=_conversation_stats(acc),
+        per_conversation_p50=_percentile_table(histograms, 50),
+        per_conversation_p95=_percentile_table(histograms, 95),
+        conversation_stats=_conversation_stats(histograms),
         checks=checks,
     )
     return Reconciliation(
@@ -242,18 +242,18 @@ def summarize(
         stop_reasons=dict(sorted(checker.stop_reasons.items(), key=lambda item: -item[1])),
         policy_versions=_keyed(checker.versions),
         staleness=_keyed(checker.staleness),
-        response_length=_response_length(acc),
-        totals=_totals(acc),
+        response_length=_response_length(histograms),
+        totals=_totals(histograms),
         notes=_notes(checker, mapping),
         tolerance=tolerance if workload is not None else None,
         plan=plan_rows,
     )
 
 
-def _per_conversation_means(acc: Accumulator) -> dict[str, dict[str, float]]:
+def _per_conversation_means(histograms: Accumulator) -> dict[str, dict[str, float]]:
     """Mean positions per counted record, by counter and class (``total`` the sum of the classes)."""
-    counted = acc.n
-    sums = acc.sums
+    counted = histograms.counted
+    sums = histograms.sums
 
     def by_class(values: "np.ndarray") -> dict[str, float]:
         means = [float(x) / counted if counted else 0.0 for x in values]  # as numpy's mean of the counts
@@ -262,9 +262,9 @@ def _per_conversation_means(acc: Accumulator) -> dict[str, dict[str, float]]:
     return {counter: by_class(sums[3 * k:3 * k + 3]) for k, counter in enumerate(COUNTERS)}
 
 
-def _totals(acc: Accumulator) -> dict[str, dict[str, int]]:
+def _totals(histograms: Accumulator) -> dict[str, dict[str, int]]:
     """Positions summed over the counted records, by counter and class."""
-    sums = acc.sums
+    sums = histograms.sums
     return {
         counter: dict(
             zip(CLASSES_AND_TOTAL, [*(int(x) for x in sums[3 * k:3 * k + 3]), int(sums[3 * k:3 * k + 3].sum())])
@@ -273,48 +273,48 @@ def _totals(acc: Accumulator) -> dict[str, dict[str, int]]:
     }
 
 
-def _percentile_table(acc: Accumulator, q: float) -> dict[str, dict[str, float]]:
+def _percentile_table(histograms: Accumulator, q: float) -> dict[str, dict[str, float]]:
     """The ``q``-th percentile [0-100] of each counter and class over the counted records."""
     out = {}
     for k, counter in enumerate(COUNTERS):
-        values = [percentiles(acc.hist[3 * k + i], (q,))[0] for i in range(3)]
-        values.append(percentiles(acc.hist[SERIES_TOTALS + k], (q,))[0])
+        values = [percentiles(histograms.hist[3 * k + i], (q,))[0] for i in range(3)]
+        values.append(percentiles(histograms.hist[SERIES_TOTALS + k], (q,))[0])
         out[counter] = dict(zip(CLASSES_AND_TOTAL, values))
     return out
 
 
-def _conversation_stats(acc: Accumulator) -> dict[str, float]:
+def _conversation_stats(histograms: Accumulator) -> dict[str, float]:
     """Per-record means and percentiles of the ledger's ``conversation_stats``."""
-    inverse = 1.0 / acc.n if acc.n else 0.0
+    inverse = 1.0 / histograms.counted if histograms.counted else 0.0
     record_length = SERIES_TOTALS  # the recorded total is the record length
-    length_p50, length_p95 = percentiles(acc.hist[record_length], (50, 95))
+    length_p50, length_p95 = percentiles(histograms.hist[record_length], (50, 95))
     return {
-        "invocations": acc.invocations * inverse,
-        "tool_calls": acc.tool_calls * inverse,
-        "tool_wait_s": float(acc.sums[SERIES_WAIT_MS]) * inverse / 1000.0,
-        "tool_wait_s_p95": percentiles(acc.hist[SERIES_WAIT_MS], (95,))[0] / 1000.0,
-        "truncated_fraction": acc.flag_sums["truncated"] * inverse,
+        "invocations": histograms.invocations * inverse,
+        "tool_calls": histograms.tool_calls * inverse,
+        "tool_wait_s": float(histograms.sums[SERIES_WAIT_MS]) * inverse / 1000.0,
+        "tool_wait_s_p95": percentiles(histograms.hist[SERIES_WAIT_MS], (95,))[0] / 1000.0,
+        "truncated_fraction": histograms.flag_sums["truncated"] * inverse,
         "record_length_p50": length_p50,
         "record_length_p95": length_p95,
-        "record_length_max": int(acc.maxes[record_length]),
+        "record_length_max": int(histograms.maxes[record_length]),
     }
 
 
-def _response_length(acc: Accumulator) -> dict[str, float]:
+def _response_length(histograms: Accumulator) -> dict[str, float]:
     """Percentiles, mean and maximum of the positions after the prompt [positions]."""
-    inverse = 1.0 / acc.n if acc.n else 0.0
+    inverse = 1.0 / histograms.counted if histograms.counted else 0.0
     qs = (50, 90, 95, 99)
-    out = dict(zip(("p50", "p90", "p95", "p99"), percentiles(acc.hist[SERIES_RESPONSE_LENGTH], qs)))
-    out["mean"] = float(acc.sums[SERIES_RESPONSE_LENGTH]) * inverse
-    out["max"] = float(acc.maxes[SERIES_RESPONSE_LENGTH])
+    out = dict(zip(("p50", "p90", "p95", "p99"), percentiles(histograms.hist[SERIES_RESPONSE_LENGTH], qs)))
+    out["mean"] = float(histograms.sums[SERIES_RESPONSE_LENGTH]) * inverse
+    out["max"] = float(histograms.maxes[SERIES_RESPONSE_LENGTH])
     return out
 
 
 def _notes(checker: RecordChecker, mapping: str) -> list[str]:
     """What the log does not show: unlogged cache hits or stop reasons, uncounted records, no versions."""
-    counted = checker.acc.n
+    counted = checker.histograms.counted
     notes: list[str] = []
-    cache_logged = checker.acc.flag_sums["cache_logged"]
+    cache_logged = checker.histograms.flag_sums["cache_logged"]
     if counted and cache_logged < counted and checker.rollout:
         notes.append(
             f"{counted - cache_logged:,} of {counted:,} counted records log neither cached_tokens nor prefill_tokens: "
