@@ -163,7 +163,7 @@ def plan_records(
     The conversations are those :func:`capplan.ledger.compute_ledger` samples with the same ``n``
     and ``seed``, so reconciling the records (with ``plan_conversations=n``) gives the plan's
     per-conversation ledger exactly. For tests, examples and benchmarks: a log of a real pipeline
-    is what this module is for.
+    is what this package is for.
 
     Parameters
     ----------
