@@ -93,13 +93,11 @@ def _bump(counts: dict[Any, int], key: Any, cap: int = _MAX_KEYS) -> None:
 
 def _class_counts(value: Any) -> tuple[int, int, int]:
     """The ``counts`` field as ``(prompt, action, tool)``."""
-    if type(value) is dict:
-        get = value.get
-        prompt, action, tool = get("prompt", 0), get("action", 0), get("tool", 0)
+    if type(value) is dict and value.keys() <= _CLASS_KEYS:
+        prompt, action, tool = value.get("prompt", 0), value.get("action", 0), value.get("tool", 0)
         if (
             type(prompt) is int and type(action) is int and type(tool) is int
             and prompt >= 0 and action >= 0 and tool >= 0
-            and value.keys() <= _CLASS_KEYS
         ):
             return prompt, action, tool
     raise BadRecord("counts", "must map prompt/action/tool to non-negative integers")
@@ -237,14 +235,13 @@ class RecordChecker:
     # others call fail() and let the record be counted.
     def check(self, record: dict[str, Any]) -> None:
         """Run every check on one record (capplan's keys) and count it."""
-        get = record.get
-        origin = origin_bytes(get("origin"))
-        loss = loss_bytes(get("loss_mask"))
+        origin = origin_bytes(record.get("origin"))
+        loss = loss_bytes(record.get("loss_mask"))
         prompt, action, tool = self._mask_lengths(record, origin, loss)
         trained_prompt, trained_action, trained_tool = (
             self._loss_classes(origin, loss) if 1 in loss else _NOTHING_TRAINED
         )
-        stop = get("stop_reason")
+        stop = record.get("stop_reason")
         truncated = stop == "length"
         dropped = truncated and self.drop_truncated
         rollout = self.rollout
@@ -253,7 +250,7 @@ class RecordChecker:
         if dropped and (trained_prompt or trained_action or trained_tool):
             self._truncated_trained(trained_prompt + trained_action + trained_tool)
         if rollout:
-            self._staleness(get("policy_version"), get("trainer_version"))
+            self._staleness(record.get("policy_version"), record.get("trainer_version"))
         flags = 0 if dropped else FLAG_KEPT
         if truncated:
             flags |= FLAG_TRUNCATED
@@ -263,7 +260,7 @@ class RecordChecker:
         ) = self._turns(record, origin, prompt, action, tool) if rollout else _NOT_GENERATED
         if cache_logged:
             flags |= FLAG_CACHE_LOGGED
-        wait_ms = self._tool_wait(get("tool_wait_s"))
+        wait_ms = self._tool_wait(record.get("tool_wait_s"))
         rows = self.rows
         rows.append(
             (prompt, action, tool, sampled_prompt, sampled_action, sampled_tool,
@@ -276,12 +273,11 @@ class RecordChecker:
     def _mask_lengths(self, record: dict[str, Any], origin: bytes, loss: bytes) -> tuple[int, int, int]:
         """well_formed / mask_lengths: the token count (token IDs, counts or the mapping's) matches
         both masks and the counts; returns the ``(prompt, action, tool)`` positions of the origin."""
-        get = record.get
-        tokens = get("_n_tokens")
+        tokens = record.get("_n_tokens")
         counts = None
         if tokens is None:
-            token_ids = get("token_ids")
-            logged_counts = get("counts")
+            token_ids = record.get("token_ids")
+            logged_counts = record.get("counts")
             if token_ids is not None:
                 if type(token_ids) is not list:
                     raise BadRecord("token_ids", "must be a list of token IDs (integers)")
@@ -412,12 +408,11 @@ class RecordChecker:
         Returns the record's ``sampled``, ``prefill_forwarded`` and ``cache_hit`` positions by
         class, its decoded positions, invocations, tool calls and whether it logs cache hits.
         """
-        get = record.get
         positions = len(origin)
-        spans, derived = self._turn_spans(get("turns"), origin, action)
+        spans, derived = self._turn_spans(record.get("turns"), origin, action)
         invocations = len(spans)
-        cached = get("cached_tokens")
-        prefilled = get("prefill_tokens")
+        cached = record.get("cached_tokens")
+        prefilled = record.get("prefill_tokens")
         cache_logged = cached is not None or prefilled is not None
         # turn_boundaries: one cached_tokens / prefill_tokens entry per turn, when logged
         if cached is not None and (type(cached) is not list or len(cached) != invocations):
