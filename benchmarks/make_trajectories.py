@@ -9,7 +9,9 @@ model of any real workload): a 16-64 token prompt, 1-3 turns of 4-24 sampled tok
 tool observation after every turn but the last, one log-prob per sampled position, automatic
 prefix reuse logged as ``cached_tokens`` and ``prefill_tokens``, 256 records per trainer step with
 a policy lag of 0-2 versions, and stop reason ``stop`` (5% ``length``). Every record passes every
-check unless ``--defects`` asks for broken ones. The same ``--seed`` gives the same file.
+check unless ``--defects`` asks for broken ones. The same ``--seed`` gives the same file. Records
+are built by :func:`capplan.records.trajectory_record`, the format's one builder; this script adds
+the per-position log-probs it draws, the trainer version and, with ``--token-ids``, token IDs.
 
 With ``--workload W`` the records are instead the conversations ``capplan ledger W`` samples
 (``capplan.reconcile.plan_records``), so ``capplan ledger reconcile FILE --workload W`` matches the
@@ -29,53 +31,57 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from capplan.records import trajectory_record
+
+#: Key order of a record, as the files written so far have it (the builder puts trainer_version last).
+_KEYS = ("id", "counts", "origin", "loss_mask", "turns", "cached_tokens", "prefill_tokens", "logprobs",
+         "policy_version", "trainer_version", "stop_reason", "tool_wait_s")
+_KEYS_WITH_IDS = tuple("token_ids" if key == "counts" else key for key in _KEYS)
+
 
 def record(rng: random.Random, i: int, token_ids: bool) -> dict[str, Any]:
-    """One clean record (see the module docstring for its shape)."""
-    P = rng.randint(16, 64)
-    turns = rng.randint(1, 3)
-    origin = ["p" * P]
-    loss = ["0" * P]
-    spans, cached, prefill, logprobs = [], [], [], []
-    pos = P
-    computed = 0
-    for j in range(turns):
-        a = rng.randint(4, 24)
-        spans.append([pos, pos + a])
+    """One clean record (see the module docstring for its shape), built by ``trajectory_record``.
+
+    The random draws keep their order (prompt, turns, then per turn the sampled tokens, their
+    log-probs and the tool observation; token IDs; policy lag, stop, tool wait), so a seed gives
+    the same file as before.
+    """
+    prompt_tokens = rng.randint(16, 64)
+    turn_count = rng.randint(1, 3)
+    turns: list[tuple[int, int]] = []
+    cached: list[int] = []
+    logprobs: list[float] = []
+    position = prompt_tokens
+    computed = 0  # positions the previous invocations computed: reused by automatic prefix caching
+    for j in range(turn_count):
+        action_tokens = rng.randint(4, 24)
         cached.append(computed)
-        prefill.append(pos - computed)
-        computed = pos + a - 1
-        logprobs += [round(-rng.expovariate(2.0), 3) for _ in range(a)]
-        origin.append("a" * a)
-        loss.append("1" * a)
-        pos += a
-        if j < turns - 1:
-            t = rng.randint(4, 32)
-            origin.append("t" * t)
-            loss.append("0" * t)
-            pos += t
+        computed = position + action_tokens - 1
+        logprobs += [round(-rng.expovariate(2.0), 3) for _ in range(action_tokens)]
+        tool_tokens = rng.randint(4, 32) if j < turn_count - 1 else 0
+        turns.append((action_tokens, tool_tokens))
+        position += action_tokens + tool_tokens
+    ids = [rng.randrange(151_000) for _ in range(position)] if token_ids else None
     step = i // 256
-    rec: dict[str, Any] = {"id": i}
-    if token_ids:
-        rec["token_ids"] = [rng.randrange(151_000) for _ in range(pos)]
-    else:
-        o = "".join(origin)
-        rec["counts"] = {"prompt": P, "action": o.count("a"), "tool": o.count("t")}
-    rec.update(
-        {
-            "origin": "".join(origin),
-            "loss_mask": "".join(loss),
-            "turns": spans,
-            "cached_tokens": cached,
-            "prefill_tokens": prefill,
-            "logprobs": logprobs,
-            "policy_version": max(step - rng.randint(0, 2), 0),
-            "trainer_version": step,
-            "stop_reason": "length" if rng.random() < 0.05 else "stop",
-            "tool_wait_s": round(rng.uniform(0.0, 3.0) * (turns - 1), 3),
-        }
+    policy_version = max(step - rng.randint(0, 2), 0)
+    truncated = rng.random() < 0.05
+    tool_wait_s = round(rng.uniform(0.0, 3.0) * (turn_count - 1), 3)
+    rec = trajectory_record(
+        i,
+        prompt_tokens,
+        turns,
+        cached,
+        loss_on=("action",),
+        truncated=truncated,
+        drop_truncated=False,
+        policy_version=policy_version,
+        tool_wait_s=tool_wait_s,
     )
-    return rec
+    rec["logprobs"] = logprobs  # drawn per sampled position (the builder writes one placeholder value)
+    rec["trainer_version"] = step
+    if ids is not None:
+        rec["token_ids"] = ids  # in place of counts
+    return {key: rec[key] for key in (_KEYS_WITH_IDS if ids is not None else _KEYS)}
 
 
 def _break(rng: random.Random, rec: dict[str, Any]) -> dict[str, Any] | str:

@@ -22,7 +22,10 @@ from hypothesis import strategies as st
 from capplan.cli.app import app
 from capplan.errors import InputError
 from capplan.ledger import COUNTERS, compute_ledger
-from capplan.reconcile import MAPPINGS, RECORD_CHECKS, _bin_value, _bins, _percentiles, plan_records, reconcile
+from capplan.reconcile import MAPPINGS, RECORD_CHECKS, plan_records, reconcile
+from capplan.reconcile.histograms import bin_index as _bins
+from capplan.reconcile.histograms import bin_value as _bin_value
+from capplan.reconcile.histograms import percentiles as _percentiles
 from capplan.resources import bundled_names
 from capplan.workload import load_workload
 

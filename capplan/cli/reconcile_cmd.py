@@ -83,16 +83,16 @@ def reconcile(
 ) -> None:
     from capplan.reconcile import reconcile as run
 
-    w = None
+    expected = None
     if workload is not None:
         from capplan.workload import load_workload
 
-        w = call(lambda: load_workload(workload))
+        expected = call(lambda: load_workload(workload))
     with _progress(file) as progress:
         result = call(
             lambda: run(
                 file,
-                w,
+                expected,
                 mapping=mapping.value,
                 tolerance=tolerance,
                 max_staleness=max_staleness,
@@ -100,24 +100,35 @@ def reconcile(
                 progress=progress,
             )
         )
-    if format is Format.json:
-        from capplan.output import to_json
+    _render(result, format, output, force)
+    _echo_failures(result, max_errors)
+    if not result.ok:
+        raise typer.Exit(1)
 
+
+def _render(result: "Reconciliation", format: Format, output: Path | None, force: bool) -> None:
+    """Write ``result`` as JSON, long-format CSV or rich tables to ``output`` or standard output."""
+    from capplan.output import to_csv, to_json
+    from capplan.reconcile.report import CSV_HEADER
+
+    if format is Format.json:
         emit(to_json(result.as_dict()), output, force)
     elif format is Format.csv:
-        emit(reconcile_csv(result), output, force)
+        emit(to_csv(CSV_HEADER, result.csv_rows()), output, force)
     else:
         render_table(result, output, force)
-    for f in result.failures:
-        typer.echo(f"check failed: {f}", err=True)
+
+
+def _echo_failures(result: "Reconciliation", max_errors: int) -> None:
+    """Each listed failure, the count of the unlisted ones and a plan mismatch, on standard error."""
+    for failure in result.failures:
+        typer.echo(f"check failed: {failure}", err=True)
     rest = result.failures_total - len(result.failures)
     if rest:
         typer.echo(f"... and {rest:,} more failure(s) not listed (--max-errors {max_errors})", err=True)
-    for c in result.ledger.checks:
-        if c.name == "matches_plan_within_tolerance" and not c.ok:
-            typer.echo(f"check failed: {c.name}: {c.detail}", err=True)
-    if not result.ok:
-        raise typer.Exit(1)
+    for check in result.ledger.checks:
+        if check.name == "matches_plan_within_tolerance" and not check.ok:
+            typer.echo(f"check failed: {check.name}: {check.detail}", err=True)
 
 
 class _progress:
@@ -157,91 +168,57 @@ class _progress:
             self.bar.stop()
 
 
-def reconcile_csv(result: "Reconciliation") -> str:
-    """Long format ``scope,counter,token_class,value``.
-
-    Scopes: the ledger's (``per_conversation``, ``per_step``, ``per_conversation_p50``,
-    ``per_conversation_p95``), ``total`` (file sums), ``stop_reason`` / ``policy_version`` /
-    ``staleness`` (records per key), ``response_length`` (statistic), ``check`` (failures per check)
-    and, with a workload, ``planned_per_conversation`` and ``plan_relative_error``.
-    """
-    from capplan.output import to_csv
-
-    led = result.ledger
-    rows: list[tuple[Any, ...]] = []
-    for scope, table in (
-        ("per_conversation", led.per_conversation),
-        ("per_step", led.per_step),
-        ("per_conversation_p50", led.per_conversation_p50),
-        ("per_conversation_p95", led.per_conversation_p95),
-        ("total", result.totals),
-    ):
-        rows += [(scope, counter, cls, v) for counter, by_class in table.items() for cls, v in by_class.items()]
-    for scope, hist in (
-        ("stop_reason", result.stop_reasons),
-        ("policy_version", result.policy_versions),
-        ("staleness", result.staleness),
-    ):
-        rows += [(scope, key, "records", n) for key, n in hist.items()]
-    rows += [("response_length", stat, "positions", v) for stat, v in result.response_length.items()]
-    rows += [("check", name, "failures", n) for name, n in result.failure_counts.items()]
-    for r in result.plan or []:
-        rows.append(("planned_per_conversation", r.counter, r.token_class, r.planned))
-        rows.append(("plan_relative_error", r.counter, r.token_class, "" if r.relative_error is None else r.relative_error))
-    return to_csv(["scope", "counter", "token_class", "value"], rows)
-
-
-def render_table(result: "Reconciliation", output: object, force: bool) -> None:
+def render_table(result: "Reconciliation", output: Path | None, force: bool) -> None:
+    """The observed ledger, the plan comparison, the histograms, notes and checks as rich text."""
     from rich.markup import escape
     from rich.table import Table
 
     from capplan.ledger import CLASSES_AND_TOTAL, COUNTERS
 
-    led = result.ledger
+    ledger = result.ledger
     con = console() if output is None else file_console()
     where = f"{result.source} ({result.mapping} format)"
-    t = Table(
+    means = Table(
         title=escape(
             f"{where}: observed per conversation [positions], mean of {result.records_counted:,} counted records"
         ),
         title_justify="left",
     )
-    t.add_column("counter", no_wrap=True, min_width=17)
-    for c in CLASSES_AND_TOTAL:
-        t.add_column(c, justify="right")
-    t.add_column("p50 total", justify="right")
-    t.add_column("p95 total", justify="right")
+    means.add_column("counter", no_wrap=True, min_width=17)
+    for cls in CLASSES_AND_TOTAL:
+        means.add_column(cls, justify="right")
+    means.add_column("p50 total", justify="right")
+    means.add_column("p95 total", justify="right")
     for counter in COUNTERS:
-        t.add_row(
+        means.add_row(
             counter,
-            *(fmt_num(led.per_conversation[counter][c]) for c in CLASSES_AND_TOTAL),
-            fmt_num(led.per_conversation_p50[counter]["total"]),
-            fmt_num(led.per_conversation_p95[counter]["total"]),
+            *(fmt_num(ledger.per_conversation[counter][cls]) for cls in CLASSES_AND_TOTAL),
+            fmt_num(ledger.per_conversation_p50[counter]["total"]),
+            fmt_num(ledger.per_conversation_p95[counter]["total"]),
         )
-    con.print(t)
+    con.print(means)
     if result.plan is not None:
-        p = Table(
-            title=escape(f"Against the plan of {led.workload} (tolerance {result.tolerance:.1%})"),
+        plan = Table(
+            title=escape(f"Against the plan of {ledger.workload} (tolerance {result.tolerance:.1%})"),
             title_justify="left",
         )
-        for col, just in (("counter", "left"), ("class", "left"), ("observed", "right"), ("planned", "right"),
+        for column, justify in (("counter", "left"), ("class", "left"), ("observed", "right"), ("planned", "right"),
                           ("difference", "right"), ("", "left")):
-            p.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
-        for r in result.plan:
-            diff = "n/a" if r.relative_error is None else f"{r.relative_error:+.1%}"
-            mark = {"ok": "[green]ok[/green]", "FAIL": "[bold red]FAIL[/bold red]"}.get(r.status, r.status)
-            p.add_row(r.counter, r.token_class, fmt_num(r.observed), fmt_num(r.planned), diff, mark)
-        con.print(p)
-    s = led.conversation_stats
+            plan.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        for row in result.plan:
+            diff = "n/a" if row.relative_error is None else f"{row.relative_error:+.1%}"
+            mark = {"ok": "[green]ok[/green]", "FAIL": "[bold red]FAIL[/bold red]"}.get(row.status, row.status)
+            plan.add_row(row.counter, row.token_class, fmt_num(row.observed), fmt_num(row.planned), diff, mark)
+        con.print(plan)
+    stats = ledger.conversation_stats
     con.print(
         f"Records: {result.records:,} on {result.lines:,} lines, {result.records_counted:,} counted, "
-        f"{result.records_failed:,} with a failed check. Per conversation: {fmt_num(s['invocations'], 2)} "
-        f"invocations, {fmt_num(s['tool_calls'], 2)} tool calls, {s['tool_wait_s']:,.2f} s tool wait, "
-        f"{s['truncated_fraction']:.1%} truncated."
+        f"{result.records_failed:,} with a failed check. Per conversation: {fmt_num(stats['invocations'], 2)} "
+        f"invocations, {fmt_num(stats['tool_calls'], 2)} tool calls, {stats['tool_wait_s']:,.2f} s tool wait, "
+        f"{stats['truncated_fraction']:.1%} truncated."
     )
-    rl = result.response_length
     con.print(
-        escape("Response length [positions after the prompt]: " + ", ".join(f"{k} {fmt_num(v)}" for k, v in rl.items()))
+        escape("Response length [positions after the prompt]: " + ", ".join(f"{stat} {fmt_num(value)}" for stat, value in result.response_length.items()))
     )
     con.print("Stop reasons: " + escape(_hist_text(result.stop_reasons)))
     con.print("Policy versions: " + escape(_hist_text(result.policy_versions, limit=12)))
@@ -250,11 +227,11 @@ def render_table(result: "Reconciliation", output: object, force: bool) -> None:
     for note in result.notes:
         con.print(f"Note: {escape(note)}")
     con.print("Checks (over every record):")
-    for c in led.checks:
-        mark = "[green]ok  [/green]" if c.ok else "[bold red]FAIL[/bold red]"
-        con.print(f"  {mark} {c.name}: {escape(c.detail)}")
+    for check in ledger.checks:
+        mark = "[green]ok  [/green]" if check.ok else "[bold red]FAIL[/bold red]"
+        con.print(f"  {mark} {check.name}: {escape(check.detail)}")
     if output is not None:
-        emit(con.file.getvalue(), output, force)  # type: ignore[attr-defined,arg-type]
+        emit(con.file.getvalue(), output, force)  # type: ignore[attr-defined]
 
 
 def _hist_text(hist: dict[str, int], limit: int = 20) -> str:
