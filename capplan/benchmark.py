@@ -127,8 +127,8 @@ def static_batch(server: Server, batch: int, input_tokens: int, output_tokens: i
     >>> from capplan.modelspec import load_model_spec
     >>> s = server_for(load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm"))
     >>> r = static_batch(s, 1, 128, 129)
-    >>> round(r.itl_s * 1e3, 1), round(r.output_tokens_per_s)  # one sequence: ~7.6 ms a token
-    (7.6, 131)
+    >>> round(r.itl_s * 1e3, 1), round(r.output_tokens_per_s)  # one sequence: ~6.5 ms a token
+    (6.5, 153)
     """
     _check(batch=batch, input_tokens=input_tokens, output_tokens=output_tokens)
     ttft = prefill_s(server, input_tokens, batch) + server.request_overhead_s

@@ -1,8 +1,10 @@
 """Accelerator hardware profiles: memory, bandwidth, peak dense FLOP/s, interconnect.
 
 A profile is one YAML file under ``hardware_profiles/`` (see its ``README.md``), validated by
-:class:`HardwareProfile`. Every numeric field carries a citation in ``sources``; the
-``assumptions`` block holds achievable-efficiency defaults that are *not* vendor figures.
+:class:`HardwareProfile`. Every numeric field carries a citation in ``sources``.
+
+A hardware profile holds only the chip. What a serving engine reaches of it (bandwidth and GEMM
+efficiency, host time per step) is an engine profile's (:mod:`capplan.engine`).
 
 Units follow the names: ``_gb``/``_gbps`` are decimal (10^9 bytes, 10^9 bytes/s), ``_gib`` is
 binary (2^30 bytes), ``_tflops`` is 10^12 FLOP/s (or integer ops/s for ``int8``/``int4``).
@@ -118,8 +120,10 @@ class HardwareProfile(BaseModel):
     inter_node_bandwidth_gbps: float = Field(gt=0)
     """Per-GPU, one-direction network bandwidth to other nodes [decimal GB/s]; 400 Gb/s NIC = 50."""
 
-    assumptions: Assumptions
-    """Achievable-efficiency defaults; assumptions, not vendor figures (see :class:`Assumptions`)."""
+    assumptions: Assumptions | None = None
+    """Deprecated and ignored: achievable efficiencies now belong to engine profiles
+    (``engine_profiles/``, ``--engine``), since they are properties of the serving engine, not of
+    the chip. A file that still has the block loads, with a warning."""
 
     sources: dict[str, str]
     """Citation per field: ``field`` or dotted ``peak_tflops.fp8``; one ``assumptions`` entry may cover that block."""
@@ -266,6 +270,15 @@ def load_hardware(name_or_path: str | Path) -> HardwareProfile:
     bundled = resources.bundled_dir("hardware_profiles")
     if path.resolve().parent == bundled.resolve() and profile.name != path.stem:
         raise InputError(f"{path}: name: must equal the file stem '{path.stem}', got '{profile.name}'")
+    if profile.assumptions is not None:
+        import warnings
+
+        warnings.warn(
+            f"{path}: the assumptions block is ignored: efficiencies and step overheads now come from the engine "
+            "profile (--engine; capplan calibrate writes one from your measurements)",
+            UserWarning,
+            stacklevel=2,
+        )
     return profile
 
 

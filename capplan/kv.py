@@ -76,12 +76,6 @@ warm-up over ``max_num_seqs`` sequences (about 38.6 bytes per sequence x vocabul
 versions)."""
 
 
-def _terms(inp: "KVInputs") -> MemoryTerms:
-    from capplan.engine import default_engine
-
-    return (inp.engine or default_engine()).memory
-
-
 def default_max_num_batched_tokens(hw: "HardwareProfile", terms: MemoryTerms = DEFAULTS) -> int:
     """The engine's default scheduler token budget on ``hw`` [tokens]."""
     large = terms.is_large(hw.name, hw.mem_total_gib)
@@ -117,8 +111,8 @@ class KVInputs(Options, BaseModel):
     """Dtype of the decoder's linear weights (embeddings, LM head and norms stay 16-bit)."""
     context: int = Field(default=8192, ge=1, le=MAX_CONTEXT_TOKENS)
     """Tokens per sequence for concurrency figures [tokens]."""
-    block_size: int = Field(default=16, ge=1, le=MAX_CONTEXT_TOKENS)
-    """Paged-attention block size [tokens]."""
+    block_size: int | None = Field(default=None, ge=1, le=MAX_CONTEXT_TOKENS)
+    """Paged-attention block size [tokens]; default the engine profile's (vLLM 16)."""
     gpu_mem_util: float | None = Field(default=None, gt=0, le=1)
     """Fraction of GPU memory the engine may use (vLLM ``--gpu-memory-utilization``); default the
     engine profile's (vLLM 0.9)."""
@@ -172,6 +166,10 @@ class KVResult:
     kv_capacity_blocks: int
     max_concurrency_x: float
     max_concurrent_sequences: int
+    engine_profile: str = ""
+    """The engine profile whose memory terms sized the budget."""
+    calibration: str = ""
+    """Which calibration that profile's terms come from."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -511,6 +509,10 @@ def compute_kv(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> KVRes
     True
     """
     check_parallelism(spec, inp.tp, inp.pp)
+    from capplan.engine import default_engine
+
+    engine = inp.engine or default_engine()
+    block = inp.block_size if inp.block_size is not None else engine.memory.block_size
     whole, per_gpu = kv_bytes_per_token(spec, inp.kv_dtype, inp.tp, inp.pp)
     usable = inp.usable_mem_gib if inp.usable_mem_gib is not None else hw.mem_total_gib
     weights = (
@@ -518,7 +520,7 @@ def compute_kv(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> KVRes
         if inp.weights_gib is not None
         else weights_bytes_per_gpu(spec, inp.weight_dtype, inp.tp, inp.pp)
     )
-    terms = _terms(inp)
+    terms = engine.memory
     mbt = inp.max_batched_tokens if inp.max_batched_tokens is not None else default_max_num_batched_tokens(hw, terms)
     seqs = inp.max_num_seqs if inp.max_num_seqs is not None else default_max_num_seqs(hw, terms)
     util = inp.gpu_mem_util if inp.gpu_mem_util is not None else terms.gpu_memory_utilization
@@ -534,11 +536,11 @@ def compute_kv(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> KVRes
     )
     graph = (inp.graph_gib if inp.graph_gib is not None else terms.cudagraph_gib) * GIB
     budget = kv_budget_bytes(terms.budget_rule, usable * GIB, util, weights, act, over, graph)
-    seq_bytes = kv_bytes_per_sequence_per_gpu(spec, inp.context, inp.kv_dtype, inp.tp, inp.pp, inp.block_size)
+    seq_bytes = kv_bytes_per_sequence_per_gpu(spec, inp.context, inp.kv_dtype, inp.tp, inp.pp, block)
     if budget <= 0:
         _raise_does_not_fit(spec, hw, inp, usable, util, weights, act, over, graph, budget, seq_bytes)
-    blocks = int(budget // (inp.block_size * per_gpu)) if per_gpu > 0 else 0
-    tokens = blocks * inp.block_size
+    blocks = int(budget // (block * per_gpu)) if per_gpu > 0 else 0
+    tokens = blocks * block
     return KVResult(
         model=spec.name,
         hardware=hw.name,
@@ -547,7 +549,7 @@ def compute_kv(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> KVRes
         kv_dtype=inp.kv_dtype,
         weight_dtype=inp.weight_dtype,
         context=inp.context,
-        block_size=inp.block_size,
+        block_size=block,
         gpu_mem_util=util,
         max_batched_tokens=mbt,
         max_num_seqs=seqs,
@@ -564,6 +566,8 @@ def compute_kv(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> KVRes
         kv_capacity_blocks=blocks,
         max_concurrency_x=tokens / inp.context,
         max_concurrent_sequences=int(budget // seq_bytes),
+        engine_profile=engine.name,
+        calibration=engine.calibration,
     )
 
 

@@ -180,6 +180,9 @@ class Options:
         fields = cls.model_fields  # type: ignore[attr-defined]
         flag = cls.flag(name) if name in fields else name
         got = err.get("input")
+        if not name:
+            msg = err["msg"]
+            return msg[len("Value error, "):] if msg.startswith("Value error, ") else msg
         if err["type"] == "extra_forbidden":
             return f"{name}: unknown option (allowed: {', '.join(fields)})"
         if err["type"] == "literal_error":

@@ -46,6 +46,10 @@ LOSS_CHUNK_TOKENS = 4096
 """Positions whose fp32 logits are materialised at once by a chunked loss [tokens]."""
 TRAINER_USABLE_FRACTION = 0.9
 """Fraction of device memory a trainer can fill (allocator fragmentation, NCCL, CUDA context)."""
+SYNC_NETWORK_EFFICIENCY = 0.7
+"""Fraction of the per-GPU network bandwidth a weight broadcast reaches (ASSUMPTION: calculon's
+A100 system file derates InfiniBand by 0.9 and NVLink by 0.65, calculon-ai/calculon
+systems/a100_80g.json; 0.7 is one blended value)."""
 SYNC_LATENCY_S = 0.5
 """Fixed cost of one weight sync (pause, handshake, cache reset) [s] (ASSUMPTION)."""
 
@@ -224,7 +228,7 @@ def weight_sync_time_s(
 ) -> float:
     """Time to push new parameters to the inference replicas [s].
 
-    ``2 P / (tp x inter_node_bandwidth x interconnect_efficiency) + latency``: each of a
+    ``2 P / (tp x inter_node_bandwidth x SYNC_NETWORK_EFFICIENCY) + latency``: each of a
     replica's ``tp`` GPUs receives its shard over its own network link.
 
     Examples
@@ -235,5 +239,5 @@ def weight_sync_time_s(
     >>> round(t, 2)  # 16.06 GB / (50 GB/s x 0.7) + 0.5 s
     0.96
     """
-    bw = inference_hw.inter_node_bandwidth_bytes_per_s * inference_hw.assumptions.interconnect_efficiency
+    bw = inference_hw.inter_node_bandwidth_bytes_per_s * SYNC_NETWORK_EFFICIENCY
     return weight_bytes_16bit(spec) / (tp * bw) + latency_s

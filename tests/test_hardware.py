@@ -61,11 +61,7 @@ def test_every_numeric_field_is_sourced(profile_file: Path) -> None:
     needed += [f"peak_tflops.{d}" for d in raw["peak_tflops"]]
     for key in needed:
         assert len(sources.get(key, "").strip()) > 20, f"{profile_file.name}: no real source for {key}"
-    numeric_assumptions = [k for k, v in raw["assumptions"].items() if isinstance(v, (int, float))]
-    assert numeric_assumptions, "assumptions block has numbers"
-    for key in numeric_assumptions:
-        assert "assumptions" in sources or f"assumptions.{key}" in sources
-    assert "ASSUMPTION" in raw["assumptions"]["note"].upper()
+    assert "assumptions" not in raw, "a hardware profile holds only the chip; efficiencies are an engine profile's"
 
 
 def test_derived_and_assumed_values_are_labelled(profile_file: Path) -> None:
@@ -101,11 +97,6 @@ def test_sane_ranges(profile_file: Path) -> None:
     assert hw.mem_total_gib >= 0.85 * hw.mem_marketed_gb * 1e9 / 2**30
     assert hw.gpus_per_node in (1, 2, 4, 8)
     assert hw.inter_node_bandwidth_gbps <= hw.intra_node_bandwidth_gbps <= 1_000
-    a = hw.assumptions
-    for frac in (a.compute_efficiency, a.bandwidth_efficiency, a.interconnect_efficiency):
-        assert 0.3 <= frac <= 1.0
-    assert 0 < a.allreduce_latency_us < 1_000
-    assert 0 <= a.step_overhead_s < 0.1
 
 
 def test_h100_sxm_pinned_values() -> None:
@@ -201,11 +192,11 @@ def _drop_source(key: str):
 
 
 @pytest.mark.parametrize(
-    "key", ["peak_tflops.fp8", "mem_total_gib", "inter_node_bandwidth_gbps", "assumptions"]
+    "key", ["peak_tflops.fp8", "mem_total_gib", "inter_node_bandwidth_gbps"]
 )
 def test_missing_source_names_file_and_field(tmp_path: Path, key: str) -> None:
     path = _edited_copy(tmp_path, _drop_source(key))
-    expected = key if key != "assumptions" else "assumptions.compute_efficiency"
+    expected = key
     with pytest.raises(InputError) as err:
         load_hardware(str(path))
     message = str(err.value)
@@ -238,10 +229,27 @@ def test_zero_peak_is_rejected(tmp_path: Path) -> None:
         load_hardware(str(path))
 
 
-def test_efficiency_above_one_is_rejected(tmp_path: Path) -> None:
-    path = _edited_copy(
-        tmp_path, lambda ls: [l.replace("compute_efficiency: 0.7", "compute_efficiency: 1.5") for l in ls]
-    )
+def test_a_legacy_assumptions_block_loads_with_a_warning(tmp_path: Path) -> None:
+    """Files written for earlier versions still load; the block is ignored, and the warning says
+    where efficiencies come from now (the engine profile)."""
+    block = [
+        "assumptions:", "  compute_efficiency: 0.7", "  bandwidth_efficiency: 0.8", "  interconnect_efficiency: 0.7",
+        "  allreduce_latency_us: 10", "  step_overhead_s: 0.002", "  note: ASSUMPTIONS, not vendor figures",
+    ]
+    path = _edited_copy(tmp_path, lambda ls: [*ls[: ls.index("sources:")], *block, *ls[ls.index("sources:"):],
+                                              "  assumptions: 'ASSUMPTION - the former shared defaults'"])
+    with pytest.warns(UserWarning, match="assumptions block is ignored.*engine profile"):
+        hw = load_hardware(str(path))
+    assert hw.hbm_bandwidth_gbps == 3350
+
+
+def test_an_efficiency_above_one_in_a_legacy_block_is_still_rejected(tmp_path: Path) -> None:
+    block = [
+        "assumptions:", "  compute_efficiency: 1.5", "  bandwidth_efficiency: 0.8", "  interconnect_efficiency: 0.7",
+        "  allreduce_latency_us: 10", "  step_overhead_s: 0.002", "  note: ASSUMPTIONS",
+    ]
+    path = _edited_copy(tmp_path, lambda ls: [*ls[: ls.index("sources:")], *block, *ls[ls.index("sources:"):],
+                                              "  assumptions: ASSUMPTION"])
     with pytest.raises(InputError, match=r"assumptions\.compute_efficiency \(line \d+\)"):
         load_hardware(str(path))
 

@@ -12,7 +12,7 @@ from capplan.options import field_docs, field_help
 from capplan.roofline import RooflineInputs
 
 
-@pytest.mark.parametrize("kind", ["workload", "hardware", "model", "kv", "roofline"])
+@pytest.mark.parametrize("kind", ["workload", "hardware", "model", "engine", "kv", "roofline", "plan", "simulate"])
 def test_schema_describes_every_property(runner, kind):
     """``capplan schema KIND``: every property of every definition has a description, taken
     from the field's docstring."""
@@ -40,8 +40,8 @@ def test_field_docs_reads_attribute_docstrings_without_importing():
     """Docstrings come from the source file (the CLI builds help without importing numpy)."""
     docs = field_docs("capplan.kv", "KVInputs")
     assert set(docs) == set(KVInputs.model_fields)
-    assert docs["block_size"] == "Paged-attention block size [tokens]."
-    assert field_help("capplan.kv", "KVInputs", "block_size", 16) == "Paged-attention block size [tokens]. [default: 16]"
+    assert docs["block_size"] == "Paged-attention block size [tokens]; default the engine profile's (vLLM 16)."
+    assert field_help("capplan.kv", "KVInputs", "context", 8192) == "Tokens per sequence for concurrency figures [tokens]. [default: 8192]"
 
 
 @pytest.mark.parametrize(

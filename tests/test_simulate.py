@@ -262,7 +262,7 @@ def test_same_seed_same_result_bit_for_bit(agentic):
     a = json.dumps(simulate(agentic, load_hardware("l4"), cfg).as_dict())
     b = json.dumps(simulate(agentic, load_hardware("l4"), cfg).as_dict())
     assert a == b
-    c = json.dumps(simulate(agentic, load_hardware("l4"), SimConfig(**{**cfg.__dict__, "seed": 1})).as_dict())
+    c = json.dumps(simulate(agentic, load_hardware("l4"), cfg.replace(seed=1)).as_dict())
     assert c != a
 
 
@@ -401,7 +401,7 @@ def test_cli_sweep_table(runner, write_yaml):
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["--sweep-staleness", "1,x"], "Error: --sweep-staleness 1,x: give comma-separated integers, e.g. 0,1,2,4\n"),
+        (["--sweep-staleness", "1,x"], "Error: --sweep-staleness 'x': expected integers, a list (1,2,4) or a range (8:512:8)\n"),
         (["--timeline", "t.jpg"], "Error: --timeline t.jpg: give a .png or .svg file name\n"),
         (["--format", "csv"], "Error: --format csv is not available for simulate; use table or json\n"),
         (["--max-inflight-groups", "4"], "Error: --max-inflight-groups needs --mode async and --sampling active\n"),

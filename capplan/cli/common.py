@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Callable, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Callable, TypeVar
 
 import typer
 
@@ -63,14 +63,31 @@ DtypeOpt = Annotated[
     ),
 ]
 GpuMemUtilOpt = Annotated[
-    float, typer.Option("--gpu-memory-utilization", "--gpu-mem-util", help=_kv_help("gpu_mem_util"))
+    float | None, typer.Option("--gpu-memory-utilization", "--gpu-mem-util", help=_kv_help("gpu_mem_util"))
 ]
 MaxNumSeqsOpt = Annotated[int | None, typer.Option("--max-num-seqs", help=_kv_help("max_num_seqs"), min=1)]
 MaxBatchedTokensOpt = Annotated[
     int | None,
     typer.Option("--max-num-batched-tokens", "--max-batched-tokens", help=_kv_help("max_batched_tokens"), min=1),
 ]
-BlockSizeOpt = Annotated[int, typer.Option("--block-size", help=_kv_help("block_size"), min=1)]
+BlockSizeOpt = Annotated[int | None, typer.Option("--block-size", help=_kv_help("block_size"), min=1)]
+
+EngineOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--engine",
+        help="Engine profile (a bundled name such as vllm-0.19, sglang, trtllm, or a YAML file from capplan calibrate) "
+        "whose memory and step-time terms price the engine; default vllm-0.19. capplan profiles list engines.",
+    ),
+]
+
+
+def load_engine_option(name: str | None) -> "Any":
+    """The engine profile a command runs with: ``--engine`` (name or file), else the default."""
+    from capplan.engine import default_engine, load_engine
+
+    return call(lambda: load_engine(name)) if name is not None else default_engine()
+
 
 DTYPE_SPELLINGS = {"auto": "bf16", "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
 """vLLM's dtype spellings and the capplan dtype each means (``auto``: the checkpoint's 16-bit dtype)."""

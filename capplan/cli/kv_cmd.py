@@ -10,6 +10,7 @@ from capplan.cli.registry import CommandSet
 from capplan.cli.common import (
     BlockSizeOpt,
     DtypeOpt,
+    EngineOpt,
     Format,
     FormatOpt,
     ForceOpt,
@@ -26,6 +27,7 @@ from capplan.cli.common import (
     dtype_name,
     emit,
     file_console,
+    load_engine_option,
     parse_ints,
 )
 
@@ -64,10 +66,11 @@ def kv(
     context: Annotated[
         list[str] | None, typer.Option("--context", "-c", help=_kv_help("context", " A list gives one row each."))
     ] = None,
-    gpu_mem_util: GpuMemUtilOpt = 0.9,
-    block_size: BlockSizeOpt = 16,
+    gpu_mem_util: GpuMemUtilOpt = None,
+    block_size: BlockSizeOpt = None,
     max_batched_tokens: MaxBatchedTokensOpt = None,
     max_num_seqs: MaxNumSeqsOpt = None,
+    engine: EngineOpt = None,
     usable_mem_gib: Annotated[float | None, typer.Option("--usable-mem-gib", help=_kv_help("usable_mem_gib"))] = None,
     weights_gib: Annotated[float | None, typer.Option("--weights-gib", help=_kv_help("weights_gib"))] = None,
     activation_gib: Annotated[float | None, typer.Option("--activation-gib", help=_kv_help("activation_gib"))] = None,
@@ -89,6 +92,7 @@ def kv(
     spec = call(lambda: load_model_spec(model))
     hw = call(lambda: load_hardware(hardware))
     tps = parse_ints(tp, "--tensor-parallel-size") or [1]
+    engine_profile = load_engine_option(engine)
     contexts = parse_ints(context, "--context") or [8192]
     rows: list[KVResult] = []
     for t in tps:
@@ -108,6 +112,7 @@ def kv(
                 activation_gib=activation_gib,
                 runtime_overhead_gib=runtime_overhead_gib,
                 graph_gib=graph_gib,
+                engine=engine_profile,
             ))
             rows.append(call(lambda: compute_kv(spec, hw, inp)))
     conc = None
@@ -151,8 +156,10 @@ def render(con, rows, conc) -> None:  # noqa: ANN001
     con.print(
         f"{r0.model} on {r0.hardware}: kv {r0.kv_dtype}, weights {r0.weight_dtype}, pp {r0.pp}, "
         f"block {r0.block_size} tokens, gpu_mem_util {r0.gpu_mem_util:g}, max batched tokens {r0.max_batched_tokens:,}, "
-        f"max seqs {r0.max_num_seqs:,}. "
-        "GiB = 2^30 bytes."
+        f"max seqs {r0.max_num_seqs:,}. GiB = 2^30 bytes."
+    )
+    con.print(
+        f"Engine profile {escape(r0.engine_profile)} ({escape(r0.calibration)})."
     )
     t = Table(title="Per-GPU memory budget and KV capacity (one column per configuration)", title_justify="left")
     t.add_column("", no_wrap=True)

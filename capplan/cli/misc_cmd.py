@@ -44,8 +44,11 @@ class SchemaKind(str, Enum):
     workload = "workload"
     hardware = "hardware"
     model = "model"
+    engine = "engine"
     kv = "kv"
     roofline = "roofline"
+    plan = "plan"
+    simulate = "simulate"
 
 
 @commands.command(
@@ -79,6 +82,18 @@ def _schema_model(kind: SchemaKind) -> type:
         from capplan.modelspec import ModelSpec
 
         return ModelSpec
+    if kind is SchemaKind.engine:
+        from capplan.engine import EngineProfile
+
+        return EngineProfile
+    if kind is SchemaKind.plan:
+        from capplan.plan.inputs import PlanInputs
+
+        return PlanInputs
+    if kind is SchemaKind.simulate:
+        from capplan.sim.config import SimConfig
+
+        return SimConfig
     if kind is SchemaKind.kv:
         from capplan.kv import KVInputs
 

@@ -9,7 +9,22 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from capplan.cli.registry import CommandSet
-from capplan.cli.common import Format, FormatOpt, ForceOpt, call, console, emit, fail
+from capplan.cli.common import (
+    _kv_help,
+    call,
+    console,
+    dtype_name,
+    DtypeOpt,
+    emit,
+    EngineOpt,
+    fail,
+    ForceOpt,
+    Format,
+    FormatOpt,
+    KVDtypeOpt,
+    load_engine_option,
+    TPOpt,
+)
 
 if TYPE_CHECKING:
     from capplan.plan import Plan
@@ -131,8 +146,8 @@ def render(plans: list["Plan"], explain: bool) -> None:
     first = plans[0]
     out.print(
         f"capplan plan on {first.hardware} (tp {first.tp}, KV {first.kv_dtype}, weights {first.weight_dtype}), trainer on "
-        f"{first.trainer_hardware}, mode {first.mode}{f' (max staleness {first.max_staleness})' if first.mode == 'async' else ''}. "
-        "GiB = 2^30 B; FLOP/s and bandwidth decimal."
+        f"{first.trainer_hardware}, mode {first.mode}{f' (max staleness {first.max_staleness})' if first.mode == 'async' else ''}; "
+        f"engine profile {escape(first.engine_profile)} ({escape(first.calibration)}). GiB = 2^30 B; FLOP/s and bandwidth decimal."
     )
     table = Table(title="Capacity plan, one column per workload", title_justify="left")
     table.add_column("", no_wrap=True)
@@ -189,7 +204,7 @@ def render(plans: list["Plan"], explain: bool) -> None:
 def plan(
     workloads: Annotated[list[str], typer.Argument(help="Workload files or bundled names.")],
     hardware: Annotated[str, typer.Option("--hardware", "-H", help="Inference hardware profile (name or path).")],
-    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree of an inference replica.", min=1)] = 1,
+    tp: TPOpt = 1,
     model: Annotated[
         str | None, typer.Option("--model", "-m", help="Model preset or path (default: each workload's model).")
     ] = None,
@@ -207,8 +222,12 @@ def plan(
     max_staleness: Annotated[
         int, typer.Option("--max-staleness", help="Async: max policy versions a trajectory may lag.", min=0)
     ] = 1,
-    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="KV dtype: bf16, fp16, fp8, int8, int4.")] = "bf16",
-    weight_dtype: Annotated[str, typer.Option("--weight-dtype", help="Weight dtype: bf16, fp16, fp8, int8, int4.")] = "bf16",
+    kv_dtype: KVDtypeOpt = "bf16",
+    weight_dtype: DtypeOpt = "bf16",
+    gpu_memory_utilization: Annotated[
+        float | None, typer.Option("--gpu-memory-utilization", "--gpu-mem-util", help=_kv_help("gpu_mem_util"))
+    ] = None,
+    engine: EngineOpt = None,
     conversations: Annotated[
         int | None, typer.Option("--conversations", help="Monte Carlo sample size (default: the workload's).", min=1)
     ] = None,
@@ -229,14 +248,16 @@ def plan(
         raise fail("give --total-gpus or both --trainer-gpus and --inference-gpus, not all three")
     hw = call(lambda: load_hardware(hardware))
     thw = call(lambda: load_hardware(trainer_hardware)) if trainer_hardware else hw
+    engine_profile = load_engine_option(engine)
     plans = []
     for name in workloads:
         workload, spec = call(lambda: load_policy(name, model))
         teacher = call(lambda: load_teacher(workload))
         inputs = call(
             lambda: PlanInputs(
-                hardware=hw, model=spec, trainer_hardware=thw, teacher=teacher, tp=tp, kv_dtype=kv_dtype,
-                weight_dtype=weight_dtype, trainer_gpus=trainer_gpus, inference_gpus=inference_gpus, total_gpus=total_gpus,
+                hardware=hw, model=spec, trainer_hardware=thw, teacher=teacher, tp=tp, kv_dtype=dtype_name(kv_dtype),
+                weight_dtype=dtype_name(weight_dtype), gpu_mem_util=gpu_memory_utilization, engine=engine_profile,
+                trainer_gpus=trainer_gpus, inference_gpus=inference_gpus, total_gpus=total_gpus,
                 mode=mode.value, max_staleness=max_staleness,  # type: ignore[arg-type]
             )
         )

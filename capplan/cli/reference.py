@@ -64,8 +64,11 @@ def reference_markdown() -> str:
     """``docs/reference.md``: the fields of every file format and option set, from their docstrings."""
     from capplan import distributions, workload
     from capplan.hardware import Assumptions, HardwareProfile
+    from capplan.engine import EngineProfile, MemoryTerms, TimeTerms
     from capplan.kv import KVInputs
+    from capplan.plan.inputs import PlanInputs
     from capplan.roofline import RooflineInputs
+    from capplan.sim.config import SimConfig
 
     sections = [
         (workload, workload.Workload, "Workload file: top level", "A workload YAML file (`capplan schema workload` gives the JSON Schema)."),
@@ -84,6 +87,11 @@ def reference_markdown() -> str:
         (None, Assumptions, "Hardware profile: `assumptions`", ""),
         (None, KVInputs, "Options of `capplan kv`", "The KV calculator's settings (`capplan schema kv`); the flags are in `docs/cli.md`."),
         (None, RooflineInputs, "Options of `capplan roofline`", "Step-pricing settings (`capplan schema roofline`)."),
+        (None, PlanInputs, "Options of `capplan plan`", "What a plan needs besides the workload (`capplan schema plan`)."),
+        (None, SimConfig, "Options of `capplan simulate`", "How a simulation runs (`capplan schema simulate`)."),
+        (None, EngineProfile, "Engine profile", "An `engine_profiles/*.yaml` file (`capplan schema engine`)."),
+        (None, MemoryTerms, "Engine profile: `memory`", ""),
+        (None, TimeTerms, "Engine profile: `time`", ""),
     ]
     parts = [
         "# Reference: file formats and option sets\n",

@@ -11,6 +11,7 @@ import typer
 from capplan.cli.registry import CommandSet
 from capplan.cli.common import (
     DtypeOpt,
+    EngineOpt,
     Format,
     FormatOpt,
     ForceOpt,
@@ -23,6 +24,7 @@ from capplan.cli.common import (
     emit,
     fail,
     file_console,
+    load_engine_option,
     parse_ints,
 )
 
@@ -57,7 +59,7 @@ class Kind(str, Enum):
         "Price engine steps with a roofline: FLOPs and HBM bytes per GPU, step time = max(compute, "
         "memory) + tensor-parallel communication + a fixed overhead, tokens/s, arithmetic intensity, "
         "the bound (compute or memory), MBU and MFU. One row per batch x context (x prompt) combination. "
-        "Efficiencies default to the hardware profile's assumptions.\n\n"
+        "Efficiencies and host times default to the engine profile's time terms (--engine).\n\n"
         "Kinds: decode (one new position per sequence after CONTEXT cached), prefill (PROMPT positions "
         "after CONTEXT cached, default 0), score (a known record of PROMPT positions forwarded once, "
         "logits at every position), mixed (BATCH decodes plus one prompt chunk under --token-budget).\n\n"
@@ -74,6 +76,7 @@ def roofline(
     tp: TPOpt = 1,
     weight_dtype: DtypeOpt = "bf16",
     kv_dtype: KVDtypeOpt = "bf16",
+    engine: EngineOpt = None,
     batch: Annotated[str, typer.Option("--batch", help="Comma-separated batch sizes [sequences].")] = "1,8,64,256",
     context: Annotated[
         str | None,
@@ -119,7 +122,7 @@ def roofline(
             gemm_dtype=dtype_name(gemm_dtype) if gemm_dtype else None,
             compute_efficiency=compute_efficiency, bandwidth_efficiency=bandwidth_efficiency,
             interconnect_efficiency=interconnect_efficiency, allreduce_latency_us=allreduce_latency_us,
-            step_overhead_s=step_overhead_s,
+            step_overhead_s=step_overhead_s, engine=load_engine_option(engine),
         )
     )
     rows = call(lambda: roofline_rows(spec, hw, inp, kind.value, batches, contexts, prompts, token_budget))
@@ -174,7 +177,7 @@ def _table(
     t = Table(
         title=(
             f"{spec.name} on {hw.name}, TP{inp.tp}, weights {inp.weight_dtype} (GEMMs on {r.gemm_dtype}), "
-            f"KV {inp.kv_dtype}: {kind} steps"
+            f"KV {inp.kv_dtype}, engine profile {inp.profile().name}: {kind} steps"
         ),
         caption=f"ctx = cached positions before the step; TFLOP and GB per GPU, tok/s for the whole TP group; {meaning}.",
         title_justify="left",

@@ -10,7 +10,24 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable
 import typer
 
 from capplan.cli.registry import CommandSet
-from capplan.cli.common import Format, FormatOpt, ForceOpt, call, console, emit, fail
+from capplan.cli.common import (
+    DtypeOpt,
+    EngineOpt,
+    Format,
+    FormatOpt,
+    ForceOpt,
+    KVDtypeOpt,
+    MaxBatchedTokensOpt,
+    MaxNumSeqsOpt,
+    TPOpt,
+    call,
+    console,
+    dtype_name,
+    emit,
+    fail,
+    load_engine_option,
+    parse_ints,
+)
 
 if TYPE_CHECKING:
     from capplan.sim import SimResult
@@ -60,7 +77,7 @@ def simulate(
     trainer_hardware: Annotated[
         str | None, typer.Option("--trainer-hardware", help="Trainer hardware profile (default: --hardware).")
     ] = None,
-    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree of each replica [GPUs].", min=1)] = 1,
+    tp: TPOpt = 1,
     inference_replicas: Annotated[
         int, typer.Option("--inference-replicas", help="Inference engine replicas.", min=1)
     ] = 1,
@@ -109,14 +126,11 @@ def simulate(
     ] = False,
     steps: Annotated[int, typer.Option("--steps", help="Trainer updates to simulate.", min=1)] = 10,
     seed: Annotated[int | None, typer.Option("--seed", help="Seed of every draw (default: the workload's).", min=0)] = None,
-    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="bf16, fp16, fp8, int8 or int4.")] = "bf16",
-    weight_dtype: Annotated[str, typer.Option("--weight-dtype", help="bf16, fp16, fp8, int8 or int4.")] = "bf16",
-    max_num_seqs: Annotated[
-        int | None, typer.Option("--max-num-seqs", help="Running sequences per replica (default: vLLM's).", min=1)
-    ] = None,
-    max_batched_tokens: Annotated[
-        int | None, typer.Option("--max-batched-tokens", help="Token budget per engine step (default: vLLM's).", min=1)
-    ] = None,
+    kv_dtype: KVDtypeOpt = "bf16",
+    weight_dtype: DtypeOpt = "bf16",
+    max_num_seqs: MaxNumSeqsOpt = None,
+    max_batched_tokens: MaxBatchedTokensOpt = None,
+    engine: EngineOpt = None,
     sweep_staleness: Annotated[
         str | None,
         typer.Option(
@@ -155,12 +169,9 @@ def simulate(
         raise fail("--format csv is not available for simulate; use table or json")
     bounds = None
     if sweep_staleness is not None:
-        try:
-            bounds = [int(x) for x in sweep_staleness.split(",") if x.strip()]
-        except ValueError:
-            raise fail(f"--sweep-staleness {sweep_staleness}: give comma-separated integers, e.g. 0,1,2,4") from None
-        if not bounds or any(b < 0 for b in bounds):
-            raise fail(f"--sweep-staleness {sweep_staleness}: every bound must be an integer >= 0")
+        bounds = parse_ints(sweep_staleness, "--sweep-staleness", minimum=0)
+        if not bounds:
+            raise fail(f"--sweep-staleness {sweep_staleness!r}: give at least one bound, e.g. 0,1,2,4")
         if trajectories is not None:
             raise fail("--trajectories writes one run; drop it or --sweep-staleness")
     for path in (output, trajectories, timeline):
@@ -177,12 +188,13 @@ def simulate(
     w = call(lambda: load_workload(workload))
     hw = call(lambda: load_hardware(hardware))
     thw = call(lambda: load_hardware(trainer_hardware)) if trainer_hardware is not None else None
-    cfg = SimConfig(
+    cfg = call(lambda: SimConfig(
         tp=tp, inference_replicas=inference_replicas, env_workers=env_workers, trainer_gpus=trainer_gpus,
         mode=mode.value, max_staleness=max_staleness, max_inflight_groups=max_inflight_groups, sampling=sampling.value, oversample=oversample,  # type: ignore[arg-type]
         static_batching=static_batching, inflight_updates=inflight_updates, steps=steps, seed=seed,
-        kv_dtype=kv_dtype, weight_dtype=weight_dtype, max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
-    )
+        kv_dtype=dtype_name(kv_dtype), weight_dtype=dtype_name(weight_dtype), max_num_seqs=max_num_seqs,
+        max_batched_tokens=max_batched_tokens, engine=load_engine_option(engine),
+    ))
     if bounds is not None:
         _sweep(w, hw, thw, cfg, bounds, model, format, output, timeline, force)
         return

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from capplan.cli.registry import CommandSet
-from capplan.cli.common import ForceOpt, call, console, emit, fail, parse_ints, parse_names
+from capplan.cli.common import EngineOpt, ForceOpt, call, console, dtype_name, emit, fail, load_engine_option, parse_ints, parse_names
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -86,9 +86,16 @@ def render(grid: "pd.DataFrame", top_rows: "pd.DataFrame", subject: str, objecti
 def sweep_cmd(
     workload: Annotated[str, typer.Argument(help="Workload file or bundled name.")],
     hardware: Annotated[list[str], typer.Option("--hardware", "-H", help="Hardware profiles, e.g. h100-sxm,h200.")],
-    tp: Annotated[list[str] | None, typer.Option("--tp", help="Tensor-parallel degrees, e.g. 1,2,4,8.")] = None,
-    kv_dtype: Annotated[list[str] | None, typer.Option("--kv-dtype", help="KV dtypes, e.g. bf16,fp8.")] = None,
-    weight_dtype: Annotated[list[str] | None, typer.Option("--weight-dtype", help="Weight dtypes, e.g. bf16,fp8.")] = None,
+    tp: Annotated[
+        list[str] | None, typer.Option("--tensor-parallel-size", "-tp", "--tp", help="Tensor-parallel degrees, e.g. 1,2,4,8.")
+    ] = None,
+    kv_dtype: Annotated[
+        list[str] | None, typer.Option("--kv-cache-dtype", "--kv-dtype", help="KV dtypes, e.g. bf16,fp8.")
+    ] = None,
+    weight_dtype: Annotated[
+        list[str] | None, typer.Option("--dtype", "--weight-dtype", help="Weight dtypes, e.g. bf16,fp8.")
+    ] = None,
+    engine: EngineOpt = None,
     inference_gpus: Annotated[
         list[str] | None, typer.Option("--inference-gpus", help="Inference GPU counts: list or start:stop:step.")
     ] = None,
@@ -116,9 +123,10 @@ def sweep_cmd(
     loaded_workload, spec = call(lambda: load_policy(workload, model))
     profiles = [call(lambda: load_hardware(name)) for name in parse_names(hardware)]
     trainer_profile = call(lambda: load_hardware(trainer_hardware)) if trainer_hardware else None
-    tps = parse_ints(tp, "--tp") or [1]
-    kv_dtypes = parse_names(kv_dtype) or ["bf16"]
-    weight_dtypes = parse_names(weight_dtype) or ["bf16"]
+    tps = parse_ints(tp, "--tensor-parallel-size") or [1]
+    kv_dtypes = [dtype_name(d) for d in parse_names(kv_dtype)] or ["bf16"]
+    weight_dtypes = [dtype_name(d) for d in parse_names(weight_dtype)] or ["bf16"]
+    engine_profile = load_engine_option(engine)
     progress = None
     if sys.stderr.isatty():
         from rich.progress import Progress
@@ -138,7 +146,7 @@ def sweep_cmd(
                 inference_gpus=parse_ints(inference_gpus, "--inference-gpus") or None,
                 trainer_gpus=parse_ints(trainer_gpus, "--trainer-gpus") or None,
                 trainer_hardware=trainer_profile, mode=mode, gpu_hour_price=gpu_hour_price,
-                conversations=conversations, on_config=tick,
+                conversations=conversations, on_config=tick, engine=engine_profile,
             )
         )
     finally:

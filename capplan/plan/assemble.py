@@ -114,6 +114,10 @@ class Plan:
     """How the split was chosen, in words."""
     serving: dict[str, Any] | None = None
     """Serving workloads: replicas, batches, TTFT, TPOT and latency (:class:`~capplan.plan.serving.ServingPlan`)."""
+    engine_profile: str = ""
+    """The engine profile that priced the inference replicas (memory and step-time terms)."""
+    calibration: str = ""
+    """Which calibration that profile's terms come from."""
     assumptions: list[str] = field(default_factory=list)
     """The assumptions behind the figures, as text."""
     explain: list[str] = field(default_factory=list)
@@ -147,11 +151,14 @@ def plan_workload(workload: "Workload", inputs: "PlanInputs", conversations: int
     InputError
         Inconsistent GPU counts (not a multiple of ``tp``; a total too small for both sides).
     """
+    from capplan.engine import default_engine
+
+    engine = inputs.engine or default_engine()
     prepared = prepare(workload, inputs.model, conversations)
     work = prepared.work
     setup = replica_setup(
         workload, prepared, inputs.model, inputs.hardware, inputs.tp, inputs.kv_dtype, inputs.weight_dtype,
-        inputs.gpu_mem_util, inputs.teacher,
+        inputs.gpu_mem_util, inputs.teacher, inputs.engine,
     )
     trainer = trainer_side(workload, inputs, prepared.trainer_flops)
     serving = size_serving(workload, setup, work, prepared.sample) if workload.method == "serving" else None
@@ -221,6 +228,8 @@ def plan_workload(workload: "Workload", inputs: "PlanInputs", conversations: int
         stale_fraction=figures.stale_fraction,
         sizing=split.sizing,
         serving=serving.as_dict() if serving else None,
+        engine_profile=engine.name,
+        calibration=engine.calibration,
         assumptions=plan_assumptions(trainer),
         explain=explain,
     )

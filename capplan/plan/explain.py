@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from capplan.trainer import SYNC_NETWORK_EFFICIENCY
+
 import math
 from typing import TYPE_CHECKING
 
@@ -94,7 +96,7 @@ def trainer_lines(
     if has_rollout:
         lines.append(
             f"weight sync = 2 B x {params_billion:,.1f}B params / (tp {inputs.tp} x {hw.inter_node_bandwidth_gbps:g} GB/s x "
-            f"{hw.assumptions.interconnect_efficiency:g}) + latency = {sync_s:,.2f} s"
+            f"{SYNC_NETWORK_EFFICIENCY:g}) + latency = {sync_s:,.2f} s"
         )
     if inputs.mode == "sync":
         lines.append(
@@ -161,6 +163,6 @@ def plan_assumptions(trainer: "TrainerSide") -> list[str]:
         )
     assumptions.append(
         "prefill and decode priced as separate roofline steps (prefill in chunks of the scheduler token budget); "
-        "efficiencies from the hardware profile's assumptions"
+        "efficiencies and host times from the engine profile (fitted to published measurements; capplan accuracy)"
     )
     return assumptions

@@ -18,6 +18,7 @@ from capplan.plan.inputs import check_mode
 if TYPE_CHECKING:
     import pandas as pd
 
+    from capplan.engine import EngineProfile
     from capplan.hardware import HardwareProfile
     from capplan.modelspec import ModelSpec
     from capplan.workload import Workload
@@ -82,7 +83,8 @@ def sweep(
     mode: str = "sync",
     gpu_hour_price: float | None = None,
     conversations: int | None = None,
-    gpu_mem_util: float = 0.9,
+    gpu_mem_util: float | None = None,
+    engine: "EngineProfile | None" = None,
     on_config: Callable[[int, int], None] | None = None,
 ) -> "pd.DataFrame":
     """Evaluate every combination and return the full grid as a DataFrame (:data:`COLUMNS`).
@@ -136,7 +138,7 @@ def sweep(
         try:
             if has_trainer and trainer_min == 0:
                 min_trainer_gpus(spec, trainer_hw, MICRO_BATCH_TOKENS)  # raises the explanation
-            setup = replica_setup(workload, prepared, spec, hw, tp, kv_dtype, weight_dtype, gpu_mem_util)
+            setup = replica_setup(workload, prepared, spec, hw, tp, kv_dtype, weight_dtype, gpu_mem_util, engine=engine)
         except CapplanError as exc:
             frames.append(
                 pd.DataFrame(

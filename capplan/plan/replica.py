@@ -10,6 +10,7 @@ from capplan.plan.rollout import RolloutModel
 
 if TYPE_CHECKING:
     from capplan.concurrency import WorkloadConcurrency
+    from capplan.engine import EngineProfile
     from capplan.hardware import HardwareProfile
     from capplan.kv import KVResult
     from capplan.modelspec import ModelSpec
@@ -37,11 +38,13 @@ NO_COST = PhaseCost(0.0, 0.0, 0.0)
 class Replica:
     """Step prices of one inference replica (roofline, vectorised)."""
 
-    def __init__(self, spec: "ModelSpec", hw: "HardwareProfile", tp: int, kv_dtype: str, weight_dtype: str):
+    def __init__(
+        self, spec: "ModelSpec", hw: "HardwareProfile", tp: int, kv_dtype: str, weight_dtype: str, engine: "EngineProfile | None" = None
+    ):
         from capplan.roofline import RooflineInputs
 
         self.spec, self.hw, self.tp = spec, hw, tp
-        self.roofline_inputs = RooflineInputs(tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+        self.roofline_inputs = RooflineInputs(tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine)
 
     def decode(self, batch: Any, context_tokens: float) -> "StepCost":
         """One decode step of ``batch`` sequences [sequences] at ``context_tokens`` cached [positions]."""
@@ -140,8 +143,9 @@ def replica_setup(
     tp: int,
     kv_dtype: str = "bf16",
     weight_dtype: str = "bf16",
-    gpu_mem_util: float = 0.9,
+    gpu_mem_util: float | None = None,
     teacher: "ModelSpec | None" = None,
+    engine: "EngineProfile | None" = None,
 ) -> ReplicaSetup:
     """KV capacity, concurrency and per-step prefill/scoring costs of one replica configuration.
 
@@ -161,9 +165,10 @@ def replica_setup(
     sample, work = prepared.sample, prepared.work
     context = int(np.percentile(sample.record_length, 99)) if sample.n > 1 else int(sample.record_length.max())
     kv = compute_kv(
-        spec, hw, KVInputs(tp=tp, kv_dtype=kv_dtype, weight_dtype=weight_dtype, context=max(context, 1), gpu_mem_util=gpu_mem_util)
+        spec, hw,
+        KVInputs(tp=tp, kv_dtype=kv_dtype, weight_dtype=weight_dtype, context=max(context, 1), gpu_mem_util=gpu_mem_util, engine=engine),
     )
-    replica = Replica(spec, hw, tp, kv_dtype, weight_dtype)
+    replica = Replica(spec, hw, tp, kv_dtype, weight_dtype, engine)
     decode_context = work.decode_context_mean
 
     concurrency = None
@@ -179,7 +184,7 @@ def replica_setup(
     )
     score = NO_COST
     if work.score_tokens > 0:
-        scorer = Replica(teacher or spec, hw, tp, kv_dtype, weight_dtype)
+        scorer = Replica(teacher or spec, hw, tp, kv_dtype, weight_dtype, engine)
         sequences = float(work.record_lengths_kept.size) * workload.volume.conversations_per_step / max(sample.n, 1)
         score = scorer.chunked(work.score_tokens, work.score_pairs, work.score_pairs_window, 0.0, sequences, work.score_tokens, chunk)
     if concurrency is not None:

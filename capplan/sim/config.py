@@ -4,37 +4,51 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from capplan.engine import EngineProfile
 from capplan.errors import InputError
+from capplan.options import Options
+from capplan.units import MAX_CONTEXT_TOKENS, MAX_GPUS, MAX_SEQUENCES, KVDtype, WeightDtype
 
 if TYPE_CHECKING:
     from capplan.workload import Workload
 
 
-@dataclass(frozen=True)
-class SimConfig:
-    """How to run a simulation (everything besides the workload and the hardware)."""
+class SimConfig(Options, BaseModel):
+    """How to run a simulation (everything besides the workload and the hardware).
 
-    tp: int = 1
+    Raises
+    ------
+    InputError
+        On construction, for a value out of range or options that do not go together; the
+        one-line message names the flag.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, arbitrary_types_allowed=True)
+    FLAGS: ClassVar[dict[str, str]] = {"chunk_conversations": "chunk_conversations"}
+
+    tp: int = Field(default=1, ge=1, le=MAX_GPUS)
     """Tensor-parallel degree of each inference replica [GPUs]."""
-    inference_replicas: int = 1
+    inference_replicas: int = Field(default=1, ge=1, le=MAX_GPUS)
     """Inference engine replicas [count]."""
-    env_workers: int | None = None
+    env_workers: int | None = Field(default=None, ge=1, le=MAX_SEQUENCES)
     """Environment workers executing tool calls; ``None`` = one per call (no queueing)."""
-    trainer_gpus: int | None = None
+    trainer_gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS)
     """Trainer GPUs; ``None`` = the fewest that hold the sharded state
     (:func:`capplan.trainer.min_trainer_gpus`), or enough for ``training.step_time_target_s``."""
     mode: Literal["sync", "async"] = "sync"
     """``sync``: generation pauses while the trainer updates and pushes weights. ``async``:
     generation continues; trajectories more than ``max_staleness`` versions old are rejected."""
-    max_staleness: int = 1
+    max_staleness: int = Field(default=1, ge=0, le=1_000_000)
     """Async freshness bound K [policy versions]."""
     sampling: Literal["active", "oversample"] = "active"
     """``active``: the batch is filled continuously from finished groups, filtered groups are
     replaced. ``oversample``: each update dispatches ``oversample x prompts_per_step`` groups and
     trains on the unfiltered ones (at most ``prompts_per_step``)."""
-    oversample: float | None = None
+    oversample: float | None = Field(default=None, ge=1, le=1000)
     """Groups dispatched per update / prompts per step with ``sampling='oversample'``; default
     ``1 / (1 - filtered_group_fraction)``."""
     static_batching: bool = False
@@ -42,58 +56,47 @@ class SimConfig:
     inflight_updates: bool = False
     """Async: replicas load new weights at their next step boundary, keeping running sequences
     and their KV, instead of draining their running invocations first."""
-    steps: int = 10
+    steps: int = Field(default=10, ge=1, le=1_000_000)
     """Trainer updates to simulate; the run ends when the last one finishes."""
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
     """Seed of every random draw; default ``sampling.seed`` of the workload."""
-    kv_dtype: str = "bf16"
+    kv_dtype: KVDtype = "bf16"
     """KV-cache element type (bf16, fp16, fp8, int8 or int4)."""
-    weight_dtype: str = "bf16"
+    weight_dtype: WeightDtype = "bf16"
     """Weight element type of the inference replicas (bf16, fp16, fp8, int8 or int4)."""
-    gpu_mem_util: float = 0.9
-    """Fraction of each GPU's memory the inference engine may use [fraction]."""
-    max_num_seqs: int | None = None
-    """Scheduler cap on running sequences per replica; default vLLM's for the GPU class."""
-    max_batched_tokens: int | None = None
-    """Scheduler token budget per step; default vLLM's for the GPU class."""
-    max_inflight_groups: int | None = None
+    gpu_mem_util: float | None = Field(default=None, gt=0, le=1)
+    """Fraction of each GPU's memory the inference engine may use [fraction]; default the engine
+    profile's."""
+    max_num_seqs: int | None = Field(default=None, ge=1, le=MAX_SEQUENCES)
+    """Scheduler cap on running sequences per replica; default the engine profile's for the GPU class."""
+    max_batched_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT_TOKENS)
+    """Scheduler token budget per step; default the engine profile's for the GPU class."""
+    max_inflight_groups: int | None = Field(default=None, ge=1, le=MAX_SEQUENCES)
     """Async: keep at most this many prompt groups generating, whatever their age; default
     AReaL's staleness gate, ``dispatched - rejected <= (K + version + 1) x prompts_per_step``
     groups, which ties production to the bound."""
-    chunk_conversations: int = 8192
+    chunk_conversations: int = Field(default=8192, ge=1, le=10_000_000)
     """Conversations drawn at a time (the draw of chunk ``c`` depends only on the seed and ``c``)."""
+    engine: EngineProfile | None = None
+    """Engine profile of the inference replicas (memory and step-time terms); ``None``: the
+    default engine profile."""
+
+    @model_validator(mode="after")
+    def _together(self) -> "SimConfig":
+        if self.inflight_updates and self.mode != "async":
+            raise ValueError("--inflight-updates needs --mode async (a synchronous update has nothing in flight)")
+        if self.max_inflight_groups is not None and (self.mode != "async" or self.sampling != "active"):
+            raise ValueError("--max-inflight-groups needs --mode async and --sampling active")
+        return self
 
     def validate(self, workload: "Workload") -> None:
-        """Check the options against each other and the workload.
+        """Check the options against the workload (the values themselves were checked on construction).
 
         Raises
         ------
         InputError
-            An option out of range, options that do not go together, or a workload without a
-            rollout engine or a trainer.
+            A workload without a rollout engine or a trainer.
         """
-        if self.mode not in ("sync", "async"):
-            raise InputError(f"--mode {self.mode}: allowed: sync, async")
-        if self.sampling not in ("active", "oversample"):
-            raise InputError(f"--sampling {self.sampling}: allowed: active, oversample")
-        for name in ("inference_replicas", "steps", "tp", "chunk_conversations"):
-            if getattr(self, name) < 1:
-                raise InputError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be >= 1")
-        if self.max_staleness < 0:
-            raise InputError(f"--max-staleness {self.max_staleness}: must be >= 0")
-        if self.env_workers is not None and self.env_workers < 1:
-            raise InputError(f"--env-workers {self.env_workers}: must be >= 1 (omit it for one worker per call)")
-        if self.trainer_gpus is not None and self.trainer_gpus < 1:
-            raise InputError(f"--trainer-gpus {self.trainer_gpus}: must be >= 1")
-        if self.inflight_updates and self.mode != "async":
-            raise InputError("--inflight-updates needs --mode async (a synchronous update has nothing in flight)")
-        if self.max_inflight_groups is not None:
-            if self.max_inflight_groups < 1:
-                raise InputError(f"--max-inflight-groups {self.max_inflight_groups}: must be >= 1")
-            if self.mode != "async" or self.sampling != "active":
-                raise InputError("--max-inflight-groups needs --mode async and --sampling active")
-        if self.oversample is not None and self.oversample < 1:
-            raise InputError(f"--oversample {self.oversample}: must be >= 1")
         if not workload.has_rollout or not workload.has_trainer:
             raise InputError(
                 f"workload {workload.name}: method {workload.method} has "

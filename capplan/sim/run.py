@@ -32,7 +32,6 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from capplan.errors import InputError
@@ -134,8 +133,8 @@ def sweep_staleness(
     list of SimResult
         The synchronous run first, then one per bound, in order.
     """
-    runs = [replace(config, mode="sync", max_inflight_groups=None, inflight_updates=False)]
-    runs += [replace(config, mode="async", max_staleness=k) for k in bounds]
+    runs = [config.replace(mode="sync", max_inflight_groups=None, inflight_updates=False)]
+    runs += [config.replace(mode="async", max_staleness=k) for k in bounds]
     total = len(runs) * config.steps
     out = []
     for n, cfg in enumerate(runs):

@@ -89,7 +89,7 @@ class ReplicaScheduler:
         # constants
         "index", "coeffs", "window", "window_limit", "kv_full_bytes", "kv_window_bytes", "kv_state_bytes",
         "kv_capacity_bytes", "held_bytes", "max_batched_tokens", "max_num_seqs", "static_batching",
-        "inflight_updates", "weight_sync_s", "decode_compute_per_sequence", "decode_memory_base",
+        "inflight_updates", "weight_sync_s", "decode_compute_base", "decode_compute_per_sequence", "decode_memory_base",
         "decode_memory_per_sequence", "decode_fixed_base", "decode_fixed_per_sequence",
         # shared with the rest of the simulation
         "table", "events", "tiebreak", "uids", "on_invocation_done",
@@ -137,6 +137,7 @@ class ReplicaScheduler:
         self.static_batching = options.static_batching
         self.inflight_updates = options.inflight_updates
         self.weight_sync_s = setup.weight_sync_s
+        self.decode_compute_base = coeffs.decode_compute_base
         self.decode_compute_per_sequence = coeffs.decode_compute_per_sequence
         self.decode_memory_base = coeffs.decode_memory_base
         self.decode_memory_per_sequence = coeffs.decode_memory_per_sequence
@@ -574,7 +575,7 @@ class ReplicaScheduler:
         else:
             pairs_window = cached_below + below
             read_window = cached_below
-        compute_0 = self.decode_compute_per_sequence * decoding + coeffs.c_pair * (cached + decoding) + coeffs.c_pair_w * pairs_window
+        compute_0 = self.decode_compute_base + self.decode_compute_per_sequence * decoding + coeffs.c_pair * (cached + decoding) + coeffs.c_pair_w * pairs_window
         memory_0 = self.decode_memory_base + self.decode_memory_per_sequence * decoding + coeffs.m_read * cached + coeffs.m_read_w * read_window
         if coeffs.m_routed:
             memory_0 += coeffs.m_routed * (1.0 - coeffs.q**decoding)

@@ -141,11 +141,11 @@ def engine_setup(
         spec, hw,
         KVInputs(tp=config.tp, kv_dtype=config.kv_dtype, weight_dtype=config.weight_dtype,
                  gpu_mem_util=config.gpu_mem_util, max_num_seqs=config.max_num_seqs,
-                 max_batched_tokens=config.max_batched_tokens),
+                 max_batched_tokens=config.max_batched_tokens, engine=config.engine),
     )
-    coeffs = step_coefficients(
-        spec, hw, RooflineInputs(tp=config.tp, weight_dtype=config.weight_dtype, kv_dtype=config.kv_dtype)
-    )
+    roofline_inputs = RooflineInputs(tp=config.tp, weight_dtype=config.weight_dtype, kv_dtype=config.kv_dtype, engine=config.engine)
+    coeffs = step_coefficients(spec, hw, roofline_inputs)
+    engine = roofline_inputs.profile()
     capacity_bytes = kv.kv_capacity_tokens * kv.kv_bytes_per_token_per_gpu
     sync_s = weight_sync_time_s(spec, hw, config.tp)
     gpus, sizing = trainer_gpus(workload, spec, trainer_hw, config.trainer_gpus)
@@ -174,11 +174,11 @@ def engine_setup(
         weight_sync_s=sync_s,
         single_decode_step_s=coeffs.step_time(1, 1, 1, 1, 0, 0, 1),
     )
-    assumptions = hw.assumptions
+    terms = engine.time_on(hw.name)
     notes = [
-        f"engine steps priced by the roofline model with {hw.name}'s assumptions block "
-        f"(compute {assumptions.compute_efficiency:g}, bandwidth {assumptions.bandwidth_efficiency:g}, "
-        f"step overhead {assumptions.step_overhead_s:g} s)",
+        f"engine steps priced by the roofline model with engine profile {engine.name} ({engine.calibration}): "
+        f"GEMM efficiency {terms.gemm_efficiency:.3g}, bandwidth {terms.bandwidth_efficiency:.3g}, "
+        f"step overhead {terms.step_overhead_s * 1e3:.3g} ms, {terms.per_sequence_s * 1e6:.3g} us per sequence",
         f"trainer: {gpus} x {trainer_hw.name}, MFU {TRAIN_MFU:g} (capplan.trainer); weight push {sync_s:.2f} s per update",
         "KV accounted in bytes per GPU without block rounding; an admitted invocation reserves its whole input",
         "a preempted sequence is recomputed (prefilled again) from scratch when readmitted",

@@ -83,10 +83,20 @@ class StepCoefficients:
     """Fixed host time per step [s]."""
     window: float
     """Sliding-window width [positions] (:data:`NO_WINDOW` when the model has none)."""
+    c_0: float = 0.0
+    """Compute time independent of the work [s] (the engine's GEMM ramp: ``gemm_half_tokens``
+    tokens' worth of GEMM work)."""
+    h_seq: float = 0.0
+    """Host time per sequence in a step [s/sequence] (the engine's ``per_sequence_s``)."""
 
     # A decode step of ``B`` sequences: every sequence forwards one position and one logit, so
     # the terms that scale with B fold into one coefficient each (the attention and KV-read
     # terms depend on the contexts and stay separate).
+
+    @property
+    def decode_compute_base(self) -> float:
+        """Compute time of a decode step independent of the batch [s]: ``c_0``."""
+        return self.c_0
 
     @property
     def decode_compute_per_sequence(self) -> float:
@@ -110,12 +120,12 @@ class StepCoefficients:
 
     @property
     def decode_fixed_per_sequence(self) -> float:
-        """Communication per decoding sequence [s/sequence]: ``k_new + k_logit``."""
-        return self.k_new + self.k_logit
+        """Communication and host time per decoding sequence [s/sequence]: ``k_new + k_logit + h_seq``."""
+        return self.k_new + self.k_logit + self.h_seq
 
     def compute(self, new: float, logits: float, pairs: float, pairs_w: float) -> float:
         """Compute time of a step [s]."""
-        return self.c_new * new + self.c_logit * logits + self.c_pair * pairs + self.c_pair_w * pairs_w
+        return self.c_0 + self.c_new * new + self.c_logit * logits + self.c_pair * pairs + self.c_pair_w * pairs_w
 
     def memory(self, new: float, logits: float, read: float, read_w: float, seqs: float) -> float:
         """Memory time of a step [s]."""
@@ -133,9 +143,9 @@ class StepCoefficients:
             m += self.m_routed * (1.0 - self.q**new)
         return m
 
-    def fixed(self, new: float, logits: float) -> float:
-        """Communication plus overhead [s]: the part of a step added to ``max(compute, memory)``."""
-        f = self.overhead + self.k_0 + self.k_new * new
+    def fixed(self, new: float, logits: float, seqs: float = 0.0) -> float:
+        """Communication plus host time [s]: the part of a step added to ``max(compute, memory)``."""
+        f = self.overhead + self.k_0 + self.k_new * new + self.h_seq * seqs
         if logits > 0:
             f += self.k_head + self.k_logit * logits
         return f
@@ -146,7 +156,7 @@ class StepCoefficients:
         """Time of one step [s]: ``max(compute, memory) + comm + overhead``."""
         c = self.compute(new, logits, pairs, pairs_w)
         m = self.memory(new, logits, read, read_w, seqs)
-        return (c if c > m else m) + self.fixed(new, logits)
+        return (c if c > m else m) + self.fixed(new, logits, seqs)
 
 
 def step_coefficients(spec: "ModelSpec", hw: "HardwareProfile", inp: "RooflineInputs") -> StepCoefficients:
@@ -183,6 +193,8 @@ def step_coefficients(spec: "ModelSpec", hw: "HardwareProfile", inp: "RooflineIn
     c1, m1, k1, ov = probe()
     c2, m2, k2, _ = probe(new=2.0)
     c_new = c2 - c1
+    c_0 = c1 - c_new
+    h_seq = (probe(seqs=big)[3] - ov) / big
     # compute: homogeneous linear in its terms
     c_logit = (probe(logits=big)[0] - c1) / big
     c_pair = (probe(pairs=big)[0] - c1) / big
@@ -215,7 +227,7 @@ def step_coefficients(spec: "ModelSpec", hw: "HardwareProfile", inp: "RooflineIn
         c_new=c_new, c_logit=c_logit, c_pair=c_pair, c_pair_w=c_pair_w,
         m_0=m_0, m_new=m_new, m_logit=m_logit, m_head=m_head, m_read=m_read, m_read_w=m_read_w,
         m_seq=m_seq, m_routed=m_routed, q=q,
-        k_0=k_0, k_new=k_new, k_head=k_head, k_logit=k_logit, overhead=ov, window=window,
+        k_0=k_0, k_new=k_new, k_head=k_head, k_logit=k_logit, overhead=ov, window=window, c_0=c_0, h_seq=h_seq,
     )
     # guard against a change in engine_step that would break the affine form
     check = engine_step(
