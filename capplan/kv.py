@@ -288,18 +288,24 @@ class KVLayout:
         ``min(ceil(S / block), ceil(W / block) + 1) x block`` (the window plus the block being
         filled); linear layers their fixed state. ``context`` may be a numpy array.
         """
-        import numpy as np
+        if isinstance(context, (int, float)):  # the scalar path stays free of numpy (start-up time)
+            blocks: Any = float(math.ceil(context / block_size))
+            window_blocks: Any = blocks
+            if math.isfinite(self.window_tokens):
+                window_blocks = min(blocks, float(math.ceil(self.window_tokens / block_size) + 1))
+        else:
+            import numpy as np
 
-        blocks = np.ceil(np.asarray(context, dtype=float) / block_size)
-        window_blocks = blocks
-        if math.isfinite(self.window_tokens):
-            window_blocks = np.minimum(blocks, math.ceil(self.window_tokens / block_size) + 1)
+            blocks = np.ceil(np.asarray(context, dtype=float) / block_size)
+            window_blocks = blocks
+            if math.isfinite(self.window_tokens):
+                window_blocks = np.minimum(blocks, math.ceil(self.window_tokens / block_size) + 1)
         out = (
             self.full_layers * blocks * block_size * self.bytes_per_token_per_layer
             + self.sliding_layers * window_blocks * block_size * self.bytes_per_token_per_layer
             + self.state_bytes_per_sequence
         )
-        return float(out) if np.ndim(out) == 0 else out
+        return float(out) if isinstance(out, float) else out
 
     def held_bytes(self, positions: float) -> float:
         """Bytes a sequence with ``positions`` cached positions holds, without block rounding

@@ -92,3 +92,10 @@ def test_generated_reference_pages_are_current():
     from capplan.cli.reference import main
 
     assert main(["--check"]) == 0
+
+
+def test_readme_is_a_front_door():
+    """Under ~15 KB, and every document it links to exists."""
+    assert len(README.encode()) < 15_000
+    links = re.findall(r"\]\((docs/[^)]+)\)", README)
+    assert links and all((REPO / link).is_file() for link in links), [l for l in links if not (REPO / l).is_file()]
