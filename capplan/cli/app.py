@@ -89,6 +89,9 @@ from capplan.cli import simulate_cmd as _simulate_cmd  # noqa: E402,F401
 from capplan.cli import accuracy_cmd  # noqa: E402
 
 app.command("accuracy", help=accuracy_cmd.HELP)(accuracy_cmd.accuracy)
+from capplan.cli import calibrate_cmd  # noqa: E402
+
+app.command("calibrate", help=calibrate_cmd.HELP)(calibrate_cmd.calibrate)
 
 
 def run() -> None:
