@@ -304,9 +304,10 @@ def test_calibrated_on_one_run_predicts_the_others_within_ten_percent(one_run):
     _, path = one_run
     others = [EXAMPLES / f for f in ("vllm-bench-serve-c32-detailed.json", "guidellm-benchmarks.json",
                                      "aiperf-profile_export_aiperf.json")]
-    check = calibrate(others, CalibrateSettings(hardware="h100-sxm", engine=str(path), terms=("bandwidth_efficiency",)))
-    assert len(check.points) == 12
+    check = calibrate(others, CalibrateSettings(hardware="h100-sxm", engine=str(path), terms=()))
+    assert check.terms == [] and len(check.points) == 12
     assert check.median_abs_error_before < 0.10
+    assert all(p.after == p.before for p in check.points)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -347,3 +348,43 @@ def test_profile_yaml_keeps_small_terms_precise(one_run):
     data = yaml.safe_load(profile_yaml(cal))
     assert data["time"]["per_sequence_s"] == cal.engine.time.per_sequence_s
     assert not math.isnan(data["time"]["bandwidth_efficiency"])
+
+
+def test_cli_compare_only(runner, tmp_path, one_run):
+    """--terms none prices the files with --engine and writes nothing; --output is refused there."""
+    _, path = one_run
+    f = str(EXAMPLES / "guidellm-benchmarks.json")
+    result = runner.invoke(app, ["calibrate", f, "--hardware", "h100-sxm", "--engine", str(path), "--terms", "none"])
+    assert result.exit_code == 0, result.output
+    assert "Profile c8-only against 1 file(s), nothing fitted:" in result.stdout
+    assert "median |predicted / measured - 1| over 6 point(s): " in result.stdout
+    result = runner.invoke(app, ["calibrate", f, "--hardware", "h100-sxm", "--terms", "none", "-o", str(tmp_path / "x.yaml")])
+    assert result.exit_code == 2
+    assert result.stderr == "Error: --output: --terms none fits nothing, so there is no profile to write; drop --output\n"
+    result = runner.invoke(app, ["calibrate", f, "--hardware", "h100-sxm"])
+    assert result.exit_code == 2
+    assert result.stderr == "Error: --output: give the file to write the calibrated profile to (or --terms none to only compare)\n"
+
+
+def test_model_and_hardware_files_are_accepted(tmp_path):
+    """A user's own model or hardware YAML works like a bundled name (here: the bundled files by path)."""
+    repo = EXAMPLES.parent.parent
+    f = tmp_path / "s.csv"
+    f.write_text("batch,context_tokens,step_ms\n1,1024,7\n8,1024,8\n")
+    cal = calibrate([f], CalibrateSettings(model=str(repo / "models" / "llama-3.1-8b.yaml"),
+                                           hardware=str(repo / "hardware_profiles" / "h100-sxm.yaml")))
+    assert [t.name for t in cal.terms] == ["time.bandwidth_efficiency", "time.step_overhead_s"]
+    assert "s.csv: model llama-3.1-8b from --model (the file names no model)" in cal.notes
+    assert "(h100-sxm)" in cal.engine.description
+
+
+def test_same_file_twice_is_refused():
+    f = EXAMPLES / "vllm-bench-serve.json"
+    with pytest.raises(InputError, match=r"vllm-bench-serve.json: given twice; give each file once$"):
+        calibrate([f, f], CalibrateSettings(hardware="h100-sxm"))
+
+
+def test_notes_of_several_files_are_merged():
+    cal = calibrate([EXAMPLES / "guidellm-benchmarks.json", EXAMPLES / "aiperf-profile_export_aiperf.json"],
+                    CalibrateSettings(hardware="h100-sxm", terms=()))
+    assert "guidellm-benchmarks.json, aiperf-profile_export_aiperf.json: hardware h100-sxm from --hardware" in cal.notes

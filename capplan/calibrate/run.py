@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from statistics import median
 from typing import TYPE_CHECKING, Any, Literal, Sequence
@@ -63,7 +64,7 @@ class CalibrateSettings:
     engine: str | None = None
     """Engine profile (name or file) to start from; default: the profile of a start-up log's vLLM version, else vllm-0.19."""
     terms: tuple[str, ...] | None = None
-    """Terms to fit (time terms, and memory terms with a start-up log); default: every term the data constrain."""
+    """Terms to fit (time terms, and memory terms with a start-up log); default: every term the data constrain; 'none' fits nothing and only compares the --engine profile with the files."""
     arrivals: Arrivals = "auto"
     """Closed-loop benchmarks as waves (equal lengths: clients start and finish together), steady (staggered clients) or auto (from the file's lengths; the better fit when it does not say)."""
     name: str = "calibrated"
@@ -179,17 +180,21 @@ def model_preset_for(named: str | None) -> str | None:
     / ``-hf`` / ``-it``, equal to a preset's name or to its ``hf_id``'s last component so reduced."""
     if not named:
         return None
+    return _preset_keys().get(_norm(named))
+
+
+@lru_cache(maxsize=1)
+def _preset_keys() -> dict[str, str]:
+    """Reduced preset names and ``hf_id`` names -> preset name (names win)."""
     from capplan.modelspec import list_models, load_model_spec
 
-    want = _norm(named)
-    for name in list_models():
-        if want == name:
-            return name
+    out: dict[str, str] = {}
     for name in list_models():
         hf = load_model_spec(name).hf_id
-        if hf and _norm(hf) == want:
-            return name
-    return None
+        if hf:
+            out.setdefault(_norm(hf), name)
+    out.update({name: name for name in list_models()})
+    return out
 
 
 def _labels(paths: Sequence[Path]) -> list[str]:
@@ -227,16 +232,16 @@ def resolve_rows(data: "FileData", settings: CalibrateSettings) -> tuple[list["C
         else:
             notes.append(f"{label}: model {preset} (the file names {named})")
     elif settings.model:
-        model = load_model_spec(settings.model).name
+        model = settings.model
         why = f"the file's {named!r} is no bundled preset" if named else "the file names no model"
-        notes.append(f"{label}: model {model} from --model ({why})")
+        notes.append(f"{label}: model {load_model_spec(model).name} from --model ({why})")
     else:
         what = f"names {named!r}, which is no bundled model preset" if named else "names no model"
         raise InputError(f"{data.path}: the file {what}; give --model")
     if not settings.hardware:
         raise InputError(f"{data.path}: the file does not name the hardware; give --hardware (capplan profiles list hardware)")
-    hw = load_hardware(settings.hardware).name
-    notes.append(f"{label}: hardware {hw} from --hardware")
+    hw = settings.hardware
+    notes.append(f"{label}: hardware {load_hardware(hw).name} from --hardware")
     if data.settings:
         tp = int(data.settings.get("tp") or 1)
         w = data.settings.get("weight_dtype") or "bf16"
@@ -384,12 +389,16 @@ def calibrate(paths: Sequence[str | Path], settings: CalibrateSettings) -> Calib
         terms the data do not constrain (:func:`capplan.calibrate.terms.check_terms`).
     """
     from capplan.calibrate.readers import read_file
+    from capplan.hardware import load_hardware
 
     if not paths:
         raise InputError("no input files: give one or more benchmark results, start-up logs or step-time CSVs")
     if not re.fullmatch(r"[a-z0-9][a-z0-9.\-]*", settings.name):
         raise InputError(f"profile name {settings.name!r}: use lower-case letters, digits, '.' and '-'")
     paths = [Path(p) for p in paths]
+    twice = next((p for i, p in enumerate(paths) if p.resolve() in {q.resolve() for q in paths[:i]}), None)
+    if twice is not None:
+        raise InputError(f"{twice}: given twice; give each file once")
     files = [read_file(p, label) for p, label in zip(paths, _labels(paths))]
     notes: list[str] = []
     rows_by_file = []
@@ -399,9 +408,10 @@ def calibrate(paths: Sequence[str | Path], settings: CalibrateSettings) -> Calib
         rows, n = resolve_rows(data, settings)
         rows_by_file.append(rows)
         notes += n
+    notes = _merge_notes(notes)
     base, why = _base_engine(settings, files)
     notes.insert(0, why)
-    hw = rows_by_file[0][0].fields["hardware"]
+    hw = load_hardware(rows_by_file[0][0].fields["hardware"]).name
     if hw in base.hardware:
         hardware = {k: v for k, v in base.hardware.items() if k != hw}
         base = base.model_copy(update={"hardware": hardware})
@@ -423,6 +433,15 @@ def calibrate(paths: Sequence[str | Path], settings: CalibrateSettings) -> Calib
     return replace(out, notes=notes + out.notes)
 
 
+def _merge_notes(notes: list[str]) -> list[str]:
+    """``a.json: X`` and ``b.json: X`` as one ``a.json, b.json: X`` (order kept)."""
+    groups: dict[str, list[str]] = {}
+    for n in notes:
+        label, sep, rest = n.partition(": ")
+        groups.setdefault(rest if sep else n, []).append(label if sep else "")
+    return [f"{', '.join(dict.fromkeys(labels))}: {rest}" if labels[0] else rest for rest, labels in groups.items()]
+
+
 def _median_error(points: list[PointResult], files: list[str]) -> float:
     errs = [abs(p.error_after) for p in points if p.file in files and p.error_after is not None]
     return median(errs) if errs else math.inf
@@ -434,10 +453,11 @@ def _pct(x: float | None) -> str:
 
 def _calibrate_once(files: list["FileData"], rows_by_file: list[list["CorpusRow"]], rows: list["CorpusRow"],
                     base: "EngineProfile", settings: CalibrateSettings, unknown_as_waves: bool) -> Calibration:
-    from capplan.accuracy.fit import fit_time_terms
+    from capplan.accuracy.fit import fit_time_terms, with_time_terms
     from capplan.accuracy.predict import Unsupported, prepare_kv
     from capplan.accuracy.refit import fit_memory_terms
     from capplan.calibrate.terms import check_terms, data_shape, default_terms
+    from capplan.hardware import load_hardware
     from capplan.modelspec import load_model_spec
 
     notes: list[str] = []
@@ -478,7 +498,10 @@ def _calibrate_once(files: list["FileData"], rows_by_file: list[list["CorpusRow"
         time_terms, memory_terms = check_terms(settings.terms, shape)
     else:
         time_terms, memory_terms = default_terms(shape)
-    if not time_terms and not memory_terms:
+    if not time_prepared and not kv_prepared:
+        reasons = "".join(f"; {i}: {why}" for i, why in skipped[:3])
+        raise InputError(f"no point capplan can price{reasons}")
+    if not time_terms and not memory_terms and settings.terms != ():
         reasons = "".join(f"; {i}: {why}" for i, why in skipped[:3])
         raise InputError("no point capplan can price constrains a term (give a benchmark result, a step-time CSV or a "
                          f"vLLM start-up log with its KV lines){reasons}")
@@ -495,7 +518,8 @@ def _calibrate_once(files: list["FileData"], rows_by_file: list[list["CorpusRow"
     time_values: dict[str, float] = {}
     if time_terms:
         result = fit_time_terms(engine, [p for p, _ in time_prepared], time_terms, prior_weight=PRIOR_WEIGHT)
-        engine, time_values = result.engine, result.terms
+        time_values = {t: _snap(t, v) for t, v in result.terms.items()}
+        engine = with_time_terms(result.engine, time_values)
 
     def predict(p: Any, eng: "EngineProfile") -> float | None:
         try:
@@ -514,7 +538,7 @@ def _calibrate_once(files: list["FileData"], rows_by_file: list[list["CorpusRow"
     terms = [TermResult(f"memory.{t}", float(getattr(base.memory, t)), v) for t, v in mem_values.items()]
     terms += [TermResult(f"time.{t}", float(getattr(base.time, t)), v) for t, v in time_values.items()]
     names = [str(d.path) for d in files]
-    hardware = sorted({r.fields["hardware"] for r in rows})
+    hardware = sorted({load_hardware(r.fields["hardware"]).name for r in rows})
     engine = _finish_profile(engine, base, settings, names, files, hardware, terms)
     return Calibration(engine, base.name, names, points, terms, notes, skipped)
 
@@ -545,6 +569,15 @@ def _prepare_time(rows: list["CorpusRow"], engine: "EngineProfile", overrides: d
             continue
         out.append((p, waves))
     return out, skipped
+
+
+def _snap(term: str, value: float) -> float:
+    """A fitted value within a millionth of its range from a bound, as the bound (``0`` not ``3e-12``)."""
+    from capplan.accuracy.fit import BOUNDS
+
+    lo, hi = BOUNDS[term]
+    tol = 1e-6 * (hi - lo)
+    return lo if value - lo <= tol else hi if hi - value <= tol else value
 
 
 def _point(row: "CorpusRow", setting: str, before: float | None, after: float | None, fitted: bool) -> PointResult:

@@ -135,6 +135,8 @@ def check_terms(terms: Sequence[str], shape: DataShape) -> tuple[list[str], list
         An unknown term, or one the data do not constrain: the message names what is missing
         and how to get it.
     """
+    if not terms:
+        return [], []
     unknown = [t for t in terms if t not in TIME_TERMS and t not in MEMORY_TERMS]
     if unknown:
         raise InputError(f"--terms {unknown[0]}: not a fittable term (time: {', '.join(TIME_TERMS)}; "
@@ -142,6 +144,7 @@ def check_terms(terms: Sequence[str], shape: DataShape) -> tuple[list[str], list
     time = [t for t in terms if t in TIME_TERMS]
     memory = [t for t in terms if t in MEMORY_TERMS]
     without = "or --terms without it"
+    drop = "--terms without it"
     for t in time:
         if t in ("bandwidth_efficiency", "step_overhead_s", "per_sequence_s") and not shape.decode_settings:
             raise InputError(f"no decode measurement (ITL, TPOT, output tokens/s or a step time): cannot fit {t} "
@@ -158,7 +161,7 @@ def check_terms(terms: Sequence[str], shape: DataShape) -> tuple[list[str], list
             raise InputError(f"all points at tensor-parallel size 1: cannot fit {t} (no all-reduce runs at tp 1; give "
                              f"measurements at --tp 2 or more, {without})")
         if t == "moe_gemm_efficiency" and not shape.moe:
-            raise InputError(f"no mixture-of-experts model among the points: cannot fit moe_gemm_efficiency ({without[3:]})")
+            raise InputError(f"no mixture-of-experts model among the points: cannot fit moe_gemm_efficiency ({drop})")
     if {"bandwidth_efficiency", "step_overhead_s"} <= set(time) and len(shape.decode_settings) < 2:
         raise InputError("all decode points at one setting: cannot fit both bandwidth_efficiency and step_overhead_s "
                          "(give measurements at two or more concurrencies or contexts, or --terms with one of them)")
@@ -171,7 +174,7 @@ def check_terms(terms: Sequence[str], shape: DataShape) -> tuple[list[str], list
         layout = t.rsplit("_", 1)[-1] if t.startswith("non_torch") else None
         if layout and layout not in shape.log_layouts:
             what = "one GPU" if layout == "single" else f"tensor-parallel size 2 or more over {'NVLink' if layout == 'nvlink' else 'PCIe'}"
-            raise InputError(f"no start-up log at {what}: cannot fit {t} ({without[3:]})")
+            raise InputError(f"no start-up log at {what}: cannot fit {t} ({drop})")
     if len(memory) > shape.logs:
         raise InputError(f"{shape.logs} start-up log(s) cannot fit {len(memory)} memory terms: each log constrains one "
                          "(give more logs, or fewer memory --terms)")
