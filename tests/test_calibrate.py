@@ -388,3 +388,31 @@ def test_notes_of_several_files_are_merged():
     cal = calibrate([EXAMPLES / "guidellm-benchmarks.json", EXAMPLES / "aiperf-profile_export_aiperf.json"],
                     CalibrateSettings(hardware="h100-sxm", terms=()))
     assert "guidellm-benchmarks.json, aiperf-profile_export_aiperf.json: hardware h100-sxm from --hardware" in cal.notes
+
+
+def test_a_startup_log_of_the_same_model_sets_the_benchmark_server(tmp_path):
+    """A log of the benchmarked model and tp gives its server the logged token budget: 512 tokens a
+    step prefill a wave of 8 x 1,024-token prompts in 16 chunks instead of 1 (8,192, the H100
+    default), so the predicted TTFT grows by the 15 extra steps' fixed costs."""
+    log = tmp_path / "server.log"
+    log.write_text(
+        "INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version 0.10.1.1\n"
+        "INFO 01-01 00:00:00 [utils.py:1] non-default args: {'model': 'meta-llama/Llama-3.1-8B-Instruct', "
+        "'max_num_batched_tokens': 512}\n"
+        "INFO 01-01 00:00:01 [gpu_worker.py:1] Available KV cache memory: 50.00 GiB\n"
+        "INFO 01-01 00:00:01 [kv_cache_utils.py:1] GPU KV cache size: 409,600 tokens\n")
+    bench = EXAMPLES / "vllm-bench-serve.json"
+    settings = CalibrateSettings(hardware="h100-sxm", arrivals="waves", terms=(), engine="vllm-0.19")
+    alone = {p.metric: p.before for p in calibrate([bench], settings).points}
+    paired = calibrate([log, bench], settings)
+    assert "vllm-bench-serve.json: scheduler limits and KV capacity from server.log (same model and tp)" in paired.notes
+    ttft = next(p.before for p in paired.points if p.metric == "ttft_ms")
+    assert ttft > alone["ttft_ms"] * 1.02
+
+
+def test_rate_runs_have_no_throughput_point(tmp_path):
+    """At 2 requests/s the output rate is 2 x 256 = 512 tokens/s whatever the engine: not a point."""
+    f = _bench(tmp_path, 1, request_rate=2.0, max_concurrency=None)
+    d = read_file(f)
+    assert [r.metric for r in d.rows] == ["ttft_ms", "tpot_ms"]
+    assert d.rows[0].fields["scenario"] == "request_rate" and d.rows[0].fields["request_rate"] == 2.0

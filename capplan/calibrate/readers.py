@@ -128,8 +128,15 @@ def _positive(path: Path, key: str, value: Any) -> float:
 
 def _serving_rows(path: Path, label: str, fmt: str, point: str, setup: dict[str, Any],
                   values: list[tuple[str, str, Any]]) -> tuple[list[CorpusRow], list[str]]:
-    """Rows of one benchmark run; values that are absent or not positive are left out with a note."""
+    """Rows of one benchmark run; values that are absent or not positive are left out with a note.
+
+    A run at a finite request rate has no throughput point: it equals the rate times the output
+    length whatever the engine's speed (until the engine saturates, when it depends on the run's
+    length), so it constrains nothing."""
     rows, notes = [], []
+    rate = setup.get("request_rate")
+    if setup.get("scenario") == "request_rate" and rate is not None and rate != math.inf:
+        values = [v for v in values if v[0] != "output_tokens_per_s"]
     for metric, unit, v in values:
         x = _number(v)
         if x is None or not x > 0 or x == math.inf:

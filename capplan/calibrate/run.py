@@ -218,6 +218,7 @@ def resolve_rows(data: "FileData", settings: CalibrateSettings) -> tuple[list["C
     InputError
         No model (the file names none capplan knows and ``--model`` is not given) or no hardware.
     """
+    from capplan.accuracy.predict import KV_DTYPES, WEIGHT_DTYPES
     from capplan.hardware import load_hardware
     from capplan.modelspec import load_model_spec
 
@@ -254,8 +255,6 @@ def resolve_rows(data: "FileData", settings: CalibrateSettings) -> tuple[list["C
         tp = settings.tp or 1
         w = _dtype(settings.weight_dtype, "bf16")
         kv = _dtype(settings.kv_dtype, "fp16" if w == "fp16" else "bf16")
-    from capplan.accuracy.predict import KV_DTYPES, WEIGHT_DTYPES
-
     for flag, value, allowed in (("--dtype", w, WEIGHT_DTYPES), ("--kv-cache-dtype", kv, KV_DTYPES)):
         if value not in allowed:
             where = f"{data.path}: the log's {flag[2:]}" if data.settings else flag
@@ -426,7 +425,8 @@ def calibrate(paths: Sequence[str | Path], settings: CalibrateSettings) -> Calib
         best, (e_best, e_other) = (a, (ea, eb)) if ea <= eb else (b, (eb, ea))
         which, other = ("waves", "steady") if best is a else ("steady", "waves")
         note = (f"{', '.join(Path(u).name for u in unknown)}: the file does not show whether lengths vary; priced as {which} "
-                f"(median error of its points after the fit {_pct(e_best)} against {_pct(e_other)} as {other}; "
+                f"(median error of its points{' after the fit' if best.terms else ''} {_pct(e_best)} against "
+                f"{_pct(e_other)} as {other}; "
                 "--arrivals fixes it)")
         return replace(best, notes=notes + [note] + best.notes)
     out = _calibrate_once(files, rows_by_file, rows, base, settings, unknown_as_waves=settings.arrivals == "waves")
