@@ -97,6 +97,7 @@ def fit_time_terms(
     terms: Sequence[str],
     hardware: str | None = None,
     max_evaluations: int = 400,
+    prior_weight: float = PRIOR_WEIGHT,
 ) -> FitResult:
     """Fit ``terms`` of ``engine``'s time terms to ``rows``.
 
@@ -111,6 +112,9 @@ def fit_time_terms(
         Names of the time terms to fit (keys of :data:`BOUNDS`).
     hardware
         Fit the terms as this hardware profile's overrides instead of the engine's own.
+    prior_weight
+        Weight of the pull towards the starting values (:data:`PRIOR_WEIGHT`); a caller that
+        fits only terms its rows constrain can make it small so exact data are fitted exactly.
 
     Raises
     ------
@@ -143,7 +147,7 @@ def fit_time_terms(
         return np.log(np.maximum(pred, 1e-12) / measured)
 
     def residuals(u: "np.ndarray") -> "np.ndarray":
-        return np.concatenate([fit_residuals(u), PRIOR_WEIGHT * (u - u0)])
+        return np.concatenate([fit_residuals(u), prior_weight * (u - u0)])
 
     before = fit_residuals(u0)
     sol = least_squares(residuals, u0, bounds=(0.0, 1.0), loss="soft_l1", f_scale=0.2, max_nfev=max_evaluations,

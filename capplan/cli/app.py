@@ -79,6 +79,7 @@ def _register() -> None:
     """Add every command to the application, in the order ``capplan --help`` lists them."""
     from capplan.cli import (
         accuracy_cmd,
+        calibrate_cmd,
         kv_cmd,
         ledger_cmd,
         map_cmd,
@@ -97,6 +98,7 @@ def _register() -> None:
     kv_cmd.commands.register(app)
     roofline_cmd.commands.register(app)
     app.command("accuracy", help=accuracy_cmd.HELP)(accuracy_cmd.accuracy)
+    app.command("calibrate", help=calibrate_cmd.HELP)(calibrate_cmd.calibrate)
     map_cmd.commands.register(app)
     misc_cmd.commands.register(app)
     ledger_cmd.commands.register(ledger_app)

@@ -1,0 +1,418 @@
+"""``capplan calibrate``: the readers on the bundled example files, the fit on data with known
+answers, the error messages for bad input, and the calibrated profile on points it never saw."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from capplan.calibrate import CalibrateSettings, calibrate, profile_yaml, read_file
+from capplan.cli.app import app
+from capplan.errors import InputError
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "calibrate"
+
+
+def _by_metric(data):
+    return {r.metric: r for r in data.rows}
+
+
+# ---------------------------------------------------------------------------------------------
+# Readers: each bundled example file, keys exact
+# ---------------------------------------------------------------------------------------------
+
+
+def test_vllm_bench_serve_reader():
+    """Lengths without --save-detailed are totals / completed: 65537 / 64 = 1024.015625 prompt and
+    8192 / 64 = 128 output tokens; whether they vary is unknown."""
+    d = read_file(EXAMPLES / "vllm-bench-serve.json")
+    assert d.format == "vllm bench serve"
+    assert [r.id for r in d.rows] == ["vllm-bench-serve.json:c8:ttft_ms", "vllm-bench-serve.json:c8:tpot_ms",
+                                      "vllm-bench-serve.json:c8:output_tokens_per_s"]
+    m = _by_metric(d)
+    assert m["ttft_ms"].measured == 160.62801042188113
+    assert m["tpot_ms"].measured == 7.848318019807933
+    assert m["output_tokens_per_s"].measured == 884.0477040899472
+    assert {k: v for k, v in m["ttft_ms"].fields.items() if k != "file"} == {
+        "model_named": "meta-llama/Llama-3.1-8B-Instruct", "input_tokens": 1024.015625, "output_tokens": 128.0,
+        "lengths": None, "scenario": "concurrency", "concurrency": 8.0, "closed_loop": True,
+    }
+
+
+def test_vllm_bench_serve_detailed_reader_sees_fixed_lengths():
+    """A --save-detailed file lists every request's lengths: all 1024 and 128, so 'fixed'."""
+    d = read_file(EXAMPLES / "vllm-bench-serve-c32-detailed.json")
+    f = d.rows[0].fields
+    assert (f["concurrency"], f["input_tokens"], f["output_tokens"], f["lengths"]) == (32.0, 1024.0, 128.0, "fixed")
+    assert _by_metric(d)["ttft_ms"].measured == 722.2300877812273
+
+
+def test_guidellm_reader_one_point_set_per_benchmark():
+    """ITL is metrics.inter_token_latency_ms (7.71 ms at 8 streams), not time_per_output_token_ms
+    (8.89 ms), which GuideLLM computes with the first token included."""
+    d = read_file(EXAMPLES / "guidellm-benchmarks.json")
+    assert d.format == "GuideLLM"
+    assert [r.id.split(":", 1)[1] for r in d.rows] == [
+        "0-c8:ttft_ms", "0-c8:itl_ms", "0-c8:output_tokens_per_s", "1-c32:ttft_ms", "1-c32:itl_ms", "1-c32:output_tokens_per_s"]
+    assert [r.measured for r in d.rows] == [158.4448292851448, 7.7101423984437485, 885.5519025978961,
+                                           585.2640047669411, 10.624883329774452, 2069.958673091804]
+    assert {(r.fields["concurrency"], r.fields["lengths"], r.fields["model_named"]) for r in d.rows} == {
+        (8.0, "fixed", "meta-llama/Llama-3.1-8B-Instruct"), (32.0, "fixed", "meta-llama/Llama-3.1-8B-Instruct")}
+
+
+def test_aiperf_reader():
+    """Concurrency 8 from input_config.phases[0].concurrency; lengths' std 0, so fixed."""
+    d = read_file(EXAMPLES / "aiperf-profile_export_aiperf.json")
+    assert d.format == "AIPerf"
+    m = _by_metric(d)
+    assert (m["ttft_ms"].measured, m["itl_ms"].measured, m["output_tokens_per_s"].measured) == (
+        117.50302290625, 8.275203394192912, 864.4063282445708)
+    f = m["ttft_ms"].fields
+    assert (f["concurrency"], f["input_tokens"], f["output_tokens"], f["lengths"], f["model_named"]) == (
+        8.0, 1024.0, 128.0, "fixed", "meta-llama/Llama-3.1-8B-Instruct")
+
+
+def test_vllm_startup_log_reader():
+    """The published log is hard-wrapped ('tensor_parallel_si' / 'ze=1'); the settings survive.
+    Block size: 464,848 tokens / 29,053 blocks = 16."""
+    d = read_file(EXAMPLES / "vllm-startup.log")
+    assert d.format == "vLLM start-up log"
+    assert d.settings == {
+        "engine_version": "0.10.1.1", "tp": 1, "pp": 1, "weight_dtype": "bf16", "kv_dtype": "bf16",
+        "gpu_memory_utilization": 0.5, "max_num_seqs": None, "max_num_batched_tokens": 2048.0, "max_model_len": 16384.0,
+        "block_size": 16.0, "weights_gib": 14.2488, "kv_cache_tokens": 464848.0, "model_named": "Qwen2-7B-Instruct",
+    }
+    assert [(r.metric, r.measured) for r in d.rows] == [("available_kv_gib", 24.83), ("kv_cache_tokens", 464848.0)]
+
+
+def test_step_csv_reader_and_its_label():
+    """The bundled step CSV says it is synthetic; row 1 is 6.0 + 0.05 + 0.00002 x 1024 = 6.07048 ms."""
+    assert (EXAMPLES / "step-times.csv").read_text().startswith("# SYNTHETIC, not a measurement.")
+    d = read_file(EXAMPLES / "step-times.csv")
+    assert len(d.rows) == 14
+    r = d.rows[0]
+    assert (r.id, r.metric, r.measured, r.fields["batch"], r.fields["context_tokens"]) == (
+        "step-times.csv:8:step_time_ms", "step_time_ms", 6.07048, 1.0, 1024.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: one line naming the file, the key and what to do
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("r.json", '{"foo": 1}', "{f}: not a vllm bench serve, GuideLLM or AIPerf result (no 'mean_ttft_ms' key)"),
+    ("r.json", '{"mean_ttft_ms": 1', "{f}: not valid JSON (line 1: Expecting ',' delimiter)"),
+    ("r.json", '{"mean_ttft_ms": 10, "max_concurrency": 4}', "{f}: vllm bench serve result has no 'completed' key"),
+    ("s.csv", "batch,step_ms\n1,6\n", "{f}: a step-time CSV needs columns batch,context_tokens,step_ms; missing context_tokens"),
+    ("s.csv", "batch,context_tokens,step_ms\n1,1024,fast\n", "{f}:2: step_ms 'fast': expected a number > 0"),
+    ("a.csv", "Metric,avg,min\nTime to First Token (ms),1,1\n",
+     "{f}: AIPerf CSV export has no concurrency; give the JSON export (profile_export_aiperf.json)"),
+    ("v.log", "INFO vLLM API server version 0.10.1\n",
+     "{f}: vLLM start-up log has no 'Available KV cache memory' or 'GPU KV cache size' line (did the engine finish starting?)"),
+])
+def test_unreadable_files(tmp_path, name, text, message):
+    f = tmp_path / name
+    f.write_text(text)
+    with pytest.raises(InputError) as exc:
+        read_file(f)
+    assert str(exc.value) == message.format(f=f)
+
+
+def test_bundled_aiperf_csv_is_refused_with_the_fix():
+    f = EXAMPLES / "aiperf-profile_export_aiperf.csv"
+    with pytest.raises(InputError, match=r"AIPerf CSV export has no concurrency; give the JSON export"):
+        read_file(f)
+
+
+def _bench(tmp_path: Path, concurrency: int, name: str = "b.json", **extra) -> Path:
+    data = {"model_id": "meta-llama/Llama-3.1-8B-Instruct", "completed": 4, "total_input_tokens": 4096,
+            "total_output_tokens": 512, "request_rate": "inf", "max_concurrency": concurrency, "mean_ttft_ms": 30.0,
+            "mean_tpot_ms": 7.0, "output_throughput": 140.0, **extra}
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("terms, message", [
+    (("per_sequence_s",), "all points at batch 1: cannot fit per_sequence_s (give measurements at two or more "
+                          "concurrencies, or --terms without it)"),
+    (("bandwidth_efficiency", "step_overhead_s"), "all decode points at one setting: cannot fit both bandwidth_efficiency "
+                                                  "and step_overhead_s (give measurements at two or more concurrencies or "
+                                                  "contexts, or --terms with one of them)"),
+    (("allreduce_latency_us",), "all points at tensor-parallel size 1: cannot fit allreduce_latency_us (no all-reduce runs "
+                                "at tp 1; give measurements at --tp 2 or more, or --terms without it)"),
+    (("sampler_bytes_per_seq_vocab",), "no vLLM start-up log among the files: cannot fit sampler_bytes_per_seq_vocab (give "
+                                       "the server's start-up log, or --terms without it)"),
+    (("moe_gemm_efficiency",), "no mixture-of-experts model among the points: cannot fit moe_gemm_efficiency (--terms without it)"),
+    (("speed",), "--terms speed: not a fittable term"),
+])
+def test_terms_the_data_do_not_constrain_are_refused(tmp_path, terms, message):
+    f = _bench(tmp_path, 1)
+    with pytest.raises(InputError) as exc:
+        calibrate([f], CalibrateSettings(hardware="h100-sxm", terms=terms))
+    assert str(exc.value).startswith(message)
+
+
+def test_no_ttft_no_gemm_efficiency(tmp_path):
+    f = tmp_path / "s.csv"
+    f.write_text("batch,context_tokens,step_ms\n1,1024,7\n8,1024,8\n")
+    with pytest.raises(InputError, match=r"^no TTFT measurement: cannot fit gemm_efficiency \(give a benchmark result "
+                                         r"with a mean TTFT, or --terms without it\)$"):
+        calibrate([f], CalibrateSettings(hardware="h100-sxm", model="llama-3.1-8b", terms=("gemm_efficiency",)))
+
+
+@pytest.mark.parametrize("settings, message", [
+    (CalibrateSettings(hardware="h100-sxm"), "{f}: the file names no model; give --model"),
+    (CalibrateSettings(model="llama-3.1-8b"), "{f}: the file does not name the hardware; give --hardware"),
+])
+def test_model_and_hardware_must_come_from_somewhere(tmp_path, settings, message):
+    f = tmp_path / "s.csv"
+    f.write_text("batch,context_tokens,step_ms\n1,1024,7\n")
+    with pytest.raises(InputError) as exc:
+        calibrate([f], settings)
+    assert str(exc.value).startswith(message.format(f=f))
+
+
+def test_a_model_the_file_names_but_capplan_lacks_needs_the_flag(tmp_path):
+    f = _bench(tmp_path, 1, model_id="acme/Secret-9B")
+    with pytest.raises(InputError, match=r"names 'acme/Secret-9B', which is no bundled model preset; give --model$"):
+        calibrate([f], CalibrateSettings(hardware="h100-sxm"))
+
+
+# ---------------------------------------------------------------------------------------------
+# The fit recovers known terms from data generated through the same predictor
+# ---------------------------------------------------------------------------------------------
+
+KNOWN = {"bandwidth_efficiency": 0.72, "step_overhead_s": 0.0015, "per_sequence_s": 3e-5, "gemm_efficiency": 0.78,
+         "request_overhead_s": 0.02}
+
+
+def _synthetic_files(tmp_path: Path) -> tuple[list[Path], Path]:
+    """Step times at batch 1, 8, 64 x context 512, 4096 and `vllm bench serve` files at 1, 4 and 16
+    clients (1024 / 128 tokens, every request alike: waves), all priced by a vllm-0.19 profile with
+    the KNOWN terms; and a start profile with each known term off by -20% or +25%."""
+    import yaml
+
+    from capplan import benchmark
+    from capplan.accuracy.fit import with_time_terms
+    from capplan.engine import load_engine
+    from capplan.hardware import load_hardware
+    from capplan.modelspec import load_model_spec
+    from capplan.roofline import RooflineInputs, StepPricer
+
+    base = load_engine("vllm-0.19")
+    truth = with_time_terms(base, KNOWN)
+    start = with_time_terms(base, {k: v * (1.25 if i % 2 else 0.8) for i, (k, v) in enumerate(KNOWN.items())})
+    spec, hw = load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm")
+    pricer = StepPricer(spec, hw, RooflineInputs(engine=truth))
+    steps = tmp_path / "steps.csv"
+    steps.write_text("batch,context_tokens,step_ms\n" + "".join(
+        f"{b},{c},{pricer.decode(b, c).step_time_s * 1e3!r}\n" for b in (1, 8, 64) for c in (512, 4096)))
+    files = [steps]
+    server = benchmark.server_for(spec, hw, engine=truth)
+    for c in (1, 4, 16):
+        r = benchmark.static_batch(server, c, 1024, 128)
+        files.append(_bench(tmp_path, c, name=f"c{c}.json", completed=c, total_input_tokens=1024 * c, total_output_tokens=128 * c,
+                            input_lens=[1024] * c, output_lens=[128] * c, mean_ttft_ms=r.ttft_s * 1e3,
+                            mean_tpot_ms=r.itl_s * 1e3, output_throughput=r.output_tokens_per_s))
+    start_path = tmp_path / "start.yaml"
+    start_path.write_text(yaml.safe_dump(start.model_dump(mode="json")))
+    return files, start_path
+
+
+def test_fit_recovers_known_terms_within_one_percent(tmp_path):
+    """Six step times and three benchmarks (TTFT, TPOT, throughput each) constrain all five
+    default terms: decode at 9 settings over batches 1-64, TTFT at 3 settings."""
+    files, start = _synthetic_files(tmp_path)
+    cal = calibrate(files, CalibrateSettings(hardware="h100-sxm", model="llama-3.1-8b", engine=str(start)))
+    fitted = {t.name.split(".", 1)[1]: t.after for t in cal.terms}
+    assert set(fitted) == set(KNOWN)
+    for term, value in KNOWN.items():
+        assert fitted[term] == pytest.approx(value, rel=0.01), term
+    assert cal.median_abs_error_before > 0.05
+    assert cal.median_abs_error_after < 1e-3
+
+
+def test_default_terms_follow_the_data():
+    """One closed-loop run (one decode setting, one TTFT setting): bandwidth and GEMM efficiency
+    only; add a second concurrency and the step overhead and request overhead become fittable."""
+    from capplan.calibrate.terms import data_shape, default_terms
+
+    one = read_file(EXAMPLES / "vllm-bench-serve.json").rows
+    two = one + read_file(EXAMPLES / "vllm-bench-serve-c32-detailed.json").rows
+    assert default_terms(data_shape(one, [], set())) == (["bandwidth_efficiency", "gemm_efficiency"], [])
+    assert default_terms(data_shape(two, [], set()))[0] == [
+        "bandwidth_efficiency", "step_overhead_s", "gemm_efficiency", "request_overhead_s"]
+    steps = read_file(EXAMPLES / "step-times.csv").rows
+    assert default_terms(data_shape(steps, [], set()))[0] == ["bandwidth_efficiency", "step_overhead_s", "per_sequence_s"]
+
+
+def test_startup_log_fits_one_memory_term():
+    """One log constrains one number: the sampler term moves until the KV budget is the logged
+    24.83 GiB (the token count follows: 24.83 GiB / 57,344 B per token ~ 464,9xx)."""
+    cal = calibrate([EXAMPLES / "vllm-startup.log"], CalibrateSettings(hardware="a100-80gb"))
+    assert cal.base == "vllm-0.10"
+    assert [t.name for t in cal.terms] == ["memory.sampler_bytes_per_seq_vocab"]
+    kv = {p.metric: p for p in cal.points}
+    assert kv["available_kv_gib"].after == pytest.approx(24.83, rel=1e-3)
+    assert kv["kv_cache_tokens"].after == pytest.approx(464848, rel=1e-3)
+    assert abs(kv["available_kv_gib"].error_before) > 0.01
+
+
+# ---------------------------------------------------------------------------------------------
+# The calibrated profile: written, loadable, and right on points it never saw
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory):
+    """Calibrate on the vLLM benchmark at 8 clients only; write the profile."""
+    cal = calibrate([EXAMPLES / "vllm-bench-serve.json"], CalibrateSettings(hardware="h100-sxm", name="c8-only"))
+    path = tmp_path_factory.mktemp("cal") / "c8-only.yaml"
+    path.write_text(profile_yaml(cal))
+    return cal, path
+
+
+def test_one_run_fits_its_own_points(one_run):
+    cal, _ = one_run
+    assert [t.name for t in cal.terms] == ["time.bandwidth_efficiency", "time.gemm_efficiency"]
+    assert all(p.setting.startswith("waves of 8") for p in cal.points)
+    assert cal.median_abs_error_after < 0.01 < cal.median_abs_error_before
+    assert any("priced as waves" in n for n in cal.notes)
+
+
+def test_written_profile_loads_and_records_its_origin(one_run):
+    from capplan.engine import load_engine
+
+    cal, path = one_run
+    eng = load_engine(path)
+    assert eng.name == "c8-only"
+    assert eng.calibration == str(EXAMPLES / "vllm-bench-serve.json")
+    ids = ["vllm-bench-serve.json:c8:ttft_ms", "vllm-bench-serve.json:c8:tpot_ms", "vllm-bench-serve.json:c8:output_tokens_per_s"]
+    assert eng.fitted_on["time.bandwidth_efficiency"] == ids
+    assert eng.time.bandwidth_efficiency == pytest.approx(cal.engine.time.bandwidth_efficiency, rel=1e-6)
+
+
+def test_calibrated_on_one_run_predicts_the_others_within_ten_percent(one_run):
+    """The README's test server ran one formula for every file; a profile fitted on the vLLM run at
+    8 clients must price the runs at 32 clients and the GuideLLM and AIPerf runs (12 points)
+    within 10% (median). Their 'before' column is the calibrated profile's prediction."""
+    _, path = one_run
+    others = [EXAMPLES / f for f in ("vllm-bench-serve-c32-detailed.json", "guidellm-benchmarks.json",
+                                     "aiperf-profile_export_aiperf.json")]
+    check = calibrate(others, CalibrateSettings(hardware="h100-sxm", engine=str(path), terms=()))
+    assert check.terms == [] and len(check.points) == 12
+    assert check.median_abs_error_before < 0.10
+    assert all(p.after == p.before for p in check.points)
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------------
+
+
+def test_cli_writes_the_profile_and_reports(runner, tmp_path):
+    out = tmp_path / "My_Engine.yaml"
+    result = runner.invoke(app, ["calibrate", str(EXAMPLES / "vllm-bench-serve.json"), "--hardware", "h100-sxm",
+                                 "--arrivals", "waves", "-o", str(out), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["profile"] == "my-engine" and report["base"] == "vllm-0.19"
+    assert [t["name"] for t in report["terms"]] == ["time.bandwidth_efficiency", "time.gemm_efficiency"]
+    assert report["median_abs_error_after"] < 0.01
+    assert result.stderr == f"wrote {out}\n"
+    assert out.read_text().startswith("# my-engine: vllm-0.19 calibrated on vllm-bench-serve.json (h100-sxm)")
+
+
+def test_cli_refuses_to_overwrite_and_bad_files_exit_2(runner, tmp_path):
+    out = tmp_path / "e.yaml"
+    out.write_text("keep")
+    result = runner.invoke(app, ["calibrate", str(EXAMPLES / "vllm-bench-serve.json"), "--hardware", "h100-sxm", "-o", str(out)])
+    assert result.exit_code == 2 and result.stderr == f"Error: {out}: file exists; pass --force to overwrite it\n"
+    csv = EXAMPLES / "aiperf-profile_export_aiperf.csv"
+    result = runner.invoke(app, ["calibrate", str(csv), "--hardware", "h100-sxm", "-o", str(tmp_path / "n.yaml")])
+    assert result.exit_code == 2
+    assert result.stderr == f"Error: {csv}: AIPerf CSV export has no concurrency; give the JSON export (profile_export_aiperf.json)\n"
+    assert out.read_text() == "keep" and not (tmp_path / "n.yaml").exists()
+
+
+def test_profile_yaml_keeps_small_terms_precise(one_run):
+    """6 significant digits, not 6 decimals: per_sequence_s 8e-06 and the like survive."""
+    cal, _ = one_run
+    import yaml
+
+    data = yaml.safe_load(profile_yaml(cal))
+    assert data["time"]["per_sequence_s"] == cal.engine.time.per_sequence_s
+    assert not math.isnan(data["time"]["bandwidth_efficiency"])
+
+
+def test_cli_compare_only(runner, tmp_path, one_run):
+    """--terms none prices the files with --engine and writes nothing; --output is refused there."""
+    _, path = one_run
+    f = str(EXAMPLES / "guidellm-benchmarks.json")
+    result = runner.invoke(app, ["calibrate", f, "--hardware", "h100-sxm", "--engine", str(path), "--terms", "none"])
+    assert result.exit_code == 0, result.output
+    assert "Profile c8-only against 1 file(s), nothing fitted:" in result.stdout
+    assert "median |predicted / measured - 1| over 6 point(s): " in result.stdout
+    result = runner.invoke(app, ["calibrate", f, "--hardware", "h100-sxm", "--terms", "none", "-o", str(tmp_path / "x.yaml")])
+    assert result.exit_code == 2
+    assert result.stderr == "Error: --output: --terms none fits nothing, so there is no profile to write; drop --output\n"
+    result = runner.invoke(app, ["calibrate", f, "--hardware", "h100-sxm"])
+    assert result.exit_code == 2
+    assert result.stderr == "Error: --output: give the file to write the calibrated profile to (or --terms none to only compare)\n"
+
+
+def test_model_and_hardware_files_are_accepted(tmp_path):
+    """A user's own model or hardware YAML works like a bundled name (here: the bundled files by path)."""
+    repo = EXAMPLES.parent.parent
+    f = tmp_path / "s.csv"
+    f.write_text("batch,context_tokens,step_ms\n1,1024,7\n8,1024,8\n")
+    cal = calibrate([f], CalibrateSettings(model=str(repo / "models" / "llama-3.1-8b.yaml"),
+                                           hardware=str(repo / "hardware_profiles" / "h100-sxm.yaml")))
+    assert [t.name for t in cal.terms] == ["time.bandwidth_efficiency", "time.step_overhead_s"]
+    assert "s.csv: model llama-3.1-8b from --model (the file names no model)" in cal.notes
+    assert "(h100-sxm)" in cal.engine.description
+
+
+def test_same_file_twice_is_refused():
+    f = EXAMPLES / "vllm-bench-serve.json"
+    with pytest.raises(InputError, match=r"vllm-bench-serve.json: given twice; give each file once$"):
+        calibrate([f, f], CalibrateSettings(hardware="h100-sxm"))
+
+
+def test_notes_of_several_files_are_merged():
+    cal = calibrate([EXAMPLES / "guidellm-benchmarks.json", EXAMPLES / "aiperf-profile_export_aiperf.json"],
+                    CalibrateSettings(hardware="h100-sxm", terms=()))
+    assert "guidellm-benchmarks.json, aiperf-profile_export_aiperf.json: hardware h100-sxm from --hardware" in cal.notes
+
+
+def test_a_startup_log_of_the_same_model_sets_the_benchmark_server(tmp_path):
+    """A log of the benchmarked model and tp gives its server the logged token budget: 512 tokens a
+    step prefill a wave of 8 x 1,024-token prompts in 16 chunks instead of 1 (8,192, the H100
+    default), so the predicted TTFT grows by the 15 extra steps' fixed costs."""
+    log = tmp_path / "server.log"
+    log.write_text(
+        "INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version 0.10.1.1\n"
+        "INFO 01-01 00:00:00 [utils.py:1] non-default args: {'model': 'meta-llama/Llama-3.1-8B-Instruct', "
+        "'max_num_batched_tokens': 512}\n"
+        "INFO 01-01 00:00:01 [gpu_worker.py:1] Available KV cache memory: 50.00 GiB\n"
+        "INFO 01-01 00:00:01 [kv_cache_utils.py:1] GPU KV cache size: 409,600 tokens\n")
+    bench = EXAMPLES / "vllm-bench-serve.json"
+    settings = CalibrateSettings(hardware="h100-sxm", arrivals="waves", terms=(), engine="vllm-0.19")
+    alone = {p.metric: p.before for p in calibrate([bench], settings).points}
+    paired = calibrate([log, bench], settings)
+    assert "vllm-bench-serve.json: scheduler limits and KV capacity from server.log (same model and tp)" in paired.notes
+    ttft = next(p.before for p in paired.points if p.metric == "ttft_ms")
+    assert ttft > alone["ttft_ms"] * 1.02
+
+
+def test_rate_runs_have_no_throughput_point(tmp_path):
+    """At 2 requests/s the output rate is 2 x 256 = 512 tokens/s whatever the engine: not a point."""
+    f = _bench(tmp_path, 1, request_rate=2.0, max_concurrency=None)
+    d = read_file(f)
+    assert [r.metric for r in d.rows] == ["ttft_ms", "tpot_ms"]
+    assert d.rows[0].fields["scenario"] == "request_rate" and d.rows[0].fields["request_rate"] == 2.0
