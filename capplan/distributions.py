@@ -197,8 +197,10 @@ def _coerce(value: Any) -> Any:
     if isinstance(value, (int, float)):
         if not math.isfinite(value):
             raise ValueError(f"must be a finite number, got {value}")
-        if not 0 <= value <= MAX_VALUE:
-            raise ValueError(f"must be in [0, {MAX_VALUE:,.0f}], got {value:g}")
+        if value < 0:
+            raise ValueError(f"must be >= 0, got {value:g}")
+        if value > MAX_VALUE:
+            raise ValueError(f"must be <= {MAX_VALUE:,.0f} (10M tokens or seconds), got {value:g}")
         return {"dist": "fixed", "value": value}
     if isinstance(value, dict) and "dist" not in value:
         raise ValueError(

@@ -107,7 +107,7 @@ def kv(
     hw = call(lambda: load_hardware(hardware))
     tps = parse_ints(tp, "--tensor-parallel-size") or [1]
     engine_profile = load_engine_option(engine)
-    contexts = parse_ints(context, "--max-model-len") or [8192]
+    contexts = parse_ints(context, "--context") or [8192]
     rows: list[KVResult] = []
     for t in tps:
         for ctx in contexts:

@@ -49,13 +49,6 @@ class Mode(str, Enum):
     async_ = "async"
 
 
-class SimFormat(str, Enum):
-    """What simulate prints: a table or JSON (no CSV: the result is nested)."""
-
-    table = "table"
-    json = "json"
-
-
 class Sampling(str, Enum):
     active = "active"
     oversample = "oversample"
@@ -157,7 +150,9 @@ def simulate(
             help="Comma-separated bounds, e.g. 0,1,2,4: one sync run and one async run per bound, in one table.",
         ),
     ] = None,
-    format: Annotated[SimFormat, typer.Option("--format", "-f", help="Output format: a rich table or JSON.")] = SimFormat.table,
+    format: Annotated[
+        str, typer.Option("--format", "-f", help="Output format: table or json (no CSV: the result is nested).", metavar="[table|json]")
+    ] = "table",
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write the full result as JSON to this file.", dir_okay=False)
     ] = None,
@@ -184,7 +179,9 @@ def simulate(
     from capplan.sim import SimConfig
     from capplan.workload import load_workload
 
-    format = Format(format.value)
+    if format not in ("table", "json"):
+        raise fail(f"--format {format} is not available for simulate; use table or json")
+    format = Format(format)
     if pp != 1:
         raise fail(f"--pipeline-parallel-size {pp}: simulate models replicas of one pipeline stage (1); capplan kv gives pipeline-parallel memory")
     if output is not None and output.suffix.lower() in (".csv", ".parquet", ".png", ".svg"):
