@@ -80,7 +80,7 @@ def read_text_limited(path: Path, what: str = "input file") -> str:
         raise InputError(f"{path}: cannot read file ({exc.strerror or exc})") from None
     if len(raw) > limit:
         raise InputError(
-            f"{path}: {what} is larger than {limit / 2**20:g} MiB; capplan refuses it before reading "
+            f"{path}: {what} is larger than {limit / 2**20:.3g} MiB; capplan refuses it before reading "
             "(set CAPPLAN_MAX_INPUT_MB to raise the limit)"
         )
     try:
@@ -223,7 +223,8 @@ def check_numbers(source: str, data: Any, text: str | None = None) -> None:
             if isinstance(value, float) and not math.isfinite(value):
                 problem = f"{value} is not a finite number (write a number, e.g. 4096)"
             elif abs(value) > MAX_MAGNITUDE:
-                problem = f"{value:.3g} is out of range (no capplan figure is larger than {MAX_MAGNITUDE:.0e})"
+                shown = f"{value:.3g}" if isinstance(value, float) else _short(str(value), 24)
+                problem = f"{shown} is out of range (no capplan figure is larger than {MAX_MAGNITUDE:.0e})"
             if problem:
                 raise InputError(f"{source}: {_where(path, text)}: {problem}")
 
@@ -353,6 +354,11 @@ def _describe(err: dict[str, Any], model: type[BaseModel], data: Any) -> str:
     msg = err["msg"]
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
+    bound = _RANGE_WORDS.get(kind)
+    if bound is not None:
+        limit = (err.get("ctx") or {}).get(bound[0])
+        if isinstance(limit, (int, float)):
+            return f"must be {bound[1]} {_num(limit)}, got {_short(repr(err.get('input')), 40)}"
     if kind not in ("value_error", "assertion_error") and "input" in err:
         got = err["input"]
         if not isinstance(got, (dict, list)):
@@ -362,6 +368,17 @@ def _describe(err: dict[str, Any], model: type[BaseModel], data: Any) -> str:
         elif isinstance(got, str) and _looks_numeric(got):
             msg += " (a quoted number is text: remove the quotes)"
     return msg
+
+
+_RANGE_WORDS = {
+    "greater_than_equal": ("ge", ">="), "greater_than": ("gt", ">"),
+    "less_than_equal": ("le", "<="), "less_than": ("lt", "<"),
+}
+
+
+def _num(v: float) -> str:
+    """``10000000`` -> ``10,000,000``; ``0.5`` -> ``0.5``."""
+    return f"{int(v):,}" if float(v).is_integer() else f"{v:g}"
 
 
 def _looks_numeric(text: str) -> bool:

@@ -132,6 +132,9 @@ def roofline(
     batches = parse_ints(batch, "--batch", 1)
     contexts = parse_ints(context, "--context", 0) if context is not None else ([0] if kind in (Kind.prefill, Kind.score) else [2048, 8192])
     prompts = parse_ints(prompt, "--prompt", 1)
+    for flag, given, values in (("--batch", batch, batches), ("--context", context, contexts), ("--prompt", prompt, prompts)):
+        if not values:
+            raise fail(f"{flag} {given!r}: give at least one value, e.g. 1,8,64")
     if len(batches) * len(contexts) * len(prompts) > MAX_ROWS:
         raise fail(
             f"--batch x --context x --prompt: {len(batches) * len(contexts) * len(prompts):,} rows, above {MAX_ROWS:,}; "
