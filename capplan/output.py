@@ -151,6 +151,7 @@ def _reason(exc: OSError) -> str:
         errno.EROFS: "read-only file system",
         errno.ENOENT: "no such file or folder",
         errno.ENOTDIR: "a part of the path is not a folder",
+        errno.EEXIST: "a part of the path is not a folder",
         errno.EISDIR: "is a folder",
     }.get(exc.errno or 0, exc.strerror or str(exc))
 

@@ -80,13 +80,18 @@ def read_text_limited(path: Path, what: str = "input file") -> str:
         raise InputError(f"{path}: cannot read file ({exc.strerror or exc})") from None
     if len(raw) > limit:
         raise InputError(
-            f"{path}: {what} is larger than {limit / 2**20:.3g} MiB; capplan refuses it before reading "
+            f"{path}: {what} is larger than {_size(limit)}; capplan refuses it before reading "
             "(set CAPPLAN_MAX_INPUT_MB to raise the limit)"
         )
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a UTF-8 text file") from None
+
+
+def _size(n_bytes: int) -> str:
+    """``4194304`` -> ``4 MiB``; ``104`` -> ``104 bytes``."""
+    return f"{n_bytes / 2**20:.3g} MiB" if n_bytes >= 2**20 else f"{n_bytes:,} bytes"
 
 
 class YAMLRefused(yaml.YAMLError):
