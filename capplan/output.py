@@ -194,6 +194,9 @@ def atomic_path(path: str | Path, force: bool = False, suffix: str | None = None
         os.chmod(tmp, 0o666 & ~_umask())  # as open() would create it, not mkstemp's 0600
         yield Path(tmp)
         os.replace(tmp, path)
+    except BrokenPipeError:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
         raise OutputError(f"{path}: cannot write: {_reason(exc)}") from None
@@ -209,6 +212,8 @@ def atomic_file(path: str | Path, force: bool = False) -> Iterator[TextIO]:
         try:
             with open(tmp, "w", encoding="utf-8", newline="") as fh:
                 yield fh
+        except BrokenPipeError:
+            raise  # a closed pipe (``-o /dev/stdout | head``) ends quietly at the entry point
         except OSError as exc:
             raise OutputError(f"{path}: cannot write: {_reason(exc)}") from None
 

@@ -102,10 +102,14 @@ def parse_prices(values: list[str] | None) -> "float | dict[str, float] | None":
 
 def render(grid: "pd.DataFrame", top_rows: "pd.DataFrame", subject: str, objective: str, priced: bool) -> None:
     """Print the best rows as a table (and why nothing is feasible, when nothing is)."""
+    from rich import box
     from rich.table import Table
 
     out = console()
     table = Table(
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
         title=f"{safe(subject)}: best {len(top_rows)} of {len(grid):,} combinations "
         f"({int(grid['feasible'].sum()):,} feasible), by {objective}",
         title_justify="left",
@@ -118,11 +122,15 @@ def render(grid: "pd.DataFrame", top_rows: "pd.DataFrame", subject: str, objecti
         ("trainer\nidle", "trainer_idle_fraction", lambda v: f"{v:.0%}"),
     ]
     if priced:
-        columns.append(("USD per M\ntrained", "cost_per_million_trained_tokens_usd", lambda v: f"{v:,.2f}"))
-    table.add_column("GPU, tp,\nKV/weights", no_wrap=True)
-    table.add_column("GPUs\ninf+train", justify="right", no_wrap=True)
+        columns.append(("USD/M\ntrained", "cost_per_million_trained_tokens_usd", lambda v: f"{v:,.2f}"))
+    # fold, never an ellipsis: at 80 columns a long profile name wraps rather than losing its end
+    def words(label: str) -> int:
+        return max(len(w) for w in label.split())
+
+    table.add_column("GPU, tp,\nKV/weights", overflow="fold", min_width=words("KV/weights"))
+    table.add_column("GPUs\ninf+train", justify="right", overflow="fold", min_width=words("inf+train"))
     for label, _, _ in columns:
-        table.add_column(label, justify="right", no_wrap=True)
+        table.add_column(label, justify="right", overflow="fold", min_width=words(label))
     for _, row in top_rows.iterrows():
         config = safe(f"{row['hardware']} tp{row['tp']} {row['kv_dtype']}/{row['weight_dtype']}")
         gpus = f"{row['inference_gpus']:,}+{row['trainer_gpus']:,}"
