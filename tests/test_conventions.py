@@ -181,6 +181,13 @@ def test_price_from_the_profile_when_present():
     assert hourly_price(priced, {"x100": 4.0}) == 4.0 and hourly_price(bare, 2.5) == 2.5
 
 
+def test_sweep_grid_limit_default_is_the_librarys():
+    from capplan.plan.grid import MAX_GRID_CELLS
+
+    cmd = typer.main.get_command(app).commands["sweep"]
+    assert next(p.default for p in cmd.params if p.name == "max_grid_cells") == MAX_GRID_CELLS
+
+
 def test_sweep_writes_parquet(runner, tmp_path):
     pq = pytest.importorskip("pyarrow.parquet")
     path = tmp_path / "grid.parquet"

@@ -66,7 +66,7 @@ def write_grid(grid: "pd.DataFrame", output: Path, force: bool) -> None:
 
     def write() -> None:
         with atomic_path(output, force) as tmp:
-            grid.astype({c: "string" for c in grid.columns if grid[c].dtype == object and c != "kv_capacity_tokens_per_replica"}).to_parquet(tmp, index=False)
+            grid.to_parquet(tmp, index=False)
 
     call(write)
     typer.echo(f"wrote {output}", err=True)
@@ -210,7 +210,7 @@ def sweep_cmd(
     ] = None,
     max_grid_cells: Annotated[
         int, typer.Option("--max-grid-cells", help="Refuse a grid of more rows than this (raise it deliberately).", min=1)
-    ] = 1_000_000,
+    ] = 250_000,  # capplan.plan.grid.MAX_GRID_CELLS (not imported here: --help stays fast)
     objective: Annotated[Objective, typer.Option("--objective", help="Rank by per-gpu, throughput or cost.")] = Objective.per_gpu,
     top: Annotated[int, typer.Option("--top", help="Rows to show.", min=1)] = 10,
     conversations: Annotated[int | None, typer.Option("--conversations", help="Monte Carlo sample size.", min=1)] = None,
@@ -246,7 +246,8 @@ def sweep_cmd(
     inference_list = parse_ints(inference_gpus, "--inference-gpus") or None
     trainer_list = parse_ints(trainer_gpus, "--trainer-gpus") or None
     per_config = len(names) * len(tps) * len(kv_dtypes) * len(weight_dtypes)
-    call(lambda: check_grid_size(per_config * len(inference_list or [0] * 40) * len(trainer_list or [0] * 40), max_grid_cells))
+    # a default axis is a doubling series: at most 32 inference and 10 trainer counts
+    call(lambda: check_grid_size(per_config * len(inference_list or range(32)) * len(trainer_list or range(10)), max_grid_cells))
     loaded_workload, spec = call(lambda: load_policy(workload, model))
     loaded_workload = workload_settings(loaded_workload, prefix_caching=prefix_caching, max_model_len=max_model_len)
     call(lambda: check_sample_size(loaded_workload, conversations))
