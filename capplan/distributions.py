@@ -26,13 +26,22 @@ if TYPE_CHECKING:  # numpy is imported lazily so that ``capplan --help`` stays f
 #: z-score of the 95th percentile of a standard normal distribution.
 Z95 = 1.6448536269514722
 
+MAX_VALUE = 10_000_000.0
+"""Largest value a count or wait may take [tokens or seconds]: 10M tokens is the largest context
+capplan accepts, 10M seconds is 116 days; anything above is a typo."""
+MAX_SIGMA = 5.0
+"""Largest log-space sigma of a lognormal [dimensionless]: at 5 the mean sits above the 99.99th
+percentile of the median's scale, far past any measured token-length spread."""
+MAX_EMPIRICAL_SAMPLES = 1_000_000
+"""Most observed values an empirical distribution may list [values]."""
+
 
 class _Dist(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    min: float | None = Field(default=None, ge=0)
+    min: float | None = Field(default=None, ge=0, le=MAX_VALUE)
     """Lower clip applied to every sample (optional)."""
-    max: float | None = Field(default=None, ge=0)
+    max: float | None = Field(default=None, ge=0, le=MAX_VALUE)
     """Upper clip applied to every sample (optional), e.g. a generation-length limit."""
 
     @property
@@ -56,7 +65,7 @@ class Fixed(_Dist):
 
     dist: Literal["fixed"] = "fixed"
     """Distribution kind (the tag that selects this form)."""
-    value: float = Field(ge=0)
+    value: float = Field(ge=0, le=MAX_VALUE)
     """The value [tokens or seconds]."""
 
     @property
@@ -80,9 +89,9 @@ class Uniform(_Dist):
 
     dist: Literal["uniform"] = "uniform"
     """Distribution kind (the tag that selects this form)."""
-    low: float = Field(ge=0)
+    low: float = Field(ge=0, le=MAX_VALUE)
     """Lower end [tokens or seconds]."""
-    high: float = Field(ge=0)
+    high: float = Field(ge=0, le=MAX_VALUE)
     """Upper end [tokens or seconds]."""
 
     @model_validator(mode="after")
@@ -112,14 +121,14 @@ class Lognormal(_Dist):
 
     dist: Literal["lognormal"] = "lognormal"
     """Distribution kind (the tag that selects this form)."""
-    mean_: float = Field(alias="mean", gt=0)
+    mean_: float = Field(alias="mean", gt=0, le=MAX_VALUE)
     """Mean of the distribution before clipping [tokens or seconds]."""
-    p95: float | None = Field(default=None, gt=0)
+    p95: float | None = Field(default=None, gt=0, le=MAX_VALUE)
     """95th percentile before clipping [tokens or seconds]; give this or ``sigma``."""
-    sigma: float | None = Field(default=None, gt=0)
+    sigma: float | None = Field(default=None, gt=0, le=MAX_SIGMA)
     """Standard deviation of the log [dimensionless]; give this or ``p95``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _shape(self) -> "Lognormal":
@@ -158,14 +167,14 @@ class Empirical(_Dist):
 
     dist: Literal["empirical"] = "empirical"
     """Distribution kind (the tag that selects this form)."""
-    samples: list[float] = Field(min_length=1)
+    samples: list[float] = Field(min_length=1, max_length=MAX_EMPIRICAL_SAMPLES)
     """Observed values [tokens or seconds]; each must be >= 0."""
 
     @model_validator(mode="after")
     def _nonneg(self) -> "Empirical":
-        bad = [v for v in self.samples if v < 0]
+        bad = [v for v in self.samples if not 0 <= v <= MAX_VALUE]
         if bad:
-            raise ValueError(f"empirical samples must be >= 0, got {bad[0]:g}")
+            raise ValueError(f"empirical samples must be in [0, {MAX_VALUE:,.0f}], got {bad[0]:g}")
         return self
 
     def mean(self) -> float:
@@ -186,8 +195,12 @@ def _coerce(value: Any) -> Any:
     if isinstance(value, bool):
         raise ValueError("expected a number or a distribution mapping, got a boolean")
     if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise ValueError(f"must be a finite number, got {value}")
         if value < 0:
             raise ValueError(f"must be >= 0, got {value:g}")
+        if value > MAX_VALUE:
+            raise ValueError(f"must be <= {MAX_VALUE:,.0f} (10M tokens or seconds), got {value:g}")
         return {"dist": "fixed", "value": value}
     if isinstance(value, dict) and "dist" not in value:
         raise ValueError(

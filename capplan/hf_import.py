@@ -31,7 +31,7 @@ import yaml
 from pydantic import BaseModel
 
 from capplan.errors import InputError
-from capplan.modelspec import ModelSpec
+from capplan.modelspec import MAX_LAYERS, ModelSpec
 from capplan.yamlio import validate_data
 
 Config = dict[str, Any]
@@ -43,10 +43,48 @@ def _need(config: Config, key: str, source: str) -> Any:
     return config[key]
 
 
-def _int(config: Config, key: str, source: str) -> int:
+def _int(config: Config, key: str, source: str, minimum: int = 1) -> int:
     value = _need(config, key, source)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(f"{source}: config.json '{key}' must be an integer, got {value!r}")
+        raise InputError(f"{source}: config.json '{key}' must be an integer, got {_shown(value)}")
+    if value < minimum:
+        raise InputError(f"{source}: config.json '{key}' must be >= {minimum}, got {value}")
+    return value
+
+
+def _shown(value: Any) -> str:
+    """A config value for a message: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _bool(config: Config, key: str, default: bool, source: str) -> bool:
+    """A boolean field; JSON ``true``/``false`` (and the strings ``"true"``/``"false"``, which some
+    hand-edited configs carry). Any other value is an error: ``bool("false")`` is true in Python."""
+    value = config.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise InputError(f"{source}: config.json '{key}' must be true or false, got {_shown(value)}")
+
+
+def _layer_types(config: Config, source: str) -> list[Any]:
+    """``layer_types``: a list with one entry per layer."""
+    value = config["layer_types"]
+    if not isinstance(value, list):
+        raise InputError(f"{source}: config.json 'layer_types' must be a list of layer kinds, got {_shown(value)}")
+    layers = config.get("num_hidden_layers")
+    if len(value) > MAX_LAYERS:
+        raise InputError(f"{source}: config.json 'layer_types' has {len(value):,} entries; at most {MAX_LAYERS:,} layers are modelled")
+    if isinstance(layers, int) and len(value) != layers:
+        raise InputError(
+            f"{source}: config.json 'layer_types' has {len(value)} entries but num_hidden_layers is {layers}"
+        )
     return value
 
 
@@ -54,8 +92,8 @@ def _common(config: Config, source: str, *, tie_default: bool) -> dict[str, Any]
     """Fields every supported family spells the same way."""
     hidden = _int(config, "hidden_size", source)
     heads = _int(config, "num_attention_heads", source)
-    kv = config.get("num_key_value_heads")
-    head_dim = config.get("head_dim")
+    kv = _int(config, "num_key_value_heads", source) if config.get("num_key_value_heads") is not None else None
+    head_dim = _int(config, "head_dim", source) if config.get("head_dim") is not None else None
     if head_dim is None:
         if hidden % heads:
             raise InputError(
@@ -63,7 +101,7 @@ def _common(config: Config, source: str, *, tie_default: bool) -> dict[str, Any]
                 f"multiple of num_attention_heads {heads}"
             )
         head_dim = hidden // heads
-    if config.get("mlp_bias"):
+    if _bool(config, "mlp_bias", False, source):
         raise InputError(f"{source}: config.json sets 'mlp_bias': true, which capplan does not model")
     return {
         "architecture": config["architectures"][0],
@@ -74,7 +112,7 @@ def _common(config: Config, source: str, *, tie_default: bool) -> dict[str, Any]
         "head_dim": head_dim,
         "intermediate_size": _int(config, "intermediate_size", source),
         "vocab_size": _int(config, "vocab_size", source),
-        "tie_word_embeddings": bool(config.get("tie_word_embeddings", tie_default)),
+        "tie_word_embeddings": _bool(config, "tie_word_embeddings", tie_default, source),
         "max_position_embeddings": _int(config, "max_position_embeddings", source),
     }
 
@@ -109,8 +147,8 @@ def _sliding_from_layer_types(layer_types: list[Any], window: Any, source: str) 
 def _qwen_sliding(config: Config, source: str, num_layers: int) -> dict[str, Any] | None:
     """Qwen2/Qwen3 sliding window: off unless ``use_sliding_window``; then layers >= max_window_layers."""
     if "layer_types" in config and config["layer_types"] is not None:
-        return _sliding_from_layer_types(config["layer_types"], config.get("sliding_window"), source)
-    if not config.get("use_sliding_window", False):
+        return _sliding_from_layer_types(_layer_types(config, source), config.get("sliding_window"), source)
+    if not _bool(config, "use_sliding_window", False, source):
         return None
     first = _int(config, "max_window_layers", source)
     layers = list(range(first, num_layers))
@@ -122,7 +160,7 @@ def _qwen_sliding(config: Config, source: str, num_layers: int) -> dict[str, Any
 def _biased(config: Config, source: str, qk_norm: str) -> dict[str, Any]:
     """Llama-shaped blocks whose ``attention_bias`` covers q/k/v and o, two norms per layer."""
     spec = _common(config, source, tie_default=False)
-    bias = bool(config.get("attention_bias", False))
+    bias = _bool(config, "attention_bias", False, source)
     spec.update(attention_bias=bias, attention_output_bias=bias, qk_norm=qk_norm, norms_per_layer=2)
     return spec
 
@@ -135,7 +173,7 @@ def _mistral(config: Config, source: str) -> dict[str, Any]:
     spec = _llama(config, source)
     if config.get("layer_types") is not None:
         spec["sliding_window"] = _sliding_from_layer_types(
-            config["layer_types"], config.get("sliding_window"), source
+            _layer_types(config, source), config.get("sliding_window"), source
         )
     elif config.get("sliding_window") is not None:
         spec["sliding_window"] = {"window_tokens": _int(config, "sliding_window", source), "pattern": ["sliding"]}
@@ -151,7 +189,7 @@ def _qwen2(config: Config, source: str) -> dict[str, Any]:
 
 def _qwen3(config: Config, source: str) -> dict[str, Any]:
     spec = _common(config, source, tie_default=False)
-    bias = bool(config.get("attention_bias", False))
+    bias = _bool(config, "attention_bias", False, source)
     spec.update(attention_bias=bias, attention_output_bias=bias, qk_norm="per_head", norms_per_layer=2)
     spec["sliding_window"] = _qwen_sliding(config, source, spec["num_layers"])
     return spec
@@ -160,7 +198,10 @@ def _qwen3(config: Config, source: str) -> dict[str, Any]:
 def _qwen3_moe(config: Config, source: str) -> dict[str, Any]:
     spec = _qwen3(config, source)
     step = config.get("decoder_sparse_step", 1)
-    dense = sorted(config.get("mlp_only_layers") or [])
+    only = config.get("mlp_only_layers") or []
+    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+        raise InputError(f"{source}: config.json 'mlp_only_layers' must be a list of layer indices, got {_shown(only)}")
+    dense = sorted(only)
     if step != 1 or dense != list(range(len(dense))):
         raise InputError(
             f"{source}: config.json decoder_sparse_step {step} / mlp_only_layers {dense}: capplan "
@@ -177,11 +218,11 @@ def _qwen3_moe(config: Config, source: str) -> dict[str, Any]:
 
 def _gemma2(config: Config, source: str) -> dict[str, Any]:
     spec = _common(config, source, tie_default=True)
-    bias = bool(config.get("attention_bias", False))
+    bias = _bool(config, "attention_bias", False, source)
     spec.update(attention_bias=bias, attention_output_bias=bias, qk_norm="none", norms_per_layer=4)
     if config.get("layer_types") is not None:
         spec["sliding_window"] = _sliding_from_layer_types(
-            config["layer_types"], config.get("sliding_window"), source
+            _layer_types(config, source), config.get("sliding_window"), source
         )
     else:
         spec["sliding_window"] = {
@@ -192,7 +233,7 @@ def _gemma2(config: Config, source: str) -> dict[str, Any]:
 
 
 def _deepseek_v3(config: Config, source: str) -> dict[str, Any]:
-    if config.get("attention_bias"):
+    if _bool(config, "attention_bias", False, source):
         raise InputError(f"{source}: config.json sets 'attention_bias': true, which capplan does not model for MLA")
     if config.get("moe_layer_freq", 1) != 1:
         raise InputError(f"{source}: config.json moe_layer_freq {config['moe_layer_freq']} is not supported (only 1)")
@@ -239,10 +280,10 @@ def _mixtral(config: Config, source: str) -> dict[str, Any]:
 
 def _gpt_oss(config: Config, source: str) -> dict[str, Any]:
     spec = _common(config, source, tie_default=False)
-    bias = bool(config.get("attention_bias", True))
+    bias = _bool(config, "attention_bias", True, source)
     spec.update(attention_bias=bias, attention_output_bias=bias, qk_norm="none", norms_per_layer=2)
     if config.get("layer_types") is not None:
-        spec["sliding_window"] = _sliding_from_layer_types(config["layer_types"], config.get("sliding_window"), source)
+        spec["sliding_window"] = _sliding_from_layer_types(_layer_types(config, source), config.get("sliding_window"), source)
     spec["moe"] = {
         "num_experts": _int(config, "num_local_experts", source),
         "experts_per_token": _int(config, "num_experts_per_tok", source),
@@ -262,7 +303,7 @@ def _olmo3(config: Config, source: str) -> dict[str, Any]:
     spec = _olmo2(config, source)
     if config.get("layer_types") is not None:
         spec["sliding_window"] = _sliding_from_layer_types(
-            config["layer_types"], config.get("sliding_window"), source
+            _layer_types(config, source), config.get("sliding_window"), source
         )
     return spec
 

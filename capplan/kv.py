@@ -577,6 +577,21 @@ def compute_kv(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> KVRes
     )
 
 
+def smallest_fitting_tp(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> int | None:
+    """The smallest tensor-parallel degree above ``inp.tp`` (2, 4, ... 64) at which at least one
+    sequence of ``inp.context`` tokens fits in the KV budget; ``None`` when none does."""
+    for tp in (2, 4, 8, 16, 32, 64):
+        if tp <= inp.tp:
+            continue
+        try:
+            r = compute_kv(spec, hw, inp.replace(tp=tp, weights_gib=None))
+        except (DoesNotFitError, InputError):
+            continue
+        if r.max_concurrent_sequences >= 1:
+            return tp
+    return None
+
+
 def _raise_does_not_fit(
     spec: "ModelSpec",
     hw: "HardwareProfile",
@@ -590,16 +605,8 @@ def _raise_does_not_fit(
     budget: float,
     seq_bytes: float,
 ) -> None:
-    suggestion = ""
-    for tp in (2, 4, 8, 16, 32, 64):
-        if tp <= inp.tp:
-            continue
-        try:
-            compute_kv(spec, hw, inp.replace(tp=tp, weights_gib=None))
-        except (DoesNotFitError, InputError):
-            continue
-        suggestion = f"; --tp {tp} fits"
-        break
+    tp = smallest_fitting_tp(spec, hw, inp)
+    suggestion = f"; --tp {tp} fits one sequence of {inp.context:,} tokens" if tp else ""
     raise DoesNotFitError(
         f"{spec.name} on {hw.name} (tp={inp.tp}, pp={inp.pp}): weights, activations and overhead exceed "
         "the memory budget: "

@@ -37,7 +37,16 @@ QKNorm = Literal["none", "per_head", "full_projection"]
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
-_CONFIG = ConfigDict(extra="forbid", frozen=True)
+_CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+MAX_LAYERS = 10_000
+"""Most decoder layers a spec may have [layers] (the deepest published model has a few hundred)."""
+MAX_WIDTH = 1_000_000
+"""Largest width, head count, head size or expert count [elements or count]."""
+MAX_INNER = 10_000_000
+"""Largest MLP inner width or vocabulary [elements or tokens]."""
+MAX_POSITIONS = 100_000_000
+"""Largest declared context [tokens]."""
 
 
 class MoESpec(BaseModel):
@@ -45,22 +54,22 @@ class MoESpec(BaseModel):
 
     model_config = _CONFIG
 
-    num_experts: int = Field(gt=0)
+    num_experts: int = Field(gt=0, le=MAX_WIDTH)
     """Routed experts per MoE layer [count] (HF ``num_experts`` / ``n_routed_experts``)."""
 
-    experts_per_token: int = Field(gt=0)
+    experts_per_token: int = Field(gt=0, le=MAX_WIDTH)
     """Routed experts each token is sent to [count] (HF ``num_experts_per_tok``)."""
 
-    expert_intermediate_size: int = Field(gt=0)
+    expert_intermediate_size: int = Field(gt=0, le=MAX_INNER)
     """Inner width of one routed expert's gated MLP [elements] (HF ``moe_intermediate_size``)."""
 
-    num_shared_experts: int = Field(default=0, ge=0)
+    num_shared_experts: int = Field(default=0, ge=0, le=MAX_WIDTH)
     """Always-active shared experts per MoE layer [count] (HF ``n_shared_experts``)."""
 
-    shared_expert_intermediate_size: int | None = Field(default=None, gt=0)
+    shared_expert_intermediate_size: int | None = Field(default=None, gt=0, le=MAX_INNER)
     """Inner width of one shared expert [elements]; defaults to ``expert_intermediate_size``."""
 
-    first_dense_layers: int = Field(default=0, ge=0)
+    first_dense_layers: int = Field(default=0, ge=0, le=MAX_LAYERS)
     """Leading layers that use the dense MLP of width ``intermediate_size`` instead of MoE
     [count] (DeepSeek ``first_k_dense_replace``)."""
 
@@ -89,19 +98,19 @@ class MLASpec(BaseModel):
 
     model_config = _CONFIG
 
-    q_lora_rank: int | None = Field(default=None, gt=0)
+    q_lora_rank: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
     """Rank of the query down-projection [elements]; ``null`` = full-rank ``q_proj``."""
 
-    kv_lora_rank: int = Field(gt=0)
+    kv_lora_rank: int = Field(gt=0, le=MAX_WIDTH)
     """Width of the compressed key/value latent that is cached per token [elements]."""
 
-    qk_nope_head_dim: int = Field(gt=0)
+    qk_nope_head_dim: int = Field(gt=0, le=MAX_WIDTH)
     """Per-head query/key width without rotary position embedding [elements]."""
 
-    qk_rope_head_dim: int = Field(gt=0)
+    qk_rope_head_dim: int = Field(gt=0, le=MAX_WIDTH)
     """Per-head query/key width carrying RoPE; the key part is shared by all heads [elements]."""
 
-    v_head_dim: int = Field(gt=0)
+    v_head_dim: int = Field(gt=0, le=MAX_WIDTH)
     """Per-head value width [elements]."""
 
 
@@ -115,13 +124,13 @@ class SlidingWindowSpec(BaseModel):
 
     model_config = _CONFIG
 
-    window_tokens: int = Field(gt=0)
+    window_tokens: int = Field(gt=0, le=MAX_POSITIONS)
     """Tokens a sliding layer attends to (and keeps in its KV cache) [tokens]."""
 
-    layers: list[int] | None = None
+    layers: list[int] | None = Field(default=None, max_length=MAX_LAYERS)
     """0-based indices of the sliding-window layers."""
 
-    pattern: list[Literal["sliding", "full"]] | None = None
+    pattern: list[Literal["sliding", "full"]] | None = Field(default=None, max_length=MAX_LAYERS)
     """Per-layer kinds repeated cyclically from layer 0."""
 
     @model_validator(mode="after")
@@ -145,13 +154,13 @@ class LinearAttentionSpec(BaseModel):
 
     model_config = _CONFIG
 
-    layers: list[int]
+    layers: list[int] = Field(max_length=MAX_LAYERS)
     """0-based indices of the linear-attention layers."""
 
-    state_elements_per_layer: int = Field(gt=0)
+    state_elements_per_layer: int = Field(gt=0, le=10**12)
     """Recurrent state held per sequence in one linear-attention layer [elements]."""
 
-    mixer_params_per_layer: int = Field(gt=0)
+    mixer_params_per_layer: int = Field(gt=0, le=10**12)
     """Weights of one linear-attention token mixer, replacing the attention projections
     [parameters]."""
 
@@ -180,26 +189,26 @@ class ModelSpec(BaseModel):
     architecture: str
     """Hugging Face ``architectures[0]`` (e.g. ``LlamaForCausalLM``)."""
 
-    num_layers: int = Field(gt=0)
+    num_layers: int = Field(gt=0, le=MAX_LAYERS)
     """Decoder layers [count] (HF ``num_hidden_layers``)."""
 
-    hidden_size: int = Field(gt=0)
+    hidden_size: int = Field(gt=0, le=MAX_WIDTH)
     """Residual-stream width ``d`` [elements]."""
 
-    num_attention_heads: int = Field(gt=0)
+    num_attention_heads: int = Field(gt=0, le=MAX_WIDTH)
     """Query heads per layer [count]."""
 
-    num_kv_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0, le=MAX_WIDTH)
     """Key/value heads per layer [count] (HF ``num_key_value_heads``; GQA when fewer than query
     heads). For MLA models this is the config value; the cache holds the latent instead."""
 
-    head_dim: int = Field(gt=0)
+    head_dim: int = Field(gt=0, le=MAX_WIDTH)
     """Per-head query/key width [elements]; for MLA ``qk_nope_head_dim + qk_rope_head_dim``."""
 
-    intermediate_size: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0, le=MAX_INNER)
     """Inner width of the dense gated MLP [elements]; for MoE models only dense layers use it."""
 
-    vocab_size: int = Field(gt=0)
+    vocab_size: int = Field(gt=0, le=MAX_INNER)
     """Rows of the token-embedding matrix (and of the LM head) [tokens]."""
 
     tie_word_embeddings: bool
@@ -218,11 +227,11 @@ class ModelSpec(BaseModel):
     and k) or ``full_projection`` (OLMo 2/3: over all ``H*h`` query and ``H_kv*h`` key
     channels)."""
 
-    norms_per_layer: int = Field(default=2, ge=0)
+    norms_per_layer: int = Field(default=2, ge=0, le=100)
     """Hidden-size RMSNorm weight vectors per decoder layer [count]: 2 for Llama-style
     pre-norm and OLMo 2/3 post-norm, 4 for Gemma-2 (pre and post around both sub-blocks)."""
 
-    max_position_embeddings: int = Field(gt=0)
+    max_position_embeddings: int = Field(gt=0, le=MAX_POSITIONS)
     """Longest context the config declares [tokens]."""
 
     moe: MoESpec | None = None
@@ -237,7 +246,7 @@ class ModelSpec(BaseModel):
     linear_attention: LinearAttentionSpec | None = None
     """Linear-attention layers of a hybrid model; ``null`` when there are none."""
 
-    mtp_modules: int = Field(default=0, ge=0)
+    mtp_modules: int = Field(default=0, ge=0, le=MAX_LAYERS)
     """Multi-token-prediction modules shipped with the checkpoint but not part of the main
     model [count] (DeepSeek ``num_nextn_predict_layers``); not counted in ``total_params``."""
 

@@ -16,7 +16,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from capplan.distributions import Distribution, Fixed
+from capplan.errors import InputError
 from capplan.resources import resolve
+from capplan.units import MAX_CONTEXT_TOKENS, MAX_SEQUENCES
 from capplan.yamlio import FieldError, load_model
 
 Method = Literal["sft", "distillation", "outcome-rl", "multi-turn-rl", "serving"]
@@ -28,17 +30,55 @@ ROLLOUT_METHODS: frozenset[str] = frozenset({"distillation", "outcome-rl", "mult
 #: Methods with a trainer that consumes the records.
 TRAINER_METHODS: frozenset[str] = frozenset({"sft", "distillation", "outcome-rl", "multi-turn-rl"})
 
+MAX_TURNS = 10_000
+"""Most turns a conversation may have [turns] (the compact form expands to this many)."""
+MAX_CONVERSATIONS = 10_000_000
+"""Largest Monte Carlo sample a workload may ask for [conversations]."""
+MAX_SAMPLE_CELLS = 20_000_000
+"""Most conversation-turns one Monte Carlo sample may hold [conversations x turns]. Measured:
+``capplan ledger agentic-tool-rl --conversations 1000000`` (12 turns, 12M cells) peaks at 1.06 GB,
+about 90 bytes per cell, so this is a ~2 GB memory budget."""
+MAX_SECONDS = 10_000_000.0
+"""Largest target or time accepted [s] (116 days)."""
+
+
+def check_sample_size(workload: "Workload", conversations: int | None = None, where: str = "--conversations") -> None:
+    """Refuse a Monte Carlo sample of ``workload`` above :data:`MAX_SAMPLE_CELLS` before it is drawn.
+
+    Parameters
+    ----------
+    conversations : int, optional
+        Sample size [conversations]; default the workload's ``sampling.conversations``.
+    where : str
+        What set it, for the message (a flag, or ``file: sampling.conversations``).
+
+    Raises
+    ------
+    InputError
+        With the cells the sample would hold and how to narrow it.
+    """
+    n = workload.sampling.conversations if conversations is None else conversations
+    if workload.conversation.is_fixed():
+        return  # a fixed workload is computed exactly from one conversation
+    turns = workload.conversation.max_turns
+    if n > MAX_CONVERSATIONS or n * turns > MAX_SAMPLE_CELLS:
+        raise InputError(
+            f"{where} {n:,}: {n:,} conversations x {turns:,} turns = {n * turns:,} conversation-turns, above the "
+            f"{MAX_SAMPLE_CELLS:,} one sample may hold (about 2 GB); sample at most "
+            f"{max(MAX_SAMPLE_CELLS // turns, 1):,} conversations"
+        )
+
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Volume(_Strict):
     """How much work one step (one trainer update, or one unit of serving) contains."""
 
-    prompts_per_step: int = Field(default=1, ge=1)
+    prompts_per_step: int = Field(default=1, ge=1, le=MAX_SEQUENCES)
     """Unique prompts per step [prompts]."""
-    samples_per_prompt: int = Field(default=1, ge=1)
+    samples_per_prompt: int = Field(default=1, ge=1, le=MAX_SEQUENCES)
     """Samples (rollouts) drawn per prompt, the GRPO group size [conversations per prompt]."""
 
     @property
@@ -72,7 +112,7 @@ class Conversation(_Strict):
 
     prompt_tokens: Distribution
     """Tokens of the initial prompt [tokens]."""
-    turns: list[Turn] | None = Field(default=None, min_length=1)
+    turns: list[Turn] | None = Field(default=None, min_length=1, max_length=MAX_TURNS)
     """Explicit list of turns (give this or ``num_turns``)."""
     num_turns: Distribution | None = None
     """Compact form: number of turns (a count >= 1; a distribution needs a bounded upper end)."""
@@ -82,9 +122,9 @@ class Conversation(_Strict):
     """Compact form: tool-observation tokens after each turn but the last [tokens]."""
     tool_wait_s: Distribution | None = None
     """Compact form: tool wait after each turn but the last [s]."""
-    max_context: int | None = Field(default=None, ge=1)
+    max_context: int | None = Field(default=None, ge=1, le=MAX_CONTEXT_TOKENS)
     """Context limit [tokens]: a response that would pass it is truncated there."""
-    max_response_tokens: int | None = Field(default=None, ge=1)
+    max_response_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT_TOKENS)
     """Generation limit per invocation [tokens] (an engine's ``max_tokens``): a longer action is
     cut there, marked truncated, and ends the conversation."""
 
@@ -102,6 +142,10 @@ class Conversation(_Strict):
                 raise ValueError("num_turns: a lognormal number of turns needs a 'max'")
             if self.num_turns.upper_bound() < 1:
                 raise ValueError("num_turns: must allow at least 1 turn")
+            if self.num_turns.upper_bound() > MAX_TURNS:
+                raise ValueError(
+                    f"num_turns: at most {MAX_TURNS:,} turns, got up to {self.num_turns.upper_bound():,.0f}"
+                )
         return self
 
     @property
@@ -157,8 +201,8 @@ class Cache(_Strict):
         if self.reuse != "explicit" and self.reused_prefix_tokens is not None:
             raise ValueError("'reused_prefix_tokens' is only allowed with reuse: explicit")
         for i, v in enumerate(self.reused_prefix_tokens or []):
-            if v < 0:
-                raise ValueError(f"reused_prefix_tokens[{i}] must be >= 0, got {v}")
+            if not 0 <= v <= MAX_CONTEXT_TOKENS:
+                raise ValueError(f"reused_prefix_tokens[{i}] must be in [0, {MAX_CONTEXT_TOKENS:,}], got {v}")
         return self
 
 
@@ -182,7 +226,7 @@ class Training(_Strict):
     verl's ``old_log_probs`` and open-instruct do); ignored without a rollout engine."""
     teacher_model: str | None = None
     """Teacher model preset or path for ``teacher_scoring`` (default: the policy ``model``)."""
-    step_time_target_s: float | None = Field(default=None, gt=0)
+    step_time_target_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
     """Trainer step-time target [s] used to size trainer GPUs when none are given."""
 
     @model_validator(mode="after")
@@ -195,20 +239,30 @@ class Training(_Strict):
 class Serving(_Strict):
     """Targets of a ``serving`` workload."""
 
-    arrival_rate_per_s: float = Field(gt=0)
+    arrival_rate_per_s: float = Field(gt=0, le=MAX_SEQUENCES)
     """Mean request arrival rate [requests/s]."""
-    ttft_target_s: float | None = Field(default=None, gt=0)
+    ttft_target_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
     """Time-to-first-token target at ``percentile`` [s]."""
-    tpot_target_s: float | None = Field(default=None, gt=0)
+    tpot_target_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
     """Time-per-output-token target at ``percentile`` [s]."""
     percentile: float = Field(default=95.0, gt=0, lt=100)
-    """Percentile the targets apply to [0-100]."""
+    """Percentile the targets apply to [0-100]: 99 means p99 (a fraction such as 0.99 is refused)."""
+
+    @model_validator(mode="after")
+    def _percent_scale(self) -> "Serving":
+        if self.percentile < 1:
+            raise FieldError(
+                ("percentile",),
+                f"{self.percentile:g} looks like a fraction; percentiles are on a 0-100 scale "
+                f"(write {self.percentile * 100:g} for p{self.percentile * 100:g})",
+            )
+        return self
 
 
 class Sampling(_Strict):
     """Monte Carlo settings for workloads with distributions."""
 
-    conversations: int = Field(default=100_000, ge=1, le=50_000_000)
+    conversations: int = Field(default=100_000, ge=1, le=MAX_CONVERSATIONS)
     """Conversations sampled to estimate means and percentiles."""
     seed: int = Field(default=0, ge=0)
     """Seed of the random generator: the same seed gives the same ledger."""
@@ -243,6 +297,13 @@ class Workload(_Strict):
     @model_validator(mode="after")
     def _cross(self) -> "Workload":
         conv = self.conversation
+        if not conv.is_fixed() and self.sampling.conversations * conv.max_turns > MAX_SAMPLE_CELLS:
+            n, turns = self.sampling.conversations, conv.max_turns
+            raise FieldError(
+                ("sampling", "conversations"),
+                f"{n:,} conversations x {turns:,} turns = {n * turns:,} conversation-turns, above the "
+                f"{MAX_SAMPLE_CELLS:,} one sample may hold (about 2 GB); use at most {max(MAX_SAMPLE_CELLS // turns, 1):,}",
+            )
         if self.serving is not None and self.method != "serving":
             raise FieldError(("serving",), f"only allowed with method: serving (this workload is {self.method})")
         if self.cache.reused_prefix_tokens is not None:

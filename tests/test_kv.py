@@ -109,7 +109,8 @@ def test_model_that_does_not_fit_suggests_tp():
     with pytest.raises(DoesNotFitError) as info:
         compute_kv(spec("llama-3.1-70b"), H100, KVInputs(tp=1))
     msg = str(info.value)
-    assert "weights 131." in msg and "--tp 2 fits" in msg
+    # tp 2 holds the weights but not one 8K sequence (0 sequences): the suggestion is the smallest tp that does
+    assert "weights 131." in msg and "--tp 4 fits one sequence of 8,192 tokens" in msg
 
 
 def test_impossible_tp_is_rejected_with_reason():
@@ -222,7 +223,7 @@ def test_kv_cli_errors(runner):
     from capplan.cli.app import app
 
     r = runner.invoke(app, ["kv", "-m", "llama-3.1-70b", "-H", "h100-sxm"])
-    assert r.exit_code == 2 and "--tp 2 fits" in r.stderr
+    assert r.exit_code == 2 and "--tp 4 fits one sequence" in r.stderr
     r = runner.invoke(app, ["kv", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--tp", "3"])
     assert r.exit_code == 2 and r.stderr.startswith("Error: --tp 3: llama-3.1-8b has 32 attention heads")
     r = runner.invoke(app, ["kv", "-m", "llama-3.1-8b", "-H", "h200x"])

@@ -312,7 +312,7 @@ def test_unknown_nested_key_names_field_path(tmp_path: Path) -> None:
     [
         ({"num_kv_heads": 5}, "not a multiple of num_kv_heads"),
         ({"name": "Llama-8B"}, "name .*lower case"),
-        ({"hidden_size": 0}, "hidden_size .*greater than 0"),
+        ({"hidden_size": 0}, "hidden_size .*must be > 0, got 0"),
         ({"qk_norm": "yes"}, "qk_norm .*'none', 'per_head' or 'full_projection'"),
         ({"sources": {}}, "published_total_params is set but sources.published_total_params"),
         ({"sources": {"source": "x", "published_total_params": "y", "colour": "z"}}, "not fields: colour"),

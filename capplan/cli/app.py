@@ -37,6 +37,8 @@ app = typer.Typer(
         "  capplan ledger seed-replay                              # per-token-class ledger\n"
         "  capplan ledger my-workload.yaml --check                 # CI gate: exit 1 on a broken identity\n"
         "  capplan sweep agentic-tool-rl --hardware h100-sxm,h200 --tp 1,2,4\n"
+        "  capplan workloads                                       # the bundled examples\n"
+        "  capplan init agentic-rl                                 # a commented starting file\n"
         "  capplan profiles list"
     ),
     no_args_is_help=True,
@@ -90,6 +92,7 @@ def _register() -> None:
         roofline_cmd,
         simulate_cmd,
         sweep_cmd,
+        workloads_cmd,
     )
 
     plan_cmd.commands.register(app)
@@ -104,6 +107,8 @@ def _register() -> None:
     ledger_cmd.commands.register(ledger_app)
     reconcile_cmd.commands.register(ledger_app)
     app.add_typer(ledger_app, name="ledger")
+    app.add_typer(workloads_cmd.workloads_app, name="workloads")
+    app.command("init", help=workloads_cmd.INIT_HELP)(workloads_cmd.init)
     app.add_typer(profiles_cmd.profiles_app, name="profiles")
     app.add_typer(profiles_cmd.model_app, name="model")
 
@@ -112,5 +117,61 @@ _register()
 
 
 def run() -> None:
-    """Run the app (console-script entry point)."""
-    app()
+    """Run the app (console-script entry point), never ending in a traceback.
+
+    A closed pipe (``capplan ... | head``) ends quietly with status 141, as Unix tools killed by
+    SIGPIPE do; a closed or failing standard output, an interrupt, and any unexpected error
+    print one line on standard error. ``CAPPLAN_DEBUG=1`` shows the traceback of an
+    unexpected error.
+    """
+    import os
+    import sys
+
+    if sys.stdout is None:  # started with standard output closed (``capplan ... >&-``)
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        _die("standard output is closed; nothing can be printed (redirect it to a file or /dev/null)", 1)
+    try:
+        app()
+    except BrokenPipeError:
+        _quiet_pipe()
+        sys.exit(141)
+    except KeyboardInterrupt:
+        _die("interrupted", 130)
+    except OSError as exc:
+        _die(f"cannot write the output: {exc.strerror or exc}", 1)
+    except RecursionError:
+        _die("the input is nested too deeply to process", 2)
+    except MemoryError:
+        _die("out of memory; narrow the input (fewer values, a smaller grid or sample)", 1)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, never a traceback
+        if os.environ.get("CAPPLAN_DEBUG"):
+            raise
+        from capplan.output import printable
+
+        detail = printable(f"{type(exc).__name__}: {exc}")[:300]
+        _die(f"internal error ({detail}); please report it with the command line (CAPPLAN_DEBUG=1 shows the traceback)", 1)
+
+
+def _quiet_pipe() -> None:
+    """Point standard output at /dev/null so the interpreter's final flush cannot fail again."""
+    import os
+    import sys
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _die(message: str, code: int) -> None:
+    """Print ``Error: message`` on standard error if it is writable, and exit with ``code``."""
+    import sys
+
+    try:
+        sys.stderr.write(f"Error: {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
+    _quiet_pipe()
+    sys.exit(code)

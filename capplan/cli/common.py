@@ -24,12 +24,42 @@ class Format(str, Enum):
 
 
 FormatOpt = Annotated[
-    Format, typer.Option("--format", "-f", help="Output format: a rich table, CSV (long format) or JSON.")
+    Format | None,
+    typer.Option(
+        "--format", "-f",
+        help="Output format: a rich table, CSV (long format) or JSON [default: the --output file's extension "
+        "(.csv, .json), else table].",
+        show_default=False,
+    ),
 ]
 OutputOpt = Annotated[
     Path | None,
-    typer.Option("--output", "-o", help="Write to this file (atomically) instead of standard output.", dir_okay=False),
+    typer.Option(
+        "--output", "-o",
+        help="Write to this file (atomically; '-' is standard output) instead of standard output; "
+        ".csv and .json choose the format.",
+        dir_okay=False,
+    ),
 ]
+
+EXTENSION_FORMATS = {".csv": "csv", ".json": "json", ".parquet": "parquet", ".png": "png", ".svg": "svg"}
+"""Output file extensions that name a format."""
+
+
+def pick_format(format: "Format | None", output: Path | None, allowed: tuple[str, ...] = ("csv", "json")) -> Format:
+    """The output format: ``--format`` if given, else the ``--output`` file's extension, else table.
+
+    An extension that names a format this command cannot write, or one that contradicts an
+    explicit ``--format``, is a one-line error (exit 2): ``-o x.csv`` never holds a box-drawn table.
+    """
+    ext = EXTENSION_FORMATS.get(output.suffix.lower()) if output is not None and str(output) != "-" else None
+    if ext is not None and ext not in allowed:
+        raise fail(f"--output {output}: this command cannot write {ext}; give a .{' or .'.join(allowed)} file or no extension")
+    if format is None:
+        return Format(ext) if ext is not None else Format.table
+    if ext is not None and ext != format.value:
+        raise fail(f"--output {output} is a .{ext} file but --format is {format.value}; drop one or make them agree")
+    return format
 ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite an existing --output file.")]
 
 
@@ -71,6 +101,85 @@ MaxBatchedTokensOpt = Annotated[
     typer.Option("--max-num-batched-tokens", "--max-batched-tokens", help=_kv_help("max_batched_tokens"), min=1),
 ]
 BlockSizeOpt = Annotated[int | None, typer.Option("--block-size", help=_kv_help("block_size"), min=1)]
+MaxModelLenOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-model-len",
+        help="Longest context a sequence may reach [tokens] (vLLM --max-model-len): caps the workload's "
+        "conversation.max_context; a response that would pass it is truncated there.",
+        min=1,
+    ),
+]
+PrefixCachingOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--enable-prefix-caching/--no-enable-prefix-caching",
+        help="Automatic prefix caching (vLLM): on sets the workload's cache.reuse to auto (each invocation reuses "
+        "the prefix earlier ones computed), off to none [default: the workload's cache.reuse].",
+        show_default=False,
+    ),
+]
+
+
+def warn(message: str) -> None:
+    """Print ``Warning: message`` (one line, user text escaped) on standard error."""
+    from capplan.output import printable
+
+    typer.echo(f"Warning: {printable(str(message))}", err=True)
+
+
+def engine_settings(
+    profile: "Any",
+    *,
+    gpu_memory_utilization: float | None = None,
+    block_size: int | None = None,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+) -> "Any":
+    """``profile`` (an :class:`~capplan.engine.EngineProfile`) with vLLM engine arguments applied
+    to its memory terms, validated, its ``calibration`` naming the overrides; unchanged when none
+    is given. A value out of range is a one-line error naming the flag."""
+    from pydantic import ValidationError
+
+    from capplan.engine import EngineProfile
+
+    given = {
+        "gpu_memory_utilization": gpu_memory_utilization, "block_size": block_size,
+        "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
+    }
+    given = {k: v for k, v in given.items() if v is not None}
+    if not given:
+        return profile
+    memory = profile.memory.model_dump()
+    for key, value in given.items():
+        memory[key] = {"large": value, "small": value} if key in ("max_num_seqs", "max_num_batched_tokens") else value
+    note = ", ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in given.items())
+    try:
+        return EngineProfile.model_validate(
+            {**profile.model_dump(), "memory": memory, "calibration": f"{profile.calibration}; {note}"}
+        )
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        key = next((str(p) for p in err["loc"] if str(p) in given), "")
+        raise fail(f"--{key.replace('_', '-')} {given.get(key)}: {err['msg'].lower()}") from None
+
+
+def workload_settings(workload: "Any", *, prefix_caching: bool | None = None, max_model_len: int | None = None) -> "Any":
+    """``workload`` with vLLM's ``--enable-prefix-caching`` (cache reuse auto or none) and
+    ``--max-model-len`` (a cap on ``conversation.max_context``) applied, validated again."""
+    if prefix_caching is None and max_model_len is None:
+        return workload
+    from capplan.yamlio import validate_data
+
+    data = workload.model_dump(by_alias=True, exclude_none=True)
+    if prefix_caching is not None:
+        data["cache"] = {**data.get("cache", {}), "reuse": "auto" if prefix_caching else "none"}
+        data["cache"].pop("reused_prefix_tokens", None)
+    if max_model_len is not None:
+        conv = data["conversation"]
+        current = conv.get("max_context")
+        conv["max_context"] = max_model_len if current is None else min(current, max_model_len)
+    return call(lambda: validate_data(f"{workload.name} with --max-model-len/--enable-prefix-caching", data, type(workload)))
 
 EngineOpt = Annotated[
     str | None,
@@ -116,9 +225,22 @@ def file_console(width: int = 120) -> "Console":
 
 
 def fail(message: str, code: int = 2) -> "typer.Exit":
-    """Print ``Error: message`` on standard error and return the exit to raise."""
-    typer.echo(f"Error: {message}", err=True)
+    """Print ``Error: message`` on standard error (one line: control characters and line
+    breaks of user text escaped) and return the exit to raise."""
+    from capplan.output import printable
+
+    typer.echo(f"Error: {printable(str(message))}", err=True)
     return typer.Exit(code)
+
+
+def safe(text: object) -> str:
+    """User text made inert for a rich renderer: control characters escaped (:func:`capplan.output.printable`),
+    then rich markup (``[bold]``, ``[link=...]``) escaped so it prints as written."""
+    from rich.markup import escape
+
+    from capplan.output import printable
+
+    return escape(printable(str(text)))
 
 
 def call(fn: Callable[[], T]) -> T:
@@ -132,14 +254,17 @@ def call(fn: Callable[[], T]) -> T:
 
 
 def emit(text: str, output: Path | None, force: bool) -> None:
-    """Send rendered CSV/JSON/text to ``output`` (atomically) or standard output."""
-    from capplan.output import write_atomic
+    """Send rendered CSV/JSON/text to ``output`` (atomically) or standard output (``None`` or ``-``)."""
+    from capplan.output import is_special, write_atomic
 
-    if output is None:
+    if output is None or str(output) == "-":
         sys.stdout.write(text)
+        sys.stdout.flush()
         return
+    special = is_special(output)
     path = call(lambda: write_atomic(output, text, force=force))
-    typer.echo(f"wrote {path}", err=True)
+    if not special:
+        typer.echo(f"wrote {path}", err=True)
 
 
 def fmt_num(value: float | int, digits: int = 1) -> str:

@@ -20,15 +20,21 @@ from capplan.cli.common import (
     MaxNumSeqsOpt,
     OutputOpt,
     PPOpt,
+    PrefixCachingOpt,
     TPListOpt,
     _kv_help,
     call,
     console,
     dtype_name,
     emit,
+    fail,
     file_console,
     load_engine_option,
     parse_ints,
+    pick_format,
+    safe,
+    warn,
+    workload_settings,
 )
 
 if TYPE_CHECKING:
@@ -64,7 +70,11 @@ def kv(
     kv_dtype: KVDtypeOpt = "bf16",
     weight_dtype: DtypeOpt = "bf16",
     context: Annotated[
-        list[str] | None, typer.Option("--context", "-c", help=_kv_help("context", " A list gives one row each."))
+        list[str] | None,
+        typer.Option(
+            "--max-model-len", "--context", "-c",
+            help=_kv_help("context", " A list gives one row each (vLLM --max-model-len)."),
+        ),
     ] = None,
     gpu_mem_util: GpuMemUtilOpt = None,
     block_size: BlockSizeOpt = None,
@@ -81,14 +91,18 @@ def kv(
     workload: Annotated[
         str | None, typer.Option("--workload", "-w", help="Workload file or name: report its concurrency.")
     ] = None,
-    format: FormatOpt = Format.table,
+    prefix_caching: PrefixCachingOpt = None,
+    format: FormatOpt = None,
     output: OutputOpt = None,
     force: ForceOpt = False,
 ) -> None:
     from capplan.hardware import load_hardware
-    from capplan.kv import KVInputs, compute_kv
+    from capplan.kv import KVInputs, compute_kv, smallest_fitting_tp
     from capplan.modelspec import load_model_spec
 
+    format = pick_format(format, output)
+    if prefix_caching is not None and workload is None:
+        raise fail("--enable-prefix-caching/--no-enable-prefix-caching applies to a --workload's reuse; the KV budget does not depend on it")
     spec = call(lambda: load_model_spec(model))
     hw = call(lambda: load_hardware(hardware))
     tps = parse_ints(tp, "--tensor-parallel-size") or [1]
@@ -114,13 +128,29 @@ def kv(
                 graph_gib=graph_gib,
                 engine=engine_profile,
             ))
-            rows.append(call(lambda: compute_kv(spec, hw, inp)))
+            row = call(lambda: compute_kv(spec, hw, inp))
+            rows.append(row)
+            if row.max_concurrent_sequences < 1:
+                better = smallest_fitting_tp(spec, hw, inp)
+                hint = f"; the smallest that fits one is --tensor-parallel-size {better}" if better else "; no tensor-parallel degree up to 64 fits one"
+                warn(
+                    f"tp {t}: not one sequence of {ctx:,} tokens fits in the {row.kv_budget_gib_per_gpu:.2f} GiB KV budget "
+                    f"per GPU (an engine would refuse to start){hint}"
+                )
+    for ctx in contexts:
+        if ctx > spec.max_position_embeddings:
+            warn(
+                f"--max-model-len {ctx:,} exceeds {spec.name}'s max_position_embeddings ({spec.max_position_embeddings:,}); "
+                "vLLM refuses a longer --max-model-len"
+            )
     conc = None
     if workload is not None:
         from capplan.concurrency import workload_concurrency
         from capplan.workload import load_workload
 
         w = call(lambda: load_workload(workload))
+        if prefix_caching is not None:
+            w = workload_settings(w, prefix_caching=prefix_caching)
         conc = [call(lambda: workload_concurrency(spec, hw, r, w, max_num_seqs=r.max_num_seqs)) for r in rows]
 
     if format is Format.json:
@@ -149,12 +179,12 @@ def kv(
 
 
 def render(con, rows, conc) -> None:  # noqa: ANN001
-    from rich.markup import escape
     from rich.table import Table
 
+    escape = safe
     r0 = rows[0]
     con.print(
-        f"{r0.model} on {r0.hardware}: kv {r0.kv_dtype}, weights {r0.weight_dtype}, pp {r0.pp}, "
+        f"{escape(r0.model)} on {escape(r0.hardware)}: kv {r0.kv_dtype}, weights {r0.weight_dtype}, pp {r0.pp}, "
         f"block {r0.block_size} tokens, gpu_mem_util {r0.gpu_mem_util:g}, max batched tokens {r0.max_batched_tokens:,}, "
         f"max seqs {r0.max_num_seqs:,}. GiB = 2^30 bytes."
     )
@@ -184,19 +214,19 @@ def render(con, rows, conc) -> None:  # noqa: ANN001
         t.add_row(escape(label), *(cell(r) for r in rows), style="bold" if label.startswith("=") else None)
     con.print(t)
     if conc:
-        w = Table(title=f"Workload {conc[0].workload}: conversations per replica", title_justify="left")
+        w = Table(title=f"Workload {escape(conc[0].workload)}: conversations per replica", title_justify="left")
         w.add_column("", no_wrap=True)
         for r in rows:
             w.add_column(f"tp {r.tp}", justify="right")
         wl = [
-            ("KV during tool wait", lambda c: c.kv_during_tool_wait),
+            ("KV during tool wait", lambda c: escape(c.kv_during_tool_wait)),
             ("mean KV held [tokens]", lambda c: f"{c.mean_kv_tokens_held:,.0f}"),
             ("resident conversations", lambda c: f"{c.resident_conversations:,.1f}"),
             ("  runnable (decoding)", lambda c: f"{c.runnable_sequences:,.1f}"),
             ("  waiting on tools", lambda c: f"{c.waiting_conversations:,.1f}"),
             ("resident at p95 peak context", lambda c: f"{c.resident_at_p95_peak:,}"),
             ("decode step [ms]", lambda c: f"{c.decode_step_s * 1e3:.1f}"),
-            ("binding limit", lambda c: c.binding),
+            ("binding limit", lambda c: escape(c.binding)),
         ]
         for label, cell in wl:
             w.add_row(escape(label), *(cell(c) for c in conc))

@@ -7,7 +7,19 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from capplan.cli.registry import CommandSet
-from capplan.cli.common import Format, FormatOpt, ForceOpt, OutputOpt, call, console, emit, file_console, fmt_num
+from capplan.cli.common import (
+    Format,
+    FormatOpt,
+    ForceOpt,
+    OutputOpt,
+    call,
+    console,
+    emit,
+    file_console,
+    fmt_num,
+    pick_format,
+    safe,
+)
 
 if TYPE_CHECKING:
     from capplan.ledger import Ledger
@@ -32,7 +44,7 @@ commands = CommandSet()
 )
 def show(
     workload: Annotated[str, typer.Argument(help="Workload file, or the name of a bundled workload.")],
-    format: FormatOpt = Format.table,
+    format: FormatOpt = None,
     output: OutputOpt = None,
     force: ForceOpt = False,
     check: Annotated[
@@ -45,10 +57,13 @@ def show(
     seed: Annotated[int | None, typer.Option(help="Random seed (overrides sampling.seed).", min=0)] = None,
 ) -> None:
     from capplan.ledger import compute_ledger
-    from capplan.workload import load_workload
+    from capplan.output import printable
+    from capplan.workload import check_sample_size, load_workload
 
+    format = pick_format(format, output)
     w = call(lambda: load_workload(workload))
-    led = compute_ledger(w, conversations=conversations, seed=seed)
+    call(lambda: check_sample_size(w, conversations))
+    led = call(lambda: compute_ledger(w, conversations=conversations, seed=seed))
     if format is Format.json:
         from capplan.output import to_json
 
@@ -60,7 +75,7 @@ def show(
     if check:
         broken = [c for c in led.checks if not c.ok]
         for c in broken:
-            typer.echo(f"check failed: {c.name}: {c.detail}", err=True)
+            typer.echo(f"check failed: {c.name}: {printable(c.detail)}", err=True)
         if broken:
             raise typer.Exit(1)
 
@@ -83,7 +98,6 @@ def ledger_csv(led: "Ledger") -> str:
 
 
 def render_table(led: "Ledger", output: object, force: bool) -> None:
-    from rich.markup import escape
     from rich.table import Table
 
     from capplan.ledger import CLASSES_AND_TOTAL, COUNTERS
@@ -102,7 +116,7 @@ def render_table(led: "Ledger", output: object, force: bool) -> None:
             f"Per step [positions] = per conversation x {led.conversations_per_step:,} conversations",
         ),
     ):
-        t = Table(title=escape(f"{led.workload} ({led.method}): {title}"), title_justify="left")
+        t = Table(title=safe(f"{led.workload} ({led.method}): {title}"), title_justify="left")
         t.add_column("counter", no_wrap=True, min_width=17)
         for c in CLASSES_AND_TOTAL:
             t.add_column(c, justify="right")
@@ -124,6 +138,6 @@ def render_table(led: "Ledger", output: object, force: bool) -> None:
     con.print("Checks (over every sampled conversation):")
     for c in led.checks:
         mark = "[green]ok  [/green]" if c.ok else "[bold red]FAIL[/bold red]"
-        con.print(f"  {mark} {c.name}: {escape(c.detail)}")
+        con.print(f"  {mark} {c.name}: {safe(c.detail)}")
     if output is not None:
         emit(con.file.getvalue(), output, force)  # type: ignore[attr-defined,arg-type]

@@ -25,6 +25,7 @@ commands = CommandSet()
 )
 def validate(files: Annotated[list[str], typer.Argument(help="Workload files or bundled names.")]) -> None:
     from capplan.errors import CapplanError
+    from capplan.output import printable
     from capplan.workload import load_workload
 
     bad = 0
@@ -33,9 +34,9 @@ def validate(files: Annotated[list[str], typer.Argument(help="Workload files or 
             w = load_workload(f)
         except CapplanError as exc:
             bad += 1
-            typer.echo(f"invalid: {exc}")
+            typer.echo(f"invalid: {printable(str(exc))}")
         else:
-            typer.echo(f"ok: {f} ({w.name}, {w.method})")
+            typer.echo(printable(f"ok: {f} ({w.name}, {w.method})"))
     if bad:
         raise typer.Exit(1)
 

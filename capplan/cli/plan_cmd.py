@@ -11,6 +11,7 @@ import typer
 from capplan.cli.registry import CommandSet
 from capplan.cli.common import (
     _kv_help,
+    BlockSizeOpt,
     call,
     console,
     dtype_name,
@@ -22,8 +23,14 @@ from capplan.cli.common import (
     Format,
     FormatOpt,
     KVDtypeOpt,
+    engine_settings,
     load_engine_option,
+    MaxModelLenOpt,
+    MaxNumSeqsOpt,
+    PrefixCachingOpt,
+    safe,
     TPOpt,
+    workload_settings,
 )
 
 if TYPE_CHECKING:
@@ -32,6 +39,10 @@ if TYPE_CHECKING:
 
 commands = CommandSet()
 """This module's commands (registered by :mod:`capplan.cli.app`)."""
+
+
+MAX_SPLITS = 2048
+"""Default limit on the splits ``--total-gpus`` evaluates (about a millisecond each)."""
 
 
 class Mode(str, Enum):
@@ -145,41 +156,42 @@ def render(plans: list["Plan"], explain: bool) -> None:
     out = console()
     first = plans[0]
     out.print(
-        f"capplan plan on {first.hardware} (tp {first.tp}, KV {first.kv_dtype}, weights {first.weight_dtype}), trainer on "
-        f"{first.trainer_hardware}, mode {first.mode}{f' (max staleness {first.max_staleness})' if first.mode == 'async' else ''}; "
+        f"capplan plan on {safe(first.hardware)} (tp {first.tp}, KV {first.kv_dtype}, weights {first.weight_dtype}), trainer on "
+        f"{safe(first.trainer_hardware)}, mode {first.mode}{f' (max staleness {first.max_staleness})' if first.mode == 'async' else ''}; "
         f"engine profile {escape(first.engine_profile)} ({escape(first.calibration)}). GiB = 2^30 B; FLOP/s and bandwidth decimal."
     )
     table = Table(title="Capacity plan, one column per workload", title_justify="left")
     table.add_column("", no_wrap=True)
     for p in plans:
-        table.add_column(f"{p.workload}\n({p.method}, {p.model})", justify="right")
+        # fold, never an ellipsis: two workloads must stay distinguishable at 80 columns
+        table.add_column(f"{safe(p.workload)}\n({safe(p.method)}, {safe(p.model)})", justify="right", overflow="fold")
     for label, _, get in ROWS:
         if get is None:
             table.add_row(f"[bold]{escape(label)}[/bold]", *([""] * len(plans)))
             continue
-        table.add_row(escape(label), *(_cell(get(p)) for p in plans))
+        table.add_row(escape(label), *(safe(_cell(get(p))) for p in plans))
     out.print(table)
     for p in plans:
         if p.serving:
             serving = p.serving
             out.print(
-                f"{p.workload} (serving): {serving['replicas']} replica(s) of tp {p.tp} for {serving['arrival_rate_per_s']:g} req/s; "
+                f"{safe(p.workload)} (serving): {serving['replicas']} replica(s) of tp {p.tp} for {serving['arrival_rate_per_s']:g} req/s; "
                 f"at most {serving['per_replica_requests_per_s']:,.1f} req/s per replica (batch {serving['batch_per_replica']:,.0f}), "
                 f"operating batch {serving['operating_batch_per_replica']:,.0f}; TTFT {serving['ttft_s'] * 1e3:,.0f} ms, "
                 f"TPOT {serving['tpot_s'] * 1e3:,.1f} ms, p{serving.get('percentile', 95):g} latency {serving['latency_s']:,.1f} s; "
                 f"binding: {serving['binding_constraint']}"
                 f"{'' if serving['feasible'] else ' - the targets cannot be met at this tp'}"
             )
-        out.print(f"{p.workload}: {escape(p.sizing)}.")
+        out.print(f"{safe(p.workload)}: {escape(p.sizing)}.")
         if p.filter_factor > 1:
             out.print(
-                f"{p.workload}: filtering drops {1 - 1 / p.filter_factor:.0%} of prompt groups, so rollout work per "
+                f"{safe(p.workload)}: filtering drops {1 - 1 / p.filter_factor:.0%} of prompt groups, so rollout work per "
                 f"trained step is x{p.filter_factor:.2f}."
             )
     out.print("Assumptions: " + escape("; ".join(dict.fromkeys(a for p in plans for a in p.assumptions))) + ".")
     if explain:
         for p in plans:
-            out.print(f"\n[bold]{escape(p.workload)}: formulas with the numbers substituted[/bold]")
+            out.print(f"\n[bold]{safe(p.workload)}: formulas with the numbers substituted[/bold]")
             for line in p.explain:
                 out.print("  " + escape(line))
 
@@ -228,9 +240,24 @@ def plan(
         float | None, typer.Option("--gpu-memory-utilization", "--gpu-mem-util", help=_kv_help("gpu_mem_util"))
     ] = None,
     engine: EngineOpt = None,
+    max_num_seqs: MaxNumSeqsOpt = None,
+    max_num_batched_tokens: Annotated[
+        int | None,
+        typer.Option("--max-num-batched-tokens", "--max-batched-tokens", help=_kv_help("max_batched_tokens"), min=1),
+    ] = None,
+    block_size: BlockSizeOpt = None,
+    max_model_len: MaxModelLenOpt = None,
+    prefix_caching: PrefixCachingOpt = None,
+    pp: Annotated[
+        int, typer.Option("--pipeline-parallel-size", "-pp", "--pp", help="Pipeline-parallel degree; plan models 1 only.", min=1)
+    ] = 1,
     conversations: Annotated[
         int | None, typer.Option("--conversations", help="Monte Carlo sample size (default: the workload's).", min=1)
     ] = None,
+    max_grid_cells: Annotated[
+        int,
+        typer.Option("--max-grid-cells", help="Most splits --total-gpus may evaluate (one per replica count; raise it deliberately).", min=1),
+    ] = MAX_SPLITS,
     explain: Annotated[bool, typer.Option("--explain", help="Print every formula with the numbers substituted.")] = False,
     format: FormatOpt = Format.table,
     output_dir: Annotated[
@@ -244,14 +271,28 @@ def plan(
     from capplan.plan import PlanInputs, plan_workload
     from capplan.plan.inputs import load_policy, load_teacher
 
-    if trainer_gpus and inference_gpus and total_gpus:
-        raise fail("give --total-gpus or both --trainer-gpus and --inference-gpus, not all three")
+    from capplan.workload import check_sample_size
+
+    if total_gpus and (trainer_gpus or inference_gpus):
+        given = "--trainer-gpus" if trainer_gpus else "--inference-gpus"
+        raise fail(f"--total-gpus with {given}: give --total-gpus alone (capplan chooses the split) or the GPU counts without it")
+    if total_gpus and total_gpus // tp > max_grid_cells:
+        raise fail(
+            f"--total-gpus {total_gpus:,} at tp {tp} means {total_gpus // tp:,} splits to evaluate, above --max-grid-cells "
+            f"{max_grid_cells:,}: raise --tensor-parallel-size, give --inference-gpus and --trainer-gpus, or raise --max-grid-cells"
+        )
+    if pp != 1:
+        raise fail(f"--pipeline-parallel-size {pp}: plan models replicas of one pipeline stage (1); capplan kv gives pipeline-parallel memory")
     hw = call(lambda: load_hardware(hardware))
     thw = call(lambda: load_hardware(trainer_hardware)) if trainer_hardware else hw
-    engine_profile = load_engine_option(engine)
+    engine_profile = engine_settings(
+        load_engine_option(engine), block_size=block_size, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+    )
     plans = []
     for name in workloads:
         workload, spec = call(lambda: load_policy(name, model))
+        workload = workload_settings(workload, prefix_caching=prefix_caching, max_model_len=max_model_len)
+        call(lambda: check_sample_size(workload, conversations))
         teacher = call(lambda: load_teacher(workload))
         inputs = call(
             lambda: PlanInputs(

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from capplan.cli.common import ForceOpt, console, emit, fail
+from capplan.cli.common import ForceOpt, call, console, emit, fail, safe
 
 profiles_app = typer.Typer(
     help=(
@@ -136,11 +136,11 @@ def show(name: Annotated[str, typer.Argument(help="Profile or preset name, or a 
         if Path(name).is_file():
             raise fail(str(last))  # noqa: F821
         names = [h.name for h in list_hardware()] + list_models()
-        raise fail(f"{name}: no hardware profile or model preset of that name; known: {', '.join(names)}")
+        raise fail(f"{name[:80]}: no hardware profile or model preset of that name; known: {', '.join(names)}")
     data = obj.model_dump(exclude_none=True)
     sources = data.pop("sources", {})
     con = console()
-    t = Table(title=f"{name}", title_justify="left", show_lines=False)
+    t = Table(title=safe(name), title_justify="left", show_lines=False)
     t.add_column("field")
     t.add_column("value", overflow="fold")
     t.add_column("source", overflow="fold", style="dim")
@@ -151,7 +151,7 @@ def show(name: Annotated[str, typer.Argument(help="Profile or preset name, or a 
                 walk(f"{prefix}.{k}" if prefix else k, v)
         else:
             src = sources.get(prefix) or sources.get(prefix.split(".")[0], "")
-            t.add_row(prefix, str(value), src)
+            t.add_row(safe(prefix), safe(value), safe(src))
 
     walk("", data)
     if hasattr(obj, "total_params"):
@@ -180,15 +180,24 @@ def import_(
     force: ForceOpt = False,
 ) -> None:
     import json
+    import re
 
     from capplan.errors import InputError
     from capplan.hf_import import spec_from_hf_config, spec_to_yaml
+    from capplan.yamlio import read_text_limited
 
+    text = call(lambda: read_text_limited(config, "config.json"))
     try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise fail(f"{config}: not a readable JSON file ({exc})") from None
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise fail(f"{config}: not valid JSON at line {exc.lineno}: {exc.msg}") from None
+    except (ValueError, RecursionError) as exc:  # nesting beyond the parser's depth, a 5,000-digit number
+        what = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:100]
+        raise fail(f"{config}: not a readable JSON file ({what})") from None
     chosen = (name or config.resolve().parent.name or "imported-model").lower().replace("_", "-")
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", chosen):
+        flag = "--name" if name else f"the folder name {config.resolve().parent.name!r} (the default --name)"
+        raise fail(f"{flag}: a profile name is lower case letters, digits, '.', '-' or '_'; pass --name, e.g. --name my-llama")
 
     def build() -> str:
         spec = spec_from_hf_config(data, chosen, str(config))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable
 import typer
 
 from capplan.cli.registry import CommandSet
-from capplan.cli.common import Format, FormatOpt, ForceOpt, OutputOpt, call, console, emit, file_console, fmt_num
+from capplan.cli.common import Format, FormatOpt, ForceOpt, OutputOpt, call, console, emit, file_console, fmt_num, pick_format
 
 if TYPE_CHECKING:
     from capplan.reconcile import Reconciliation
@@ -74,7 +74,7 @@ def reconcile(
     mapping: Annotated[
         Mapping, typer.Option(help="Record format: capplan's own, or a framework's dump (see docs/reconcile.md).")
     ] = Mapping.capplan,
-    format: FormatOpt = Format.table,
+    format: FormatOpt = None,
     max_errors: Annotated[
         int, typer.Option(help="Failures listed with their line number; the rest are counted.", min=0)
     ] = 20,
@@ -83,6 +83,7 @@ def reconcile(
 ) -> None:
     from capplan.reconcile import reconcile as run
 
+    format = pick_format(format, output)
     expected = None
     if workload is not None:
         from capplan.workload import load_workload

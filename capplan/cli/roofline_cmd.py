@@ -10,13 +10,19 @@ import typer
 
 from capplan.cli.registry import CommandSet
 from capplan.cli.common import (
+    BlockSizeOpt,
     DtypeOpt,
     EngineOpt,
     Format,
     FormatOpt,
     ForceOpt,
+    GpuMemUtilOpt,
     KVDtypeOpt,
+    MaxModelLenOpt,
+    MaxNumSeqsOpt,
     OutputOpt,
+    PPOpt,
+    PrefixCachingOpt,
     TPOpt,
     call,
     console,
@@ -26,6 +32,9 @@ from capplan.cli.common import (
     file_console,
     load_engine_option,
     parse_ints,
+    pick_format,
+    safe,
+    warn,
 )
 
 if TYPE_CHECKING:
@@ -74,9 +83,15 @@ def roofline(
     model: Annotated[str, typer.Option("--model", "-m", help="Model preset name or model YAML path.")],
     hardware: Annotated[str, typer.Option("--hardware", "-H", help="Hardware profile name or YAML path.")],
     tp: TPOpt = 1,
+    pp: PPOpt = 1,
     weight_dtype: DtypeOpt = "bf16",
     kv_dtype: KVDtypeOpt = "bf16",
     engine: EngineOpt = None,
+    gpu_mem_util: GpuMemUtilOpt = None,
+    max_num_seqs: MaxNumSeqsOpt = None,
+    block_size: BlockSizeOpt = None,
+    max_model_len: MaxModelLenOpt = None,
+    prefix_caching: PrefixCachingOpt = None,
     batch: Annotated[str, typer.Option("--batch", help="Comma-separated batch sizes [sequences].")] = "1,8,64,256",
     context: Annotated[
         str | None,
@@ -97,7 +112,7 @@ def roofline(
     interconnect_efficiency: Annotated[float | None, typer.Option(help=_rf_help("interconnect_efficiency"))] = None,
     allreduce_latency_us: Annotated[float | None, typer.Option(help=_rf_help("allreduce_latency_us"))] = None,
     step_overhead_s: Annotated[float | None, typer.Option(help=_rf_help("step_overhead_s"))] = None,
-    format: FormatOpt = Format.table,
+    format: FormatOpt = None,
     output: OutputOpt = None,
     force: ForceOpt = False,
     plot: Annotated[
@@ -109,23 +124,48 @@ def roofline(
     from capplan.modelspec import load_model_spec
     from capplan.roofline import RooflineInputs, roofline_rows
 
+    format = pick_format(format, output)
+    if pp != 1:
+        raise fail(f"--pipeline-parallel-size {pp}: roofline prices the steps of one pipeline stage set; give 1 (capplan kv models the memory of pipeline stages)")
+    if prefix_caching is not None:
+        raise fail("--enable-prefix-caching/--no-enable-prefix-caching does not apply to roofline: give the cached prefix of each step with --context")
     batches = parse_ints(batch, "--batch", 1)
     contexts = parse_ints(context, "--context", 0) if context is not None else ([0] if kind in (Kind.prefill, Kind.score) else [2048, 8192])
     prompts = parse_ints(prompt, "--prompt", 1)
+    for flag, given, values in (("--batch", batch, batches), ("--context", context, contexts), ("--prompt", prompt, prompts)):
+        if not values:
+            raise fail(f"{flag} {given!r}: give at least one value, e.g. 1,8,64")
+    if len(batches) * len(contexts) * len(prompts) > MAX_ROWS:
+        raise fail(
+            f"--batch x --context x --prompt: {len(batches) * len(contexts) * len(prompts):,} rows, above {MAX_ROWS:,}; "
+            "give fewer values"
+        )
+    if max_model_len is not None:
+        longest = max(contexts) + (max(prompts) if kind is not Kind.decode else 1)
+        if longest > max_model_len:
+            raise fail(
+                f"--max-model-len {max_model_len:,}: a {kind.value} step reaches {longest:,} positions (--context + --prompt); "
+                "lower --context/--prompt or raise --max-model-len"
+            )
     if plot is not None:
         _check_plot_path(plot, force)
     spec = call(lambda: load_model_spec(model))
     hw = call(lambda: load_hardware(hardware))
+    engine_profile = load_engine_option(engine)
     inp = call(
         lambda: RooflineInputs(
             tp=tp, weight_dtype=dtype_name(weight_dtype), kv_dtype=dtype_name(kv_dtype),
             gemm_dtype=dtype_name(gemm_dtype) if gemm_dtype else None,
             compute_efficiency=compute_efficiency, bandwidth_efficiency=bandwidth_efficiency,
             interconnect_efficiency=interconnect_efficiency, allreduce_latency_us=allreduce_latency_us,
-            step_overhead_s=step_overhead_s, engine=load_engine_option(engine),
+            step_overhead_s=step_overhead_s, engine=engine_profile,
         )
     )
     rows = call(lambda: roofline_rows(spec, hw, inp, kind.value, batches, contexts, prompts, token_budget))
+    fits = _memory_fit(spec, hw, inp, rows, gpu_mem_util, block_size, max_num_seqs, token_budget)
+    bad = [f for f in fits if f]
+    if bad and format is not Format.table:
+        warn(f"{len(bad)} of {len(rows)} rows do not fit on {hw.name} at tp {tp}: {bad[0]} (first); their figures are not achievable")
     if format is Format.json:
         from capplan.output import to_json
 
@@ -136,13 +176,50 @@ def roofline(
 
         emit(to_csv(ROW_KEYS, ([r[k] for k in ROW_KEYS] for r in rows)), output, force)
     else:
-        _table(spec, hw, inp, rows, contexts, output, force)
+        _table(spec, hw, inp, rows, contexts, output, force, fits)
     if plot is not None:
         from capplan.plots import plot_roofline
 
         curves = _decode_curves(spec, hw, inp, rows, batches, contexts)
         call(lambda: plot_roofline(spec, hw, inp, rows, curves, plot, force=force))
         typer.echo(f"wrote {plot}", err=True)
+
+
+MAX_ROWS = 100_000
+"""Most rows one roofline call prints [rows]."""
+
+
+def _memory_fit(
+    spec: "ModelSpec", hw: "HardwareProfile", inp: "RooflineInputs", rows: list[dict[str, Any]],
+    gpu_mem_util: float | None, block_size: int | None, max_num_seqs: int | None, token_budget: int,
+) -> list[str]:
+    """Per row, why its batch cannot be held on the GPU ("" when it can): the KV positions its
+    sequences hold against the KV capacity of the same configuration (:func:`capplan.kv.compute_kv`),
+    and the batch against ``--max-num-seqs`` when given."""
+    from capplan.errors import DoesNotFitError, InputError
+    from capplan.kv import KVInputs, compute_kv
+
+    try:
+        kv = compute_kv(spec, hw, KVInputs(
+            tp=inp.tp, kv_dtype=inp.kv_dtype, weight_dtype=inp.weight_dtype, gpu_mem_util=gpu_mem_util,
+            block_size=block_size, max_num_seqs=max_num_seqs, max_batched_tokens=token_budget, engine=inp.engine,
+        ))
+    except DoesNotFitError:
+        return ["the weights alone exceed the memory budget"] * len(rows)
+    except InputError as exc:
+        raise fail(str(exc)) from None
+    out = []
+    for row in rows:
+        held = row["batch"] * (row["context"] + row["prompt"] + (1 if row["kind"] == "decode" else 0))
+        if row["kind"] == "mixed":
+            held = row["batch"] * (row["context"] + 1) + row["prompt"]
+        if max_num_seqs is not None and row["batch"] > max_num_seqs:
+            out.append(f"batch {row['batch']:,} > --max-num-seqs {max_num_seqs:,}")
+        elif held > kv.kv_capacity_tokens:
+            out.append(f"batch {row['batch']:,} holds {held:,} KV positions, capacity {kv.kv_capacity_tokens:,}")
+        else:
+            out.append("")
+    return out
 
 
 def _check_plot_path(path: Path, force: bool) -> None:
@@ -157,7 +234,8 @@ def _check_plot_path(path: Path, force: bool) -> None:
 
 
 def _table(
-    spec: "ModelSpec", hw: "HardwareProfile", inp: "RooflineInputs", rows: list[dict[str, Any]], contexts: list[int], output: Path | None, force: bool
+    spec: "ModelSpec", hw: "HardwareProfile", inp: "RooflineInputs", rows: list[dict[str, Any]], contexts: list[int],
+    output: Path | None, force: bool, fits: list[str] | None = None,
 ) -> None:
     from rich import box
     from rich.table import Table
@@ -175,7 +253,7 @@ def _table(
         "mixed": "tok/s = decoded + prefilled positions/s; prompt = the chunk prefilled",
     }[kind]
     t = Table(
-        title=(
+        title=safe(
             f"{spec.name} on {hw.name}, TP{inp.tp}, weights {inp.weight_dtype} (GEMMs on {r.gemm_dtype}), "
             f"KV {inp.kv_dtype}, engine profile {inp.profile().name}: {kind} steps"
         ),
@@ -188,18 +266,28 @@ def _table(
     )
     cols = ["batch"] + (["ctx"] if kind != "score" else []) + (["prompt"] if kind != "decode" else [])
     cols += ["step ms", rate, "TFLOP", "GB", "FLOP/B", "bound", "MBU", "MFU"]
+    fits = fits or [""] * len(rows)
+    if any(fits):
+        cols.append("fits")
     for col in cols:
-        t.add_column(col, justify="left" if col == "bound" else "right", no_wrap=True)
-    for row in rows:
+        t.add_column(col, justify="left" if col in ("bound", "fits") else "right", no_wrap=True)
+    for row, why in zip(rows, fits):
         cells = {
             "batch": f"{row['batch']:,}", "ctx": f"{row['context']:,}", "prompt": f"{row['prompt']:,}",
             "step ms": f"{row['step_time_s'] * 1e3:,.2f}", rate: f"{row['tokens_per_s']:,.0f}",
             "TFLOP": f"{row['flops'] / 1e12:,.2f}", "GB": f"{row['bytes'] / 1e9:,.1f}",
             "FLOP/B": f"{row['arithmetic_intensity']:,.1f}", "bound": row["bound"],
             "MBU": f"{row['mbu']:.0%}", "MFU": f"{row['mfu']:.0%}",
+            "fits": "no" if why else "yes",
         }
-        t.add_row(*(cells[c] for c in cols))
+        t.add_row(*(cells[c] for c in cols), style="dim" if why else None)
     con.print(t)
+    if any(fits):
+        first = next(w for w in fits if w)
+        con.print(
+            f"{sum(1 for w in fits if w)} row(s) do not fit on {safe(hw.name)} at TP{inp.tp} (e.g. {safe(first)}): "
+            "their step times are a roofline bound, not a configuration an engine can run."
+        )
     raw = ridge_point(hw, r.gemm_dtype or "bf16")
     derated = ridge_point(hw, r.gemm_dtype or "bf16", r.compute_efficiency or 1, r.bandwidth_efficiency or 1)
     con.print(

@@ -11,22 +11,27 @@ import typer
 
 from capplan.cli.registry import CommandSet
 from capplan.cli.common import (
+    BlockSizeOpt,
     DtypeOpt,
     EngineOpt,
     Format,
-    FormatOpt,
     ForceOpt,
+    GpuMemUtilOpt,
     KVDtypeOpt,
     MaxBatchedTokensOpt,
+    MaxModelLenOpt,
     MaxNumSeqsOpt,
+    PrefixCachingOpt,
     TPOpt,
     call,
     console,
     dtype_name,
     emit,
+    engine_settings,
     fail,
     load_engine_option,
     parse_ints,
+    workload_settings,
 )
 
 if TYPE_CHECKING:
@@ -130,6 +135,13 @@ def simulate(
     weight_dtype: DtypeOpt = "bf16",
     max_num_seqs: MaxNumSeqsOpt = None,
     max_batched_tokens: MaxBatchedTokensOpt = None,
+    gpu_memory_utilization: GpuMemUtilOpt = None,
+    block_size: BlockSizeOpt = None,
+    max_model_len: MaxModelLenOpt = None,
+    prefix_caching: PrefixCachingOpt = None,
+    pp: Annotated[
+        int, typer.Option("--pipeline-parallel-size", "-pp", "--pp", help="Pipeline-parallel degree; simulate models 1 only.", min=1)
+    ] = 1,
     engine: EngineOpt = None,
     sweep_staleness: Annotated[
         str | None,
@@ -138,7 +150,9 @@ def simulate(
             help="Comma-separated bounds, e.g. 0,1,2,4: one sync run and one async run per bound, in one table.",
         ),
     ] = None,
-    format: FormatOpt = Format.table,
+    format: Annotated[
+        str, typer.Option("--format", "-f", help="Output format: table or json (no CSV: the result is nested).", metavar="[table|json]")
+    ] = "table",
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write the full result as JSON to this file.", dir_okay=False)
     ] = None,
@@ -165,8 +179,13 @@ def simulate(
     from capplan.sim import SimConfig
     from capplan.workload import load_workload
 
-    if format is Format.csv:
-        raise fail("--format csv is not available for simulate; use table or json")
+    if format not in ("table", "json"):
+        raise fail(f"--format {format} is not available for simulate; use table or json")
+    format = Format(format)
+    if pp != 1:
+        raise fail(f"--pipeline-parallel-size {pp}: simulate models replicas of one pipeline stage (1); capplan kv gives pipeline-parallel memory")
+    if output is not None and output.suffix.lower() in (".csv", ".parquet", ".png", ".svg"):
+        raise fail(f"--output {output}: simulate writes its result as JSON; give a .json file (plots go to --timeline)")
     bounds = None
     if sweep_staleness is not None:
         bounds = parse_ints(sweep_staleness, "--sweep-staleness", minimum=0)
@@ -185,7 +204,7 @@ def simulate(
         except ImportError:
             raise fail(f"--timeline needs matplotlib, which is not installed; install it with: {PLOT_HINT}") from None
 
-    w = call(lambda: load_workload(workload))
+    w = workload_settings(call(lambda: load_workload(workload)), prefix_caching=prefix_caching, max_model_len=max_model_len)
     hw = call(lambda: load_hardware(hardware))
     thw = call(lambda: load_hardware(trainer_hardware)) if trainer_hardware is not None else None
     cfg = call(lambda: SimConfig(
@@ -193,7 +212,8 @@ def simulate(
         mode=mode.value, max_staleness=max_staleness, max_inflight_groups=max_inflight_groups, sampling=sampling.value, oversample=oversample,  # type: ignore[arg-type]
         static_batching=static_batching, inflight_updates=inflight_updates, steps=steps, seed=seed,
         kv_dtype=dtype_name(kv_dtype), weight_dtype=dtype_name(weight_dtype), max_num_seqs=max_num_seqs,
-        max_batched_tokens=max_batched_tokens, engine=load_engine_option(engine),
+        max_batched_tokens=max_batched_tokens, gpu_mem_util=gpu_memory_utilization,
+        engine=engine_settings(load_engine_option(engine), block_size=block_size),
     ))
     if bounds is not None:
         _sweep(w, hw, thw, cfg, bounds, model, format, output, timeline, force)

@@ -9,7 +9,26 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from capplan.cli.registry import CommandSet
-from capplan.cli.common import EngineOpt, ForceOpt, call, console, dtype_name, emit, fail, load_engine_option, parse_ints, parse_names
+from capplan.cli.common import (
+    BlockSizeOpt,
+    EngineOpt,
+    ForceOpt,
+    GpuMemUtilOpt,
+    MaxModelLenOpt,
+    MaxNumSeqsOpt,
+    PrefixCachingOpt,
+    call,
+    console,
+    dtype_name,
+    emit,
+    engine_settings,
+    fail,
+    load_engine_option,
+    parse_ints,
+    parse_names,
+    safe,
+    workload_settings,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -29,18 +48,69 @@ def grid_text(grid: "pd.DataFrame", output: Path) -> str:
     """The full grid as JSON (an ``output`` ending in ``.json``) or spreadsheet-safe CSV."""
     from capplan.output import to_csv, to_json
 
-    if output.suffix == ".json":
+    if output.suffix.lower() == ".json":
         return to_json(grid.astype(object).where(grid.notna(), None).to_dict(orient="records"))
     return to_csv(list(grid.columns), grid.itertuples(index=False))
 
 
+def write_grid(grid: "pd.DataFrame", output: Path, force: bool) -> None:
+    """Write the grid as CSV, JSON (``.json``) or Parquet (``.parquet``, needs pyarrow), atomically."""
+    if output.suffix.lower() != ".parquet":
+        emit(grid_text(grid, output), output, force)
+        return
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise fail(f"--output {output}: writing Parquet needs pyarrow: pip install 'capplan[parquet]' (or give a .csv file)") from None
+    from capplan.output import atomic_path
+
+    def write() -> None:
+        with atomic_path(output, force) as tmp:
+            grid.to_parquet(tmp, index=False)
+
+    call(write)
+    typer.echo(f"wrote {output}", err=True)
+
+
+def parse_prices(values: list[str] | None) -> "float | dict[str, float] | None":
+    """``--gpu-hour-price 2.5`` (every profile) or ``--gpu-hour-price h100-sxm=2.5,h200=3.1`` (per profile)."""
+    import math
+
+    items = parse_names(values)
+    if not items:
+        return None
+    if len(items) == 1 and "=" not in items[0]:
+        pairs = {"": items[0]}
+    else:
+        pairs = {}
+        for item in items:
+            name, sep, price = item.partition("=")
+            if not sep or not name.strip():
+                raise fail(f"--gpu-hour-price {item!r}: give one price (2.5) or HARDWARE=PRICE pairs (h100-sxm=2.5,h200=3.1)")
+            pairs[name.strip()] = price
+    out: dict[str, float] = {}
+    for name, text in pairs.items():
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and 0 <= value <= 1e6):
+            raise fail(f"--gpu-hour-price {text!r}: a price is a number of USD per GPU-hour in [0, 1,000,000]")
+        out[name] = value
+    return out[""] if "" in out else out
+
+
 def render(grid: "pd.DataFrame", top_rows: "pd.DataFrame", subject: str, objective: str, priced: bool) -> None:
     """Print the best rows as a table (and why nothing is feasible, when nothing is)."""
+    from rich import box
     from rich.table import Table
 
     out = console()
     table = Table(
-        title=f"{subject}: best {len(top_rows)} of {len(grid):,} combinations "
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+        title=f"{safe(subject)}: best {len(top_rows)} of {len(grid):,} combinations "
         f"({int(grid['feasible'].sum()):,} feasible), by {objective}",
         title_justify="left",
     )
@@ -52,19 +122,28 @@ def render(grid: "pd.DataFrame", top_rows: "pd.DataFrame", subject: str, objecti
         ("trainer\nidle", "trainer_idle_fraction", lambda v: f"{v:.0%}"),
     ]
     if priced:
-        columns.append(("USD per M\ntrained", "cost_per_million_trained_tokens_usd", lambda v: f"{v:,.2f}"))
-    table.add_column("GPU, tp,\nKV/weights", no_wrap=True)
-    table.add_column("GPUs\ninf+train", justify="right", no_wrap=True)
+        columns.append(("USD/M\ntrained", "cost_per_million_trained_tokens_usd", lambda v: f"{v:,.2f}"))
+    # fold, never an ellipsis: at 80 columns a long profile name wraps rather than losing its end
+    def words(label: str) -> int:
+        return max(len(w) for w in label.split())
+
+    table.add_column("GPU, tp,\nKV/weights", overflow="fold", min_width=words("KV/weights"))
+    table.add_column("GPUs\ninf+train", justify="right", overflow="fold", min_width=words("inf+train"))
     for label, _, _ in columns:
-        table.add_column(label, justify="right", no_wrap=True)
+        table.add_column(label, justify="right", overflow="fold", min_width=words(label))
     for _, row in top_rows.iterrows():
-        config = f"{row['hardware']} tp{row['tp']} {row['kv_dtype']}/{row['weight_dtype']}"
+        config = safe(f"{row['hardware']} tp{row['tp']} {row['kv_dtype']}/{row['weight_dtype']}")
         gpus = f"{row['inference_gpus']:,}+{row['trainer_gpus']:,}"
-        table.add_row(config, gpus, *(fmt(row[column]) for _, column, fmt in columns))
+        table.add_row(config, gpus, *(_blank_or(fmt, row[column]) for _, column, fmt in columns))
     out.print(table)
     if top_rows.empty:
-        reasons = grid.loc[~grid["feasible"], "reason"].drop_duplicates().head(3).tolist()
-        out.print("No feasible combination: " + "; ".join(reasons))
+        reasons = grid.loc[~grid["feasible"].astype(bool), "reason"].drop_duplicates().head(3).tolist()
+        out.print("No feasible combination: " + safe("; ".join(reasons)))
+
+
+def _blank_or(fmt, value) -> str:  # noqa: ANN001
+    """A formatted figure, or blank when it is missing (an unpriced cost)."""
+    return "" if value is None or value != value else fmt(value)
 
 
 @commands.command(
@@ -74,13 +153,16 @@ def render(grid: "pd.DataFrame", top_rows: "pd.DataFrame", subject: str, objecti
         "GPUs and trainer GPUs, vectorised; print the best few by the objective and write the full "
         "grid to CSV.\n\n"
         "Objectives: per-gpu (trained tokens/s per GPU, default), throughput (trained tokens/s), "
-        "cost (USD per million trained tokens; needs --gpu-hour-price).\n\n"
+        "cost (USD per million trained tokens; needs a GPU-hour price for every profile: --gpu-hour-price, one "
+        "price or HARDWARE=PRICE pairs, else the profile's price_usd_per_gpu_hour). Infeasible rows keep their "
+        "reason and have blank figures.\n\n"
         "Examples:\n\n"
         "\b\n"
         "  capplan sweep reasoning-rl-olmo3-7b --hardware h100-sxm,h200,b200 --tp 1,2,4,8 --kv-dtype bf16,fp8\n"
         "  capplan sweep agentic-tool-rl --hardware h100-sxm --tp 1,2 --inference-gpus 8:256:8 \\\n"
         "      --trainer-gpus 8,16,32 --output grid.csv\n"
-        "  capplan sweep reasoning-rl-olmo3-32b --hardware h100-sxm,b200 --tp 8 --gpu-hour-price 2.5 --objective cost"
+        "  capplan sweep reasoning-rl-olmo3-32b --hardware h100-sxm,b200 --tp 8 --gpu-hour-price h100-sxm=2.5,b200=4 --objective cost\n"
+        "  capplan sweep reasoning-rl-olmo3-7b --hardware h100-sxm --max-total-gpus 8 --max-num-seqs 256"
     ),
 )
 def sweep_cmd(
@@ -96,6 +178,16 @@ def sweep_cmd(
         list[str] | None, typer.Option("--dtype", "--weight-dtype", help="Weight dtypes, e.g. bf16,fp8.")
     ] = None,
     engine: EngineOpt = None,
+    gpu_memory_utilization: GpuMemUtilOpt = None,
+    max_num_seqs: MaxNumSeqsOpt = None,
+    max_num_batched_tokens: Annotated[
+        int | None,
+        typer.Option("--max-num-batched-tokens", "--max-batched-tokens", help="Scheduler token budget per step [tokens] (vLLM).", min=1),
+    ] = None,
+    block_size: BlockSizeOpt = None,
+    max_model_len: MaxModelLenOpt = None,
+    prefix_caching: PrefixCachingOpt = None,
+    pp: Annotated[int, typer.Option("--pipeline-parallel-size", "-pp", "--pp", help="Pipeline-parallel degree; sweep models 1 only.", min=1)] = 1,
     inference_gpus: Annotated[
         list[str] | None, typer.Option("--inference-gpus", help="Inference GPU counts: list or start:stop:step.")
     ] = None,
@@ -105,28 +197,79 @@ def sweep_cmd(
     trainer_hardware: Annotated[str | None, typer.Option("--trainer-hardware", help="Trainer profile (default: each --hardware).")] = None,
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model preset or path (default: the workload's).")] = None,
     mode: Annotated[str, typer.Option("--mode", help="sync or async.")] = "sync",
-    gpu_hour_price: Annotated[float | None, typer.Option("--gpu-hour-price", help="USD per GPU-hour, for cost columns.", min=0)] = None,
+    gpu_hour_price: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--gpu-hour-price",
+            help="USD per GPU-hour for the cost columns: one price (2.5) or per profile (h100-sxm=2.5,h200=3.1); "
+            "a profile not named uses its own price_usd_per_gpu_hour when it has one.",
+        ),
+    ] = None,
+    max_total_gpus: Annotated[
+        int | None, typer.Option("--max-total-gpus", help="Rows using more GPUs (inference + trainer) are infeasible.", min=1)
+    ] = None,
+    max_grid_cells: Annotated[
+        int, typer.Option("--max-grid-cells", help="Refuse a grid of more rows than this (raise it deliberately).", min=1)
+    ] = 250_000,  # capplan.plan.grid.MAX_GRID_CELLS (not imported here: --help stays fast)
     objective: Annotated[Objective, typer.Option("--objective", help="Rank by per-gpu, throughput or cost.")] = Objective.per_gpu,
     top: Annotated[int, typer.Option("--top", help="Rows to show.", min=1)] = 10,
     conversations: Annotated[int | None, typer.Option("--conversations", help="Monte Carlo sample size.", min=1)] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the full grid as CSV (or .json).", dir_okay=False)] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the full grid as CSV (or .json, .parquet).", dir_okay=False)
+    ] = None,
     force: ForceOpt = False,
 ) -> None:
     import sys
 
     from capplan.hardware import load_hardware
     from capplan.plan import best, sweep
+    from capplan.plan.grid import check_grid_size, hourly_price
     from capplan.plan.inputs import load_policy
+    from capplan.units import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES
+    from capplan.workload import check_sample_size
 
-    if objective is Objective.cost and gpu_hour_price is None:
-        raise fail("--objective cost needs --gpu-hour-price")
-    loaded_workload, spec = call(lambda: load_policy(workload, model))
-    profiles = [call(lambda: load_hardware(name)) for name in parse_names(hardware)]
-    trainer_profile = call(lambda: load_hardware(trainer_hardware)) if trainer_hardware else None
+    if output is not None and output.suffix.lower() in (".png", ".svg"):
+        raise fail(f"--output {output}: sweep writes the grid as .csv, .json or .parquet")
+    if pp != 1:
+        raise fail(f"--pipeline-parallel-size {pp}: sweep models one pipeline stage (1); capplan kv gives pipeline-parallel memory")
+    prices = parse_prices(gpu_hour_price)
+    names = parse_names(hardware)
+    if not names:
+        raise fail("--hardware: give at least one hardware profile, e.g. -H h100-sxm,h200")
     tps = parse_ints(tp, "--tensor-parallel-size") or [1]
     kv_dtypes = [dtype_name(d) for d in parse_names(kv_dtype)] or ["bf16"]
     weight_dtypes = [dtype_name(d) for d in parse_names(weight_dtype)] or ["bf16"]
-    engine_profile = load_engine_option(engine)
+    for flag, given, table in (("--kv-cache-dtype", kv_dtypes, KV_DTYPE_BYTES), ("--dtype", weight_dtypes, WEIGHT_DTYPE_BYTES)):
+        bad = [d for d in given if d not in table]
+        if bad:
+            raise fail(f"{flag} {bad[0]}: unknown dtype (allowed: {', '.join(table)})")
+    inference_list = parse_ints(inference_gpus, "--inference-gpus") or None
+    trainer_list = parse_ints(trainer_gpus, "--trainer-gpus") or None
+    per_config = len(names) * len(tps) * len(kv_dtypes) * len(weight_dtypes)
+    # a default axis is a doubling series: at most 32 inference and 10 trainer counts
+    call(lambda: check_grid_size(per_config * len(inference_list or range(32)) * len(trainer_list or range(10)), max_grid_cells))
+    loaded_workload, spec = call(lambda: load_policy(workload, model))
+    loaded_workload = workload_settings(loaded_workload, prefix_caching=prefix_caching, max_model_len=max_model_len)
+    call(lambda: check_sample_size(loaded_workload, conversations))
+    profiles = [call(lambda: load_hardware(name)) for name in names]
+    trainer_profile = call(lambda: load_hardware(trainer_hardware)) if trainer_hardware else None
+    if isinstance(prices, dict):
+        unknown = sorted(set(prices) - {p.name for p in profiles} - ({trainer_profile.name} if trainer_profile else set()))
+        if unknown:
+            raise fail(f"--gpu-hour-price {unknown[0]}=...: not among the swept profiles ({', '.join(p.name for p in profiles)})")
+    priced = all(
+        hourly_price(p, prices) is not None for p in [*profiles, *([trainer_profile] if trainer_profile else [])]
+    )
+    if objective is Objective.cost and not priced:
+        missing = [p.name for p in profiles if hourly_price(p, prices) is None]
+        raise fail(
+            f"--objective cost needs a GPU-hour price for every profile (no price for {', '.join(missing) or 'the trainer hardware'}): "
+            "pass --gpu-hour-price 2.5 or HARDWARE=PRICE pairs"
+        )
+    engine_profile = engine_settings(
+        load_engine_option(engine), gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
+        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+    )
     progress = None
     if sys.stderr.isatty():
         from rich.progress import Progress
@@ -143,15 +286,19 @@ def sweep_cmd(
         grid = call(
             lambda: sweep(
                 loaded_workload, spec, profiles, tps, kv_dtypes, weight_dtypes,
-                inference_gpus=parse_ints(inference_gpus, "--inference-gpus") or None,
-                trainer_gpus=parse_ints(trainer_gpus, "--trainer-gpus") or None,
-                trainer_hardware=trainer_profile, mode=mode, gpu_hour_price=gpu_hour_price,
+                inference_gpus=inference_list, trainer_gpus=trainer_list,
+                trainer_hardware=trainer_profile, mode=mode, gpu_hour_price=prices,
                 conversations=conversations, on_config=tick, engine=engine_profile,
+                max_total_gpus=max_total_gpus, max_cells=max_grid_cells,
             )
         )
     finally:
         if progress is not None:
             progress.stop()
     if output is not None:
-        emit(grid_text(grid, output), output, force)
-    render(grid, best(grid, objective.value, top), f"{loaded_workload.name} on {spec.name}", objective.value, gpu_hour_price is not None)
+        write_grid(grid, output, force)
+    render(grid, best(grid, objective.value, top), f"{loaded_workload.name} on {spec.name}", objective.value, priced)
+    if priced:
+        shown = sorted({(p.name, hourly_price(p, prices)) for p in [*profiles, *([trainer_profile] if trainer_profile else [])]})
+        origin = "--gpu-hour-price" if prices is not None else "the profiles' price_usd_per_gpu_hour"
+        console().print(safe("GPU-hour prices (" + origin + "): " + ", ".join(f"{n} ${v:,.2f}" for n, v in shown) + "."))

@@ -6,13 +6,17 @@ and the rollout timing is evaluated for every inference size in one vectorised c
 (:meth:`capplan.plan.rollout.RolloutModel.times`); trainer times broadcast against it. So a
 sweep row is the same arithmetic as ``capplan plan`` with both GPU counts given (tested), and
 100,000 combinations take seconds (``benchmarks/bench_sweep.py``).
+
+An infeasible row keeps its identity columns and its ``reason``; its figures are blank (NaN), so
+no spreadsheet sums a step time that cannot happen. A grid larger than ``max_cells`` is refused
+before any work (:func:`check_grid_size`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from capplan.errors import CapplanError
+from capplan.errors import CapplanError, InputError
 from capplan.plan.inputs import check_mode
 
 if TYPE_CHECKING:
@@ -50,6 +54,42 @@ COLUMNS = [
 ]
 
 
+FIGURES = COLUMNS[COLUMNS.index("reason") + 1:]
+"""Columns blanked (NaN) on an infeasible row."""
+
+MAX_GRID_CELLS = 250_000
+"""Default limit on the rows of one sweep [rows] (``--max-grid-cells`` raises it). Measured on
+this repository's reference machine: a 1,000,000-row sweep written to CSV took 78 s at a 2.6 GB
+peak and wrote 210 MB; the limit keeps a default sweep near a quarter of that."""
+
+
+
+def check_grid_size(cells: int, max_cells: int = MAX_GRID_CELLS, what: str = "the sweep") -> None:
+    """Refuse a grid of more than ``max_cells`` rows before it is built.
+
+    Raises
+    ------
+    InputError
+        With the row count, the limit and how to narrow the grid or raise the limit.
+    """
+    if cells > max_cells:
+        raise InputError(
+            f"{what} has {cells:,} combinations, above --max-grid-cells {max_cells:,}: give fewer --hardware, "
+            "--tensor-parallel-size, dtype or GPU-count values (a coarser range step), or raise --max-grid-cells deliberately"
+        )
+
+
+def hourly_price(hw: "HardwareProfile", price: "float | dict[str, float] | None") -> float | None:
+    """USD per GPU-hour of ``hw``: a single ``price`` for every profile, the entry for its name in a
+    per-profile mapping, else the profile's own ``price_usd_per_gpu_hour`` when it has one."""
+    if isinstance(price, (int, float)):
+        return float(price)
+    if isinstance(price, dict) and hw.name in price:
+        return float(price[hw.name])
+    own = getattr(hw, "price_usd_per_gpu_hour", None)
+    return float(own) if own is not None else None
+
+
 def default_inference_gpus(tp: int, conversations: float) -> list[int]:
     """Replica counts 1, 2, 4, ... up to one conversation per replica, as GPUs (x tp)."""
     gpus, replicas = [], 1
@@ -81,11 +121,13 @@ def sweep(
     trainer_gpus: Sequence[int] | None = None,
     trainer_hardware: "HardwareProfile | None" = None,
     mode: str = "sync",
-    gpu_hour_price: float | None = None,
+    gpu_hour_price: "float | dict[str, float] | None" = None,
     conversations: int | None = None,
     gpu_mem_util: float | None = None,
     engine: "EngineProfile | None" = None,
     on_config: Callable[[int, int], None] | None = None,
+    max_total_gpus: int | None = None,
+    max_cells: int = MAX_GRID_CELLS,
 ) -> "pd.DataFrame":
     """Evaluate every combination and return the full grid as a DataFrame (:data:`COLUMNS`).
 
@@ -95,15 +137,22 @@ def sweep(
         The GPU counts to try [GPUs]; default :func:`default_inference_gpus` (per tp) and
         :func:`default_trainer_gpus`. Inference counts that are not a multiple of ``tp`` and
         trainer counts below the memory minimum are rows with ``feasible = False``.
-    gpu_hour_price : float, optional
-        Price of one GPU-hour [USD]; fills the cost columns.
+    gpu_hour_price : float or dict, optional
+        Price of one GPU-hour [USD]: one price for every profile, or a price per profile name;
+        a profile not named uses its own ``price_usd_per_gpu_hour`` when it has one
+        (:func:`hourly_price`). Fills the cost columns of rows whose inference and trainer
+        hardware both have a price.
     on_config : callable, optional
         Called as ``on_config(done, total)`` after each replica configuration (progress bars).
+    max_total_gpus : int, optional
+        Rows using more GPUs in total are infeasible ("total GPUs ... above --max-total-gpus").
+    max_cells : int
+        Most rows the grid may have (:func:`check_grid_size`).
 
     Raises
     ------
     InputError
-        ``mode`` is neither ``sync`` nor ``async``.
+        ``mode`` is neither ``sync`` nor ``async``; the grid is larger than ``max_cells``.
     """
     import numpy as np
     import pandas as pd
@@ -114,6 +163,13 @@ def sweep(
     from capplan.trainer import MICRO_BATCH_TOKENS, TRAIN_MFU, min_trainer_gpus, trainer_step_time_s, weight_sync_time_s
 
     check_mode(mode)
+    per_config = len(hardware) * len(tps) * len(kv_dtypes) * len(weight_dtypes)
+    if inference_gpus and trainer_gpus:
+        check_grid_size(per_config * len(inference_gpus) * len(trainer_gpus), max_cells)
+    elif inference_gpus:  # the other axis is a doubling series: at most 10 trainer counts
+        check_grid_size(per_config * len(inference_gpus) * 10, max_cells)
+    elif trainer_gpus:  # ... or at most 32 inference counts
+        check_grid_size(per_config * len(trainer_gpus) * 32, max_cells)
     prepared = prepare(workload, spec, conversations)
     work = prepared.work
     trained = work.trained_positions
@@ -146,6 +202,7 @@ def sweep(
                         **base,
                         "inference_gpus": inference_grid.ravel().astype(int),
                         "trainer_gpus": trainer_grid.ravel().astype(int),
+                        "total_gpus": (inference_grid + trainer_grid).ravel().astype(int),
                         "feasible": False,
                         "reason": str(exc),
                     }
@@ -165,10 +222,20 @@ def sweep(
         total = inference_grid + trainer_grid
         trained_per_s = np.where(step > 0, trained / np.where(step > 0, step, 1.0), 0.0)
         multiple = inference_grid % tp == 0
-        feasible = multiple & ((trainer_grid >= trainer_min) | (not has_trainer))
-        reason = np.where(~multiple, f"inference GPUs not a multiple of tp {tp}", np.where(feasible, "", f"trainer needs >= {trainer_min} GPUs"))
+        trainer_ok = (trainer_grid >= trainer_min) | (not has_trainer)
+        within = total <= max_total_gpus if max_total_gpus is not None else np.ones(total.shape, dtype=bool)
+        feasible = multiple & trainer_ok & within
+        reason = np.where(
+            ~multiple, f"inference GPUs not a multiple of tp {tp}",
+            np.where(~trainer_ok, f"trainer needs >= {trainer_min} GPUs",
+                     np.where(within, "", f"total GPUs above --max-total-gpus {max_total_gpus}")),
+        )
         binding = np.where(times.arrival_binds, "arrival of work", setup.binding)[:, None]
-        cost = step * total * gpu_hour_price / 3600 if gpu_hour_price else np.full(inference_grid.shape, np.nan)
+        price_inference, price_trainer = hourly_price(hw, gpu_hour_price), hourly_price(trainer_hw, gpu_hour_price)
+        if price_inference is not None and (price_trainer is not None or not has_trainer):
+            cost = step * (inference_grid * price_inference + trainer_grid * (price_trainer or 0.0)) / 3600
+        else:
+            cost = np.full(inference_grid.shape, np.nan)
         trainer_busy = trainer_time + (sync_s if mode == "async" else 0.0)
         frames.append(
             pd.DataFrame(
@@ -207,7 +274,19 @@ def sweep(
     for column in COLUMNS:
         if column not in grid:
             grid[column] = np.nan
-    return grid[COLUMNS]
+    grid = grid[COLUMNS]
+    infeasible = ~grid["feasible"].astype(bool)
+    if infeasible.any():
+        for column in FIGURES:
+            if grid[column].dtype == object:
+                grid.loc[infeasible, column] = None
+            else:
+                grid.loc[infeasible, column] = np.nan
+        # a count stays an integer on the feasible rows (not 383440.0), blank on the others
+        grid["kv_capacity_tokens_per_replica"] = pd.Series(
+            [None if v != v else int(v) for v in grid["kv_capacity_tokens_per_replica"]], dtype=object, index=grid.index
+        )
+    return grid
 
 
 def best(grid: "pd.DataFrame", objective: str, n: int = 10) -> "pd.DataFrame":

@@ -168,6 +168,14 @@ def replica_setup(
         spec, hw,
         KVInputs(tp=tp, kv_dtype=kv_dtype, weight_dtype=weight_dtype, context=max(context, 1), gpu_mem_util=gpu_mem_util, engine=engine),
     )
+    if workload.has_rollout and kv.max_concurrent_sequences < 1:
+        from capplan.errors import DoesNotFitError
+
+        raise DoesNotFitError(
+            f"{spec.name} on {hw.name} (tp={tp}): the KV budget ({kv.kv_budget_gib_per_gpu:.2f} GiB per GPU, "
+            f"{kv.kv_capacity_tokens:,} tokens in blocks of {kv.block_size:,}) cannot hold one {max(context, 1):,}-token "
+            "record (the workload's p99); raise --tensor-parallel-size, lower --block-size or shorten the records"
+        )
     replica = Replica(spec, hw, tp, kv_dtype, weight_dtype, engine)
     decode_context = work.decode_context_mean
 

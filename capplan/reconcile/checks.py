@@ -34,12 +34,13 @@ RECORD_CHECKS: dict[str, str] = {
     "mask_lengths": "origin and loss masks (and counts) have the record's token count",
     "sampled_are_actions": "the positions inside the turn spans are exactly the action positions of the origin mask",
     "loss_classes": "loss only on the token classes the workload trains (training.loss_on; action by default)",
-    "logprobs": "a finite behaviour log-prob for every sampled position (required by outcome-rl and multi-turn-rl)",
+    "logprobs": "a finite, non-positive behaviour log-prob for every sampled position (required by outcome-rl and "
+    "multi-turn-rl)",
     "turn_boundaries": "turn spans ordered and inside the record, the prompt a prefix, no tool observation "
     "before the first turn, one per-invocation entry per turn",
     "cache_hits": "no invocation reuses more positions than earlier invocations of the conversation computed; "
     "prefill + cached = the invocation's input",
-    "staleness": "trainer version - policy version <= --max-staleness",
+    "staleness": "0 <= trainer version - policy version <= --max-staleness",
     "stop_reason": "the stop reason is one of " + ", ".join(STOP_REASONS),
     "truncated_trained": "no loss on a truncated response (stop_reason length) when the workload drops truncations",
 }
@@ -68,8 +69,15 @@ class Failure:
     unit: str = "line"
 
     def __str__(self) -> str:
-        rid = f" (id {self.record_id})" if self.record_id is not None else ""
-        return f"{self.unit} {self.line}{rid}: {self.field}: {self.message} [{self.check}]"
+        """One line for a terminal or a log: the record's ``id`` and the message have their control
+        characters and line breaks escaped, so a record cannot forge a line (``ok   all checks passed``)."""
+        from capplan.output import printable
+
+        rid = ""
+        if self.record_id is not None:
+            shown = printable(self.record_id)
+            rid = f" (id {shown if len(shown) <= 80 else shown[:77] + '...'})"
+        return printable(f"{self.unit} {self.line}{rid}: {self.field}: {self.message} [{self.check}]")
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -392,6 +400,14 @@ class RecordChecker:
             self.fail("staleness", "trainer_version", f"{trainer_version!r} is not a non-negative integer")
             return
         lag = (trainer_version if from_record else newest) - version
+        if lag < 0:  # only a record's own trainer_version can be behind its policy version
+            self.fail(
+                "staleness",
+                "trainer_version",
+                f"trainer_version {trainer_version} is older than policy_version {version}: "
+                "no trainer trains on a policy it has not produced yet",
+            )
+            return
         _bump(self.staleness, lag)
         limit = self.max_staleness
         if limit is not None and lag > limit:
@@ -647,6 +663,14 @@ class RecordChecker:
                     "logprobs",
                     "logprobs",
                     f"a sampled position has no finite log-prob ({bad!r}; values given {where})",
+                )
+                return
+            if part and max(part) > 0:  # a log-probability is at most 0 (a probability at most 1)
+                self.fail(
+                    "logprobs",
+                    "logprobs",
+                    f"a sampled position has a positive log-prob ({max(part)!r}; values given {where}): "
+                    "log-probs are <= 0 (probabilities, or logits logged instead?)",
                 )
                 return
 

@@ -1,7 +1,8 @@
 """Record formats: the mask coding, capplan's field decoders, and the verl, OpenRLHF and AReaL mappings.
 
 A record reaches the checks as a dict with capplan's keys (see :mod:`capplan.reconcile`). Masks
-may be strings, lists or (from a mapping) bytes already in the internal coding; a mapping may add
+may be strings, lists or bytes (a mapping's, in the internal coding, or a Parquet binary column:
+codes or letters, validated like a list); a mapping may add
 ``"_n_tokens"`` (the token count), ``"_lp_offset"`` (position of ``logprobs[0]`` when the
 log-probs cover positions ``_lp_offset`` to the end) and ``"_stop_logged"`` (False when its format
 has no stop reason).
@@ -43,8 +44,15 @@ def mask_bytes(value: Any, field: str, from_str: bytes, from_int: bytes, letters
     """A per-position mask (a string of ``letters`` or a list of ``codes``) as bytes in the
     internal coding; ``from_str`` / ``from_int`` translate valid entries and map the rest to 0xff."""
     kind = type(value)
-    if kind is bytes:
-        return value
+    if kind is bytes or kind is bytearray:
+        mask = bytes(value).translate(from_int)
+        if 255 not in mask:
+            return mask
+        letters_mask = bytes(value).translate(from_str)  # a Parquet binary column holding the letters
+        if 255 not in letters_mask:
+            return letters_mask
+        bad = mask.index(255)
+        raise BadRecord(field, f"position {bad} is byte {value[bad]}; allowed: {letters} or {codes}")
     if kind is str:
         try:
             mask = value.encode("latin-1").translate(from_str)
@@ -198,17 +206,28 @@ def read_areal(obj: dict[str, Any]) -> dict[str, Any]:
     if type(versions) is not list:
         raise BadRecord("versions", "missing: the per-token policy version (-1 on input positions)")
     attention = _unbatch(obj.get("attention_mask"))
+    start, end = 0, positions
     if attention is not None:
         if type(attention) is not list or len(attention) != positions:
             raise BadRecord(
                 "attention_mask", f"must have one entry per input_ids position ({positions})", check="mask_lengths"
             )
-        positions = sum(1 for a in attention if a)
-    if len(versions) < positions:
-        raise BadRecord("versions", f"{len(versions)} entries for {positions} positions", check="mask_lengths")
+        # padding on either side (AReaL pads left for generation, right in batches): the tokens are
+        # the one run of 1s; a hole inside it would misalign every mask
+        kept = [i for i, a in enumerate(attention) if a]
+        if kept:
+            start, end = kept[0], kept[-1] + 1
+            if len(kept) != end - start:
+                hole = next(i for i in range(start, end) if not attention[i])
+                raise BadRecord("attention_mask", f"position {hole} is padding inside the sequence", check="mask_lengths")
+        else:
+            start = end = 0
+        positions = end - start
+    if len(versions) < end:
+        raise BadRecord("versions", f"{len(versions)} entries for {end} positions", check="mask_lengths")
     try:
-        generated_versions = [v for v in versions[:positions] if v >= 0]
-        generated = bytes(1 if v >= 0 else 0 for v in versions[:positions])
+        generated_versions = [v for v in versions[start:end] if v >= 0]
+        generated = bytes(1 if v >= 0 else 0 for v in versions[start:end])
     except TypeError:
         raise BadRecord("versions", "must be a list of integers") from None
     first = generated.find(1)
@@ -219,8 +238,8 @@ def read_areal(obj: dict[str, Any]) -> dict[str, Any]:
     return {
         "_n_tokens": positions,
         "origin": b"\x00" * first + generated[first:].translate(_VERL_MASK_TO_ORIGIN),
-        "loss_mask": loss[:positions] if type(loss) is list else loss,
-        "logprobs": logprobs[:positions] if type(logprobs) is list else logprobs,
+        "loss_mask": loss[start:end] if type(loss) is list else loss,
+        "logprobs": logprobs[start:end] if type(logprobs) is list else logprobs,
         "policy_version": min(generated_versions) if generated_versions else None,
         "stop_reason": "abort" if stop == "interrupt" else stop,
         "_stop_logged": stop is not None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import json.scanner
+import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -62,12 +63,16 @@ def decode_line(raw: bytes) -> Any:
             return obj
     except (ValueError, StopIteration):  # JSONDecodeError, UnicodeDecodeError; StopIteration: no value at 0
         pass
+    except RecursionError:
+        return NotJSON("not readable JSON: nested too deeply")
     if not raw.strip():
         return BLANK
     try:
         return json.loads(raw.rstrip(b"\r\n"))
     except ValueError as exc:
         return NotJSON(f"not valid JSON ({exc.__class__.__name__}: {str(exc)[:80]})")
+    except RecursionError:
+        return NotJSON("not readable JSON: nested too deeply")
 
 
 def parquet_rows(path: Path, batch_rows: int = PARQUET_BATCH_ROWS) -> tuple[Iterator[dict[str, Any]], Callable[[], int]]:
@@ -89,15 +94,31 @@ def parquet_rows(path: Path, batch_rows: int = PARQUET_BATCH_ROWS) -> tuple[Iter
         parquet_file = pq.ParquetFile(path)
     except Exception as exc:  # pyarrow raises several types for a corrupt file
         raise InputError(f"{path}: unreadable Parquet file: {exc}") from None
-    total_rows = max(parquet_file.metadata.num_rows, 1)
+    metadata = parquet_file.metadata
+    total_rows = max(metadata.num_rows, 1)
     size_bytes = path.stat().st_size
     done = [0]
 
-    def rows() -> Iterator[dict[str, Any]]:
-        for batch in parquet_file.iter_batches(batch_size=batch_rows):
-            for row in batch.to_pylist():
-                done[0] += 1
-                yield row
+    def rows() -> Iterator[Any]:
+        # Row group by row group: a corrupt data page costs the rest of its group (reported as one
+        # unreadable record at its first unread row), not the file.
+        first = 0
+        for group in range(metadata.num_row_groups):
+            group_rows = metadata.row_group(group).num_rows
+            read = 0
+            try:
+                for batch in parquet_file.iter_batches(batch_size=batch_rows, row_groups=[group]):
+                    for row in batch.to_pylist():
+                        done[0] += 1
+                        read += 1
+                        yield row
+            except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a corrupt page
+                done[0] += group_rows - read
+                yield NotJSON(
+                    f"{path.name}: Parquet row group {group} (rows {first + 1:,}-{first + group_rows:,}) is unreadable from "
+                    f"row {first + read + 1:,} on ({type(exc).__name__}: {str(exc)[:80]}); {group_rows - read:,} row(s) not counted"
+                )
+            first += group_rows
 
     return rows(), lambda: done[0] * size_bytes // total_rows
 
@@ -108,11 +129,15 @@ class TrajectoryLog:
     Use as a context manager; :meth:`records` yields ``(number, value)`` for every non-blank line
     (the decoded JSON value, or a :class:`NotJSON`) or every Parquet row (a dict).
 
+    A gzip stream that breaks part-way, or a Parquet row group with a corrupt page, yields one
+    :class:`NotJSON` at the first unread line or row, naming the file and the position; the
+    records before it (and, for Parquet, the other row groups) are still yielded.
+
     Raises
     ------
     InputError
-        The file cannot be read (on opening, or part-way through a JSONL file: a corrupt gzip
-        stream), or it is Parquet and pyarrow is missing or the file is corrupt.
+        The file cannot be read (on opening, or before its first line), or it is Parquet and
+        pyarrow is missing or the footer is corrupt.
     """
 
     def __init__(self, path: Path) -> None:
@@ -152,7 +177,14 @@ class TrajectoryLog:
                     value = decode_line(raw)
                     if value is not BLANK:
                         yield number, value
-            except (OSError, EOFError, gzip.BadGzipFile) as exc:
-                raise InputError(f"{self.path}: unreadable after line {number}: {exc}") from None
+            except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
+                # a truncated or corrupt gzip stream: what was read is counted, the break is a failed record
+                if number == 0:
+                    raise InputError(f"{self.path}: unreadable after line 0: {exc}") from None
+                number += 1
+                yield number, NotJSON(
+                    f"{self.path.name}: compressed stream broken after line {number - 1:,} (byte {self.bytes_read():,} "
+                    f"of {self.path.stat().st_size:,}): {str(exc)[:80]}; the rest of the file is not counted"
+                )
         finally:
             self.lines = number
