@@ -128,6 +128,25 @@ class TimeTerms(BaseModel):
     chunked_prefill: bool = True
     """Prompts are split into chunks of the token budget that share steps with decodes (vLLM V1,
     SGLang); ``false``: a prompt is prefilled whole in one step."""
+    moe_load_imbalance: float = Field(default=1.0, ge=1, le=16)
+    """Ratio [>= 1] of the busiest GPU's routed-expert tokens to the mean across an expert-parallel
+    group (``ep > 1``), after the engine's expert load balancer (EPLB): the step waits for the
+    busiest GPU, so it multiplies the routed experts' GEMM time and all-to-all volume. 1 is a
+    perfect balance; no effect at ``ep = 1``."""
+    alltoall_efficiency: float = Field(default=0.96, gt=0, le=1)
+    """Fraction [0-1] of the per-GPU link bandwidth that expert-parallel dispatch and combine
+    (all-to-all) reach; no effect at ``ep = 1``. Default: DeepEP's low-latency dispatch at EP32 on
+    H800 with one 400 Gb/s CX7 NIC per GPU, 48 of ~50 GB/s (deepseek-ai/DeepEP docs/legacy.md,
+    "Low-latency kernels with pure RDMA")."""
+    host_link_efficiency: float = Field(default=0.78, gt=0, le=1)
+    """Fraction [0-1] of the GPU-host link bandwidth (``host_link_bandwidth_gbps``) that KV offload
+    copies reach. Default: vLLM's KV offloading connector on an H100 (PCIe Gen5 x16, 64 GB/s each
+    way) reaches "about 50GB/s" in one direction (vLLM blog, 2026-01-08, "Inside vLLM's New KV
+    Offloading Connector"), 50 / 64."""
+    kv_transfer_efficiency: float = Field(default=0.475, gt=0, le=1)
+    """Fraction [0-1] of the network bandwidth that a disaggregated deployment's prefill-to-decode
+    KV transfer reaches. Default: Mooncake Transfer Engine, "up to ... 190 GB/s of bandwidth in
+    ... 8x400 Gbps RoCE networks" for 40 GB (kvcache-ai/Mooncake README), 190 of 400 GB/s."""
 
 
 class TimeOverrides(BaseModel):
