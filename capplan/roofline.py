@@ -98,6 +98,11 @@ ATTENTION_DTYPE = "bf16"
 whatever the weight and KV dtypes: engines dequantise fp8/int8 KV to 16-bit in the kernel and
 keep the LM head unquantised."""
 
+LOW_LATENCY_MAX_TOKENS = 256
+"""Positions per GPU up to which ``alltoall_mode="auto"`` uses the low-latency kernels: DeepEP
+recommends its low-latency buffers for decode batches "less than 256" tokens per rank
+(deepseek-ai/DeepEP docs/legacy.md, "Example use in inference decoding")."""
+
 CRITICAL_BATCH_LIMIT = 2**24
 """Largest decode batch :func:`critical_decode_batch` searches [sequences]; beyond it the result
 is ``inf`` (decode never turns compute-bound at that context)."""
@@ -150,10 +155,16 @@ class RooflineInputs(Options, BaseModel):
     """Extra expert replicas of an expert load balancer (EPLB) [count]; needs ``ep > 1``."""
     kv_scale: KVScale = "tensor"
     """KV quantisation-scale granularity: ``tensor`` or ``token_head`` (see :class:`capplan.kv.KVInputs`)."""
+    alltoall_mode: Literal["auto", "low_latency", "normal"] = "auto"
+    """Expert-parallel all-to-all kernels (DeepEP): ``low_latency`` sends each of a token's ``k``
+    copies to its GPU directly over the network; ``normal`` sends one copy per destination node
+    over the network and fans out over NVLink; ``auto`` picks ``low_latency`` for steps of at most
+    :data:`LOW_LATENCY_MAX_TOKENS` positions per GPU (decode) and ``normal`` above (prefill)."""
     two_batch_overlap: bool = False
-    """The engine overlaps the expert-parallel all-to-all of one micro-batch with the other's
-    compute (SGLang ``--enable-two-batch-overlap``, vLLM dual-batch overlap): the step pays
-    ``max(compute or memory, all-to-all)`` instead of their sum."""
+    """The engine runs each step as two micro-batches and overlaps one's expert-parallel all-to-all
+    with the other's compute (SGLang ``--enable-two-batch-overlap``, vLLM dual-batch overlap): the
+    step hides ``tbo_overlap_efficiency x min(compute or memory, all-to-all)`` of their sum, and
+    reads the weights once per micro-batch."""
     compute_efficiency: float | None = Field(default=None, gt=0, le=1)
     """Fraction [0-1] of dense peak FLOP/s the step's GEMMs and attention reach."""
     bandwidth_efficiency: float | None = Field(default=None, gt=0, le=1)
@@ -356,21 +367,38 @@ def _hw_terms(hw: "HardwareProfile", inp: RooflineInputs) -> dict[str, float]:
         expert_unit = hw.gemm_unit(inp.expert_dtype, inp.gemm_dtype, "--expert-dtype")
     ep = inp.ep
     gpn = float(hw.gpus_per_node)
-    # all-to-all: over the NIC once the group spans nodes (DeepEP's "logical bandwidth" counts
-    # every copy, node-local ones included), else over NVLink for the (ep - 1) / ep sent away
+    inter = hw.inter_node_bandwidth_bytes_per_s * terms.alltoall_efficiency
+    intra = hw.intra_node_bandwidth_bytes_per_s * terms.alltoall_efficiency
+    # seconds per byte of a step's k copies of its hidden states (module notes):
+    # within a node: the (ep - 1) / ep sent to other GPUs over NVLink; across nodes, low-latency:
+    # every copy over the NIC (DeepEP's "logical bandwidth" counts node-local ones too); normal:
+    # one copy per remote destination node over the NIC (the fraction ``remote_node_fraction``
+    # of the k copies, set per model in _evaluate) while NVLink fans out the rest, in parallel
     if ep > gpn:
-        a2a_link, a2a_share = hw.inter_node_bandwidth_bytes_per_s * terms.alltoall_efficiency, 1.0
+        ll_s_per_byte = 1.0 / inter
+        nodes = math.ceil(ep / gpn)
     else:
-        a2a_link, a2a_share = hw.intra_node_bandwidth_bytes_per_s * terms.alltoall_efficiency, (ep - 1.0) / ep
+        ll_s_per_byte = (ep - 1.0) / ep / intra if ep > 1 else 0.0
+        nodes = 1
+    # an FP4 unit's effective peak carries the engine's FP4 GEMM efficiency (1 changes nothing)
+    if (r.gemm_dtype or r.weight_dtype) == "fp4":
+        peak_gemm = peak_gemm * terms.fp4_gemm_efficiency
+    peak_expert = peak_gemm
+    if expert_unit != (r.gemm_dtype or r.weight_dtype):
+        peak_expert = hw.peak_flops(expert_unit) * (terms.fp4_gemm_efficiency if expert_unit == "fp4" else 1.0)
     return {
-        "peak_expert": hw.peak_flops(expert_unit) if expert_unit != (r.gemm_dtype or r.weight_dtype) else peak_gemm,
+        "a2a_ll_s_per_byte": ll_s_per_byte,
+        "a2a_nic_s_per_byte": 1.0 / inter,
+        "a2a_nvlink_s_per_byte": (min(ep, gpn) - 1.0) / max(ep, 1) / intra,
+        "a2a_nodes": float(nodes),
+        "a2a_mode": {"auto": 0.0, "low_latency": 1.0, "normal": 2.0}[inp.alltoall_mode],
+        "peak_expert": peak_expert,
         # dispatch moves fp8 hidden states (+ one fp32 scale per 128) when the experts run on an
         # fp8/fp4 unit (DeepEP "FP8 dispatching and BF16 combining"), else 16-bit; combine 16-bit
         "a2a_bytes_per_element": (1.0 + 4.0 / 128 if expert_unit in ("fp8", "fp4") else 2.0) + 2.0,
-        "a2a_link": a2a_link,
-        "a2a_share": a2a_share,
         "imbalance_extra": terms.moe_load_imbalance - 1.0 if ep > 1 else 0.0,
         "tbo": 1.0 if inp.two_batch_overlap else 0.0,
+        "tbo_overlap": terms.tbo_overlap_efficiency,
         "peak_gemm": peak_gemm,
         "peak_16": hw.peak_flops(ATTENTION_DTYPE),
         "hbm": hw.hbm_bandwidth_bytes_per_s,
@@ -445,8 +473,13 @@ def _evaluate(
     gemm, attn, head = _flops(t, new, logits, pairs, pairs_w)
     flops = gemm + attn + head
 
-    touched = 1.0 - (1.0 - t["experts_per_token"] / t["experts"]) ** (new * t["dp"])
+    q = 1.0 - t["experts_per_token"] / t["experts"]
+    touched = 1.0 - q ** (new * t["dp"])
     weights = t["fixed_weight_bytes"] + t["routed_bytes"] * touched + t["head_bytes"] * has_logits
+    # two-batch overlap runs the step as two micro-batches of half the positions, each reading
+    # the weights (the expert weights its half touches)
+    half = 1.0 - q ** (new * t["dp"] / 2.0)
+    weights = np.where((w["tbo"] > 0) & (new >= 2), 2.0 * (t["fixed_weight_bytes"] + t["routed_bytes"] * half + t["head_bytes"] * has_logits), weights)
     kv_read = t["kv_bytes_full"] * read + t["kv_bytes_window"] * read_w + t["state_bytes_per_seq"] * seqs
     kv_write = (t["kv_bytes_full"] + t["kv_bytes_window"]) * new + t["state_bytes_per_seq"] * seqs
     act = t["act_bytes_per_token"] * new + t["act_bytes_per_logit"] * logits
@@ -472,11 +505,15 @@ def _evaluate(
     comm = np.where(tp > 1, (2.0 * t["layers"] + 1.0) * allreduce + gather, 0.0)
     # expert parallelism: a dispatch and a combine per MoE layer, the busiest GPU's volume
     a2a_bytes = t["a2a_elements_per_token"] * new * w["a2a_bytes_per_element"] * (1.0 + w["imbalance_extra"])
-    alltoall = np.where(
-        t["ep"] > 1, 2.0 * t["moe_layers"] * w["latency_s"] + a2a_bytes * w["a2a_share"] / w["a2a_link"], 0.0
-    )
+    n_nodes = w["a2a_nodes"]
+    kk = np.maximum(t["experts_per_token"], 1.0)
+    remote = (n_nodes - 1.0) * (1.0 - (1.0 - 1.0 / n_nodes) ** kk) / kk  # remote nodes per copy
+    normal = np.where(n_nodes > 1, np.maximum(remote * w["a2a_nic_s_per_byte"], w["a2a_nvlink_s_per_byte"]), w["a2a_ll_s_per_byte"])
+    low_latency = (w["a2a_mode"] == 1.0) | ((w["a2a_mode"] == 0.0) & (new / t["tp"] <= LOW_LATENCY_MAX_TOKENS))
+    per_byte = np.where(low_latency, w["a2a_ll_s_per_byte"], normal)
+    alltoall = np.where(t["ep"] > 1, 2.0 * t["moe_layers"] * w["latency_s"] + a2a_bytes * per_byte, 0.0)
     busy = np.maximum(compute_time, memory_time)
-    comm = comm + np.where(w["tbo"] > 0, np.maximum(alltoall - busy, 0.0), alltoall)
+    comm = comm + np.where(w["tbo"] > 0, alltoall - w["tbo_overlap"] * np.minimum(busy, alltoall), alltoall)
 
     host = w["overhead_s"] + w["per_sequence_s"] * seqs
     step = busy + comm + host

@@ -349,7 +349,7 @@ def test_million_point_sweep_under_a_second():
     "kwargs, match",
     [
         ({"tp": 3}, r"--tp 3: llama-3.1-8b has 32 attention heads"),
-        ({"weight_dtype": "fp6"}, r"--weight-dtype fp6: unknown dtype \(allowed: bf16, fp16, fp8, int8, int4\)"),
+        ({"weight_dtype": "fp6"}, r"--weight-dtype fp6: unknown dtype \(allowed: bf16, fp16, fp8, int8, int4, nvfp4, mxfp4\)"),
         ({"kv_dtype": "nf4"}, r"--kv-dtype nf4: unknown dtype"),
         ({"compute_efficiency": 1.5}, r"--compute-efficiency 1.5: must be in \(0, 1\]"),
         ({"step_overhead_s": -1}, r"--step-overhead-s -1: must be in \[0, 3,600\]"),
