@@ -665,7 +665,7 @@ def compute_kv(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> KVRes
     over = (
         inp.runtime_overhead_gib * GIB
         if inp.runtime_overhead_gib is not None
-        else runtime_overhead_bytes(hw, inp.tp, inp.pp, terms)
+        else runtime_overhead_bytes(hw, inp.tp * dp, inp.pp, terms)
     )
     graph = (inp.graph_gib if inp.graph_gib is not None else terms.cudagraph_gib) * GIB
     budget = kv_budget_bytes(terms.budget_rule, usable * GIB, util, weights, act, over, graph)

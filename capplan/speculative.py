@@ -356,3 +356,73 @@ def extra_kv_tokens_per_sequence(inp: SpecInputs) -> int:
     """Target KV positions a sequence holds beyond its context while a step is verified: the
     ``verify_tokens - 1`` drafted positions [positions]."""
     return inp.positions_verified - 1
+
+
+@dataclass(frozen=True)
+class SpecMemory:
+    """What the drafter takes from one GPU's KV budget (a JSON contract: :meth:`as_dict`)."""
+
+    method: str
+    draft_weights_gib_per_gpu: float
+    """Drafter weights not shared with the target, per GPU [GiB] (an EAGLE/MTP head's layer and
+    fusion, EAGLE-3's own LM head, a draft model's whole weights)."""
+    draft_kv_bytes_per_token_per_gpu: float
+    """Drafter KV per cached position on one GPU [bytes/position]."""
+    kv_capacity_tokens: int
+    """Target KV capacity once the drafter's weights and KV share the budget [positions]."""
+    kv_capacity_tokens_without: int
+    """The same without speculative decoding [positions]."""
+    extra_kv_tokens_per_sequence: int
+    """Drafted positions each running sequence holds beyond its context [positions]."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def spec_memory(spec: "ModelSpec", kv: Any, inp: SpecInputs) -> SpecMemory:
+    """The drafter's share of one GPU's KV budget, from a :class:`capplan.kv.KVResult`.
+
+    Notes
+    -----
+    ``capacity = floor((budget - W_draft) / (block (b + b_draft))) x block``: every cached
+    position of the target also caches the drafter's layers (one for EAGLE/MTP heads).
+
+    Examples
+    --------
+    >>> from capplan.hardware import load_hardware
+    >>> from capplan.kv import KVInputs, compute_kv
+    >>> from capplan.modelspec import load_model_spec
+    >>> m = load_model_spec("llama-3.1-8b")
+    >>> kv = compute_kv(m, load_hardware("h100-sxm"), KVInputs())
+    >>> r = spec_memory(m, kv, SpecInputs(method="eagle3", num_speculative_tokens=3, acceptance_rate=0.7))
+    >>> round(r.draft_kv_bytes_per_token_per_gpu), r.kv_capacity_tokens < r.kv_capacity_tokens_without
+    (4096, True)
+    """
+    from capplan.kv import weights_bytes_per_gpu
+    from capplan.units import GIB, WEIGHT_DTYPE_BYTES
+
+    d = draft_spec(spec, inp)
+    tp = kv.tp
+    if d is None:
+        w = 0.0
+    elif inp.method == "draft":
+        w = weights_bytes_per_gpu(d, kv.weight_dtype, tp)
+    else:
+        w = d.layer_params(0) / tp * WEIGHT_DTYPE_BYTES[kv.weight_dtype]
+        if inp.method == "eagle3":
+            w += d.vocab_size * d.hidden_size * 2 / tp  # its own 16-bit LM head over the draft vocabulary
+    bd = draft_kv_bytes_per_token(spec, inp, kv.kv_dtype, tp)
+    budget = kv.kv_budget_gib_per_gpu * GIB - w
+    block = kv.block_size
+    cap = int(max(budget, 0.0) // (block * (kv.kv_bytes_per_token_per_gpu + bd))) * block
+    return SpecMemory(inp.method, w / GIB, bd, cap, kv.kv_capacity_tokens, extra_kv_tokens_per_sequence(inp))
+
+
+def spec_rows(
+    spec: "ModelSpec", hw: "HardwareProfile", rinp: "RooflineInputs", inp: SpecInputs, batches: Any, contexts: Any,
+) -> list[dict[str, Any]]:
+    """:func:`spec_step` over every (batch, context) pair: ``batch``, ``context`` and the
+    :class:`SpecStep` fields (the ``spec_*`` keys of ``capplan roofline --spec-method``)."""
+    target, drafter = spec_pricers(spec, hw, rinp, inp)
+    return [{"batch": int(b), "context": int(c), **spec_step(target, drafter, inp, float(b), float(c)).as_dict()}
+            for b in batches for c in contexts]
