@@ -66,6 +66,7 @@ __all__ = [
     "default_max_num_batched_tokens", "default_max_num_seqs", "kv_budget_bytes", "KVInputs", "KVResult", "check_parallelism", "kv_bytes_per_token_per_layer", "kv_bytes_per_token",
     "kv_bytes_per_sequence_per_gpu", "weights_bytes_per_gpu", "activation_bytes_per_gpu", "runtime_overhead_bytes",
     "compute_kv", "KVGrid", "kv_grid", "check_expert_parallelism", "resolve_dp", "routed_expert_params",
+    "routed_expert_bytes_per_gpu",
 ]
 
 
@@ -321,6 +322,39 @@ def routed_expert_params(spec: "ModelSpec", layers: "list[int] | range | None" =
         return 0
     idx = range(spec.num_layers) if layers is None else layers
     return sum(3 * spec.hidden_size * m.expert_intermediate_size * m.num_experts for i in idx if spec.is_moe_layer(i))
+
+
+def routed_expert_bytes_per_gpu(
+    spec: "ModelSpec", weight_dtype: str = "bf16", tp: int = 1, *, ep: int = 1, dp: int = 1,
+    expert_dtype: str | None = None, redundant_experts: int = 0,
+) -> float:
+    """Routed-expert weight bytes one GPU holds [bytes] (0 for a dense model).
+
+    Notes
+    -----
+    ``W_routed x (E + R) / E / (tp x dp) x b_expert`` with expert parallelism (``ep = tp x dp``)
+    or data-parallel attention, ``W_routed / tp x b_weight`` otherwise: the layout of
+    :func:`weights_bytes_per_gpu`.
+
+    Examples
+    --------
+    DeepSeek-V3's 653.9 B routed weights in fp8 over 16 GPUs (EP16) and with 32 replicas
+    (256 + 32 experts):
+
+    >>> from capplan.modelspec import load_model_spec
+    >>> m = load_model_spec("deepseek-v3")
+    >>> round(routed_expert_bytes_per_gpu(m, "fp8", 1, ep=16, dp=16) / 1e9, 2)
+    40.87
+    >>> round(routed_expert_bytes_per_gpu(m, "fp8", 1, ep=16, dp=16, redundant_experts=32) / 1e9, 2)
+    45.98
+    """
+    if spec.moe is None:
+        return 0.0
+    check_expert_parallelism(spec, tp, dp, ep, redundant_experts)
+    if ep == 1 and dp == 1 and not redundant_experts and expert_dtype in (None, weight_dtype):
+        return routed_expert_params(spec) / tp * dtype_bytes(weight_dtype, WEIGHT_DTYPE_BYTES, "--weight-dtype")
+    eb = dtype_bytes(expert_dtype or weight_dtype, WEIGHT_DTYPE_BYTES, "--expert-dtype")
+    return routed_expert_params(spec) * (spec.moe.num_experts + redundant_experts) / spec.moe.num_experts / (tp * dp) * eb
 
 
 def kv_bytes_per_token_per_layer(spec: "ModelSpec", kv_dtype: str, tp: int = 1, kv_scale: str = "tensor") -> float:

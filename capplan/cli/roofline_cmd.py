@@ -152,7 +152,15 @@ def roofline(
     sinp = spec_inputs(spec_method, spec_tokens, acceptance_rate, acceptance_length, draft_model)
     if sinp is not None and kind is not Kind.decode:
         raise fail(f"--spec-method prices verify steps against decode steps: give --kind decode (not {kind.value})")
-    rows = call(lambda: roofline_rows(spec, hw, inp, kind.value, batches, contexts, prompts, token_budget))
+    import warnings
+
+    from capplan.hardware import DtypeFallbackWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DtypeFallbackWarning)
+        rows = call(lambda: roofline_rows(spec, hw, inp, kind.value, batches, contexts, prompts, token_budget))
+    for message in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, DtypeFallbackWarning)):
+        typer.echo(f"Warning: {message}", err=True)
     spec_table = None
     if sinp is not None:
         from capplan.speculative import spec_rows
