@@ -14,7 +14,13 @@ The formula of the domain notes (seed 003) for a standard decoder with grouped-q
   across tensor-parallel ranks;
 * sliding-window layers: a sequence holds at most ``window`` positions (plus one block);
 * linear-attention / state-space layers: a constant per-sequence state, no per-token KV;
-* pipeline parallelism: the layers of the fullest stage.
+* pipeline parallelism: the layers of the fullest stage;
+* quantised caches: ``b`` includes per-token-head scales with ``kv_scale="token_head"``
+  (:func:`capplan.units.kv_element_bytes`).
+
+Weights per GPU (:func:`weights_bytes_per_gpu`) follow the parallel layout: ``1/tp`` of the
+decoder, and with data-parallel attention and expert parallelism (``ep = tp x dp``) the routed
+experts over all ``tp x dp`` GPUs (``docs/features.md``).
 
 The budget per GPU follows the arithmetic serving engines run at start-up (vLLM v1,
 ``gpu_worker.determine_available_memory``; see ``docs/kv.md``)::

@@ -41,6 +41,15 @@ Counting rules (each is explained, with alternatives, in ``docs/roofline.md``):
 * **Communication.** ``2 L + 1`` ring all-reduces of the step's hidden states (after each
   attention and MLP block, and after the vocabulary-parallel embedding) and a gather of the
   logits, over NVLink/Infinity Fabric when ``tp <= gpus_per_node``, else over the network.
+* **Expert parallelism** (``ep = tp x dp``; ``docs/features.md``). The work arguments are one
+  data-parallel rank's; the MoE layers see all ``dp`` ranks' tokens, so the distinct experts are
+  ``E (1 - (1 - k/E)^(dp T))`` of the GPU's ``(E + R) / ep``. Each MoE layer adds a dispatch and a
+  combine of ``k`` copies of the rank's hidden states per GPU (DeepEP low-latency kernels over the
+  NIC, or normal kernels with one copy per remote node), the busiest GPU's share
+  (``moe_load_imbalance``) also scaling the routed GEMMs. Two-batch overlap reads the weights
+  once per micro-batch and hides ``tbo_overlap_efficiency x min(compute or memory, all-to-all)``.
+* **Quantised experts and FP4.** ``expert_dtype`` sets the routed experts' bytes and tensor unit;
+  an FP4 unit runs at ``fp4_gemm_efficiency`` of the engine's GEMM efficiency.
 
 The byte sizes of quantised weights and KV come from :mod:`capplan.kv`
 (``WEIGHT_DTYPE_BYTES``, ``KV_DTYPE_BYTES``), and the resident weights per GPU from

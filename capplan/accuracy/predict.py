@@ -5,6 +5,14 @@ run or open-loop arrivals) with the engine profile of the row's engine; KV rows 
 :func:`capplan.kv.compute_kv` with the settings the log shows. A row capplan cannot express (a
 model or GPU without a profile, a dtype or parallel layout it does not model) is returned as
 unsupported with the reason, never predicted with a silently different setup.
+
+Feature rows (the corpus ``feature`` column: expert parallelism, speculative decoding,
+disaggregation, FP8/FP4/INT4, CPU KV offload) take the settings their CSV columns cannot hold
+from ``validation/feature_settings.yaml``: the parallel layout, the engine's token budget, and the
+*phase* a measurement isolates (a prefill or decode pool of a disaggregated deployment, a
+speculative decode, an offload-against-recompute ratio, :func:`predict_phase`), each with its
+source and what it assumes. Models with an architecturally identical preset are priced with it
+(:data:`MODEL_ALIASES`), and the row says so among its assumptions.
 """
 
 from __future__ import annotations
@@ -129,6 +137,22 @@ LAYOUT_KEYS = ("ep", "dp", "redundant_experts", "two_batch_overlap", "expert_dty
 """Feature settings passed to :func:`capplan.benchmark.server_for`."""
 
 
+FIT_FEATURES = {None, "fp8", "int4"}
+"""Features of the rows the engine families' time terms are fitted on (``refit``): the feature
+terms (expert parallelism, FP4, speculative decoding, ...) are derived or fitted apart, so the
+rows that exercise them stay out of the family fit."""
+
+
+def fits_family_terms(row: "CorpusRow") -> bool:
+    """Whether a serving row takes part in the fit of its engine family's time terms: no feature
+    beyond FP8/INT4, no FP4 weights, no expert parallelism, no phase settings."""
+    if row.get("feature") not in FIT_FEATURES or row.id in feature_settings():
+        return False
+    if (dtype_of(row.get("weight_dtype")) or "") in ("nvfp4", "mxfp4") or row.get("weight_dtype") is None and (row.get("model") or "").startswith(MXFP4_EXPERT_MODELS):
+        return False
+    return (row.number("ep") or 1) <= 1 and (row.get("model") or "") not in MODEL_ALIASES
+
+
 def model_name(row: "CorpusRow") -> tuple[str, list[str]]:
     """The preset a row is priced with, and the alias note when it is another model's."""
     name = row.get("model") or "?"
@@ -169,8 +193,7 @@ def serving_setup(row: "CorpusRow", family: str) -> tuple[dict[str, Any], list[s
         assumed.append(f"{fp4} GEMMs as weight-only W4A16 kernels in bf16: {hw.name} has no FP4 unit")
     if moe and ep > 1:
         settings.update(ep=ep, dp=dp)
-    elif dp > 1 and not moe:
-        tp = tp  # dense data parallelism: independent replicas, priced one rank at a time
+    # a dense model's data-parallel ranks are independent replicas: priced one rank at a time
     for k in LAYOUT_KEYS:
         if k in fs and k not in ("ep", "dp"):
             settings[k] = fs[k]

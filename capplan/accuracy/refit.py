@@ -216,7 +216,7 @@ def refit(folder: Path | None = None, write: bool = True) -> dict[str, Any]:
     """Fit every profile of :data:`PROFILES`; write them to ``engine_profiles/`` (``write``)."""
     from capplan.accuracy.corpus import load_corpus
     from capplan.accuracy.fit import fit_time_terms
-    from capplan.accuracy.predict import engine_family
+    from capplan.accuracy.predict import engine_family, fits_family_terms
     from capplan.accuracy.report import kv_profile_name
     from capplan.engine import ByGpuClass, EngineProfile, MemoryTerms, TimeTerms
 
@@ -239,7 +239,8 @@ def refit(folder: Path | None = None, write: bool = True) -> dict[str, Any]:
             for t in values:
                 fitted_on[f"memory.{t}"] = [p.row.id for p in prepared]
         if spec.family not in time_fits:
-            rows = [r for r in fit_rows if r.kind == "serving" and engine_family(r.get("engine")) == spec.family]
+            rows = [r for r in fit_rows if r.kind == "serving" and engine_family(r.get("engine")) == spec.family
+                    and fits_family_terms(r)]
             prepared = _prepare(rows, engine, "serving")
             start = engine
             if spec.family != BASE_FAMILY and BASE_FAMILY in time_fits:
