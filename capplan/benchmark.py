@@ -276,16 +276,25 @@ def server_for(
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
     gpu_memory_utilization: float | None = None,
+    **layout: Any,
 ) -> Server:
     """A :class:`Server` for ``spec`` on ``hw`` with an engine profile's defaults (KV capacity from
-    :func:`capplan.kv.compute_kv`, scheduler limits and chunking from the profile)."""
+    :func:`capplan.kv.compute_kv`, scheduler limits and chunking from the profile).
+
+    ``layout`` takes the feature settings of :class:`capplan.roofline.RooflineInputs` (``ep``,
+    ``dp``, ``expert_dtype``, ``redundant_experts``, ``kv_scale``, ``gemm_dtype``,
+    ``two_batch_overlap``); with data-parallel attention the server is **one** rank of ``tp``
+    GPUs (its own scheduler and KV cache), every rank running the same steps.
+    """
     from capplan.kv import KVInputs, compute_kv
     from capplan.roofline import RooflineInputs, StepPricer
 
+    memory_keys = {"ep", "dp", "expert_dtype", "redundant_experts", "kv_scale"}
     kv = compute_kv(spec, hw, KVInputs(tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine,
                                        max_num_seqs=max_num_seqs, max_batched_tokens=max_num_batched_tokens,
-                                       gpu_mem_util=gpu_memory_utilization))
-    pricer = StepPricer(spec, hw, RooflineInputs(tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine))
+                                       gpu_mem_util=gpu_memory_utilization,
+                                       **{k: v for k, v in layout.items() if k in memory_keys}))
+    pricer = StepPricer(spec, hw, RooflineInputs(tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine, **layout))
     t = engine.time_on(hw.name) if engine is not None else None
     return Server(pricer, kv.max_num_seqs, kv.max_batched_tokens, kv.kv_capacity_tokens,
                   t.chunked_prefill if t else True, t.request_overhead_s if t else 0.0)

@@ -114,6 +114,10 @@ class TimeTerms(BaseModel):
     """Fraction [0-1] of dense 16-bit peak the attention products and LM head reach."""
     moe_gemm_efficiency: float = Field(default=1.0, gt=0, le=1)
     """Multiplier [0-1] on GEMM efficiency for the routed experts' grouped GEMMs."""
+    fp4_gemm_efficiency: float = Field(default=1.0, gt=0, le=1)
+    """Multiplier [0-1] on GEMM efficiency for GEMMs on an FP4 tensor unit (nvfp4/mxfp4 weights on
+    Blackwell-class chips): block-scaled FP4 kernels reach a smaller share of their datasheet peak
+    than FP8/BF16 ones; no effect on other units."""
     step_overhead_s: float = Field(default=0.002, ge=0)
     """Fixed host time per engine step (scheduling, launch, sampling set-up) [s]."""
     per_sequence_s: float = Field(default=0.0, ge=0)
@@ -128,6 +132,29 @@ class TimeTerms(BaseModel):
     chunked_prefill: bool = True
     """Prompts are split into chunks of the token budget that share steps with decodes (vLLM V1,
     SGLang); ``false``: a prompt is prefilled whole in one step."""
+    moe_load_imbalance: float = Field(default=1.0, ge=1, le=16)
+    """Ratio [>= 1] of the busiest GPU's routed-expert tokens to the mean across an expert-parallel
+    group (``ep > 1``), after the engine's expert load balancer (EPLB): the step waits for the
+    busiest GPU, so it multiplies the routed experts' GEMM time and all-to-all volume. 1 is a
+    perfect balance; no effect at ``ep = 1``."""
+    alltoall_efficiency: float = Field(default=0.96, gt=0, le=1)
+    """Fraction [0-1] of the per-GPU link bandwidth that expert-parallel dispatch and combine
+    (all-to-all) reach; no effect at ``ep = 1``. Default: DeepEP's low-latency dispatch at EP32 on
+    H800 with one 400 Gb/s CX7 NIC per GPU, 48 of ~50 GB/s (deepseek-ai/DeepEP docs/legacy.md,
+    "Low-latency kernels with pure RDMA")."""
+    tbo_overlap_efficiency: float = Field(default=1.0, ge=0, le=1)
+    """Fraction [0-1] of the shorter of a step's compute-or-memory time and its expert-parallel
+    all-to-all that two-batch overlap hides (1: the step takes the longer of the two); no effect
+    without ``two_batch_overlap``."""
+    host_link_efficiency: float = Field(default=0.78, gt=0, le=1)
+    """Fraction [0-1] of the GPU-host link bandwidth (``host_link_bandwidth_gbps``) that KV offload
+    copies reach. Default: vLLM's KV offloading connector on an H100 (PCIe Gen5 x16, 64 GB/s each
+    way) reaches "about 50GB/s" in one direction (vLLM blog, 2026-01-08, "Inside vLLM's New KV
+    Offloading Connector"), 50 / 64."""
+    kv_transfer_efficiency: float = Field(default=0.475, gt=0, le=1)
+    """Fraction [0-1] of the network bandwidth that a disaggregated deployment's prefill-to-decode
+    KV transfer reaches. Default: Mooncake Transfer Engine, "up to ... 190 GB/s of bandwidth in
+    ... 8x400 Gbps RoCE networks" for 40 GB (kvcache-ai/Mooncake README), 190 of 400 GB/s."""
 
 
 class TimeOverrides(BaseModel):

@@ -49,7 +49,18 @@ FALLBACK: dict[str, tuple[str, ...]] = {
     "int8": ("int8", "bf16", "fp16"),
     "int4": ("int4", "bf16", "fp16"),
     "fp4": ("fp4", "fp8", "bf16", "fp16"),
+    "nvfp4": ("fp4", "fp8", "bf16", "fp16"),
+    "mxfp4": ("fp4", "fp8", "bf16", "fp16"),
 }
+
+WEIGHT_UNIT: dict[str, str] = {"nvfp4": "fp4", "mxfp4": "fp4"}
+"""The tensor unit a weight format's GEMMs run on at full rate, where it differs from the format's
+own name (NVFP4 and MXFP4 both run on the FP4 unit of Blackwell-class chips)."""
+
+
+class DtypeFallbackWarning(UserWarning):
+    """A weight dtype's GEMMs run on a slower tensor unit than the format's own (e.g. fp8 weights
+    on an A100, which has no FP8 unit, are dequantised and multiplied in bf16)."""
 
 _GIB = 2**30
 
@@ -119,6 +130,15 @@ class HardwareProfile(BaseModel):
 
     inter_node_bandwidth_gbps: float = Field(gt=0)
     """Per-GPU, one-direction network bandwidth to other nodes [decimal GB/s]; 400 Gb/s NIC = 50."""
+
+    host_link_bandwidth_gbps: float | None = Field(default=None, gt=0)
+    """Per-GPU, one-direction bandwidth between the GPU and host (CPU) memory [decimal GB/s]: PCIe
+    Gen5 x16 = 64 (datasheets print 128 for both directions), NVLink-C2C on Grace superchips;
+    ``null`` when not recorded. Prices CPU KV offload (:mod:`capplan.offload`)."""
+
+    host_mem_gb_per_node: float | None = Field(default=None, gt=0)
+    """Host (CPU) DRAM of one typical server of this kind [the vendor's "GB"/"TB" figure x 1000
+    for TB, as printed]; ``null`` when not recorded. Bounds the CPU tier of an offloaded KV cache."""
 
     assumptions: Assumptions | None = None
     """Deprecated and ignored: achievable efficiencies now belong to engine profiles
@@ -207,6 +227,95 @@ class HardwareProfile(BaseModel):
         """
         return self.peak_tflops[self.compute_dtype(dtype)] * 1e12  # type: ignore[index]
 
+    def has_unit(self, dtype: str) -> bool:
+        """Whether the hardware has a tensor unit of its own for a weight or GEMM ``dtype`` (nvfp4
+        and mxfp4 need ``peak_tflops.fp4``)."""
+        return WEIGHT_UNIT.get(dtype, dtype) in self.peak_tflops
+
+    def gemm_unit(self, weight_dtype: str, gemm_dtype: str | None = None, flag: str = "--weight-dtype") -> str:
+        """The tensor unit the GEMMs of ``weight_dtype`` weights run on, saying so when it is slower.
+
+        Parameters
+        ----------
+        weight_dtype : str
+            Dtype of the weights (``bf16`` ... ``int4``, ``nvfp4``, ``mxfp4``).
+        gemm_dtype : str, optional
+            The unit the user asked for (a weight-only kernel, e.g. ``bf16`` for W4A16); ``None``:
+            the format's own unit.
+        flag : str
+            The flag or field that named ``weight_dtype``, for the message.
+
+        Returns
+        -------
+        str
+            A key of ``peak_tflops``.
+
+        Raises
+        ------
+        InputError
+            An FP4 format (nvfp4, mxfp4) on hardware without an FP4 unit and no ``gemm_dtype``:
+            engines run such checkpoints there only with weight-only kernels, which the user must
+            ask for (``--gemm-dtype bf16``), never a silent substitute.
+
+        Warns
+        -----
+        DtypeFallbackWarning
+            fp8 or int8 weights on hardware without that unit (their GEMMs fall back to 16-bit).
+        """
+        if gemm_dtype is not None:
+            return self.compute_dtype(gemm_dtype)
+        if weight_dtype in WEIGHT_UNIT and not self.has_unit(weight_dtype):
+            raise InputError(
+                f"{flag} {weight_dtype}: {self.name} has no FP4 tensor unit (peak_tflops lists "
+                f"{', '.join(self.peak_tflops)}); engines run FP4 checkpoints there only with weight-only "
+                "kernels (e.g. vLLM's Marlin W4A16): give --gemm-dtype bf16 to price that, or pick a chip with "
+                "FP4 (b200, gb200)"
+            )
+        unit = self.compute_dtype(weight_dtype)
+        if weight_dtype in ("fp8", "int8") and unit != weight_dtype:
+            import warnings
+
+            warnings.warn(
+                f"{flag} {weight_dtype}: {self.name} has no {weight_dtype} tensor unit; its GEMMs are priced "
+                f"on {unit} (weight-only kernels, W8A16), not at the {weight_dtype} rate",
+                DtypeFallbackWarning,
+                stacklevel=2,
+            )
+        return unit
+
+    def dtype_support(self) -> dict[str, str]:
+        """Which weight dtype runs at which tensor unit's rate: ``"full rate"`` when the hardware has
+        the format's own unit, else what it falls back to.
+
+        Examples
+        --------
+        >>> load_hardware("h100-sxm").dtype_support()["nvfp4"]
+        'no fp4 unit: weight-only kernels (--gemm-dtype bf16) at the bf16 rate'
+        >>> load_hardware("b200").dtype_support()["nvfp4"]
+        'full rate (fp4)'
+        """
+        out = {}
+        for d in ("bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4"):
+            unit = WEIGHT_UNIT.get(d, d)
+            if unit in self.peak_tflops:
+                out[d] = f"full rate ({unit})"
+            elif d in WEIGHT_UNIT:
+                out[d] = f"no {unit} unit: weight-only kernels (--gemm-dtype bf16) at the {self.compute_dtype('bf16')} rate"
+            else:
+                out[d] = f"no {unit} unit: falls back to {self.compute_dtype(d)}"
+        return out
+
+    @property
+    def host_link_bandwidth_bytes_per_s(self) -> float | None:
+        """Per-GPU one-direction GPU-host bandwidth [bytes/s]; ``None`` when not recorded."""
+        return None if self.host_link_bandwidth_gbps is None else self.host_link_bandwidth_gbps * 1e9
+
+    @property
+    def host_mem_bytes_per_gpu(self) -> float | None:
+        """Host DRAM per GPU, ``host_mem_gb_per_node x 1e9 / gpus_per_node`` [bytes]; ``None`` when
+        not recorded."""
+        return None if self.host_mem_gb_per_node is None else self.host_mem_gb_per_node * 1e9 / self.gpus_per_node
+
     @property
     def mem_total_bytes(self) -> int:
         """Total device memory a framework sees [bytes]: ``round(mem_total_gib * 2**30)``."""
@@ -239,8 +348,10 @@ def _numeric_keys(data: dict[str, object]) -> list[str]:
             "gpus_per_node",
             "intra_node_bandwidth_gbps",
             "inter_node_bandwidth_gbps",
+            "host_link_bandwidth_gbps",
+            "host_mem_gb_per_node",
         )
-        if f in data
+        if data.get(f) is not None
     ]
     peaks = data.get("peak_tflops")
     if isinstance(peaks, dict):

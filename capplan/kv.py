@@ -14,7 +14,13 @@ The formula of the domain notes (seed 003) for a standard decoder with grouped-q
   across tensor-parallel ranks;
 * sliding-window layers: a sequence holds at most ``window`` positions (plus one block);
 * linear-attention / state-space layers: a constant per-sequence state, no per-token KV;
-* pipeline parallelism: the layers of the fullest stage.
+* pipeline parallelism: the layers of the fullest stage;
+* quantised caches: ``b`` includes per-token-head scales with ``kv_scale="token_head"``
+  (:func:`capplan.units.kv_element_bytes`).
+
+Weights per GPU (:func:`weights_bytes_per_gpu`) follow the parallel layout: ``1/tp`` of the
+decoder, and with data-parallel attention and expert parallelism (``ep = tp x dp``) the routed
+experts over all ``tp x dp`` GPUs (``docs/features.md``).
 
 The budget per GPU follows the arithmetic serving engines run at start-up (vLLM v1,
 ``gpu_worker.determine_available_memory``; see ``docs/kv.md``)::
@@ -49,8 +55,10 @@ from capplan.units import (
     MAX_SEQUENCES,
     WEIGHT_DTYPE_BYTES,
     KVDtype,
+    KVScale,
     WeightDtype,
     dtype_bytes,
+    kv_element_bytes,
 )
 
 if TYPE_CHECKING:
@@ -63,7 +71,8 @@ __all__ = [
     "GIB", "KV_DTYPE_BYTES", "WEIGHT_DTYPE_BYTES", "KVLayout", "kv_layout", "kv_stage_layouts", "DEFAULTS",
     "default_max_num_batched_tokens", "default_max_num_seqs", "kv_budget_bytes", "KVInputs", "KVResult", "check_parallelism", "kv_bytes_per_token_per_layer", "kv_bytes_per_token",
     "kv_bytes_per_sequence_per_gpu", "weights_bytes_per_gpu", "activation_bytes_per_gpu", "runtime_overhead_bytes",
-    "compute_kv", "KVGrid", "kv_grid",
+    "compute_kv", "KVGrid", "kv_grid", "check_expert_parallelism", "resolve_dp", "routed_expert_params",
+    "routed_expert_bytes_per_gpu",
 ]
 
 
@@ -99,6 +108,7 @@ class KVInputs(Options, BaseModel):
     FLAGS: ClassVar[dict[str, str]] = {
         "tp": "--tp", "pp": "--pp", "kv_dtype": "--kv-dtype", "weight_dtype": "--weight-dtype",
         "gpu_mem_util": "--gpu-mem-util", "max_batched_tokens": "--max-batched-tokens",
+        "expert_dtype": "--expert-dtype", "redundant_experts": "--redundant-experts", "kv_scale": "--kv-scale",
     }
 
     tp: int = Field(default=1, ge=1, le=MAX_GPUS)
@@ -109,6 +119,25 @@ class KVInputs(Options, BaseModel):
     """Dtype of the KV cache (vLLM ``--kv-cache-dtype``; ``auto`` is the model's, bf16)."""
     weight_dtype: WeightDtype = "bf16"
     """Dtype of the decoder's linear weights (embeddings, LM head and norms stay 16-bit)."""
+    ep: int = Field(default=1, ge=1, le=MAX_GPUS)
+    """Expert-parallel degree [GPUs]: 1 splits every routed expert across the instance's GPUs
+    (tensor parallelism); ``tp x dp`` gives each GPU ``(experts + redundant_experts) / ep`` whole
+    experts (vLLM ``--enable-expert-parallel``, SGLang ``--ep``). MoE models only."""
+    dp: int | None = Field(default=None, ge=1, le=MAX_GPUS)
+    """Data-parallel attention ranks [count]: each rank of ``tp`` GPUs runs attention on its own
+    sequences and KV cache while the MoE layers span all ``tp x dp`` GPUs (SGLang
+    ``--enable-dp-attention``, vLLM ``--data-parallel-size``). Default ``ep / tp`` when ``ep`` exceeds
+    ``tp``, else 1."""
+    expert_dtype: WeightDtype | None = None
+    """Dtype of the routed experts' weights; default ``weight_dtype`` (gpt-oss ships mxfp4 experts
+    beside bf16 attention; NVFP4 DeepSeek checkpoints quantise the experts to nvfp4)."""
+    redundant_experts: int = Field(default=0, ge=0, le=MAX_GPUS)
+    """Extra expert replicas an expert load balancer places (EPLB; DeepSeek serves 256 + 32)
+    [count]; they add weights per GPU and make more ``ep`` degrees possible. Needs ``ep > 1``."""
+    kv_scale: KVScale = "tensor"
+    """Granularity of the KV quantisation scales: ``tensor`` (one per layer, vLLM's and
+    TensorRT-LLM's fp8 cache: no per-token bytes) or ``token_head`` (one fp32 scale per token and
+    head, ``4 / head_dim`` bytes more per element)."""
     context: int = Field(default=8192, ge=1, le=MAX_CONTEXT_TOKENS)
     """Tokens per sequence for concurrency figures [tokens]."""
     block_size: int | None = Field(default=None, ge=1, le=MAX_CONTEXT_TOKENS)
@@ -170,9 +199,21 @@ class KVResult:
     """The engine profile whose memory terms sized the budget."""
     calibration: str = ""
     """Which calibration that profile's terms come from."""
+    ep: int = 1
+    """Expert-parallel degree [GPUs]."""
+    dp: int = 1
+    """Data-parallel attention ranks [count]; the instance holds ``dp x`` the capacity above."""
+    expert_dtype: str = ""
+    """Dtype of the routed experts' weights (empty for dense models or when it is ``weight_dtype``)."""
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        # the parallel-layout keys appear only when a feature is in use, so the JSON contract of
+        # every plain tensor-parallel configuration is unchanged
+        for k, plain in (("ep", 1), ("dp", 1), ("expert_dtype", "")):
+            if d[k] == plain:
+                del d[k]
+        return d
 
 
 def _stage_layers(kinds: list[str], pp: int) -> list[list[str]]:
@@ -213,13 +254,124 @@ def check_parallelism(spec: "ModelSpec", tp: int, pp: int = 1) -> None:
         raise InputError(f"--pp {pp}: {spec.name} has only {spec.num_layers} layers")
 
 
-def kv_bytes_per_token_per_layer(spec: "ModelSpec", kv_dtype: str, tp: int = 1) -> float:
+def resolve_dp(tp: int, ep: int, dp: int | None) -> int:
+    """Data-parallel attention ranks: ``dp`` when given, else ``ep / tp`` when ``ep`` exceeds ``tp``
+    (the experts span ``tp x dp`` GPUs), else 1.
+
+    >>> resolve_dp(1, 16, None), resolve_dp(8, 8, None), resolve_dp(2, 1, 4)
+    (16, 1, 4)
+    """
+    if dp is not None:
+        return dp
+    return ep // tp if ep > tp and ep % tp == 0 else 1
+
+
+def check_expert_parallelism(spec: "ModelSpec", tp: int, dp: int, ep: int, redundant_experts: int = 0) -> None:
+    """Reject expert/data-parallel layouts an engine cannot run, with the reason.
+
+    Raises
+    ------
+    InputError
+        ``ep > 1`` on a dense model; ``ep`` not 1 and not ``tp x dp`` (expert parallelism spans
+        every GPU of the instance); ``experts + redundant_experts`` not divisible by ``ep``;
+        data-parallel attention (``dp > 1``) on a MoE model without expert parallelism;
+        redundant experts without expert parallelism.
+
+    Examples
+    --------
+    >>> from capplan.modelspec import load_model_spec
+    >>> check_expert_parallelism(load_model_spec("qwen3-30b-a3b"), tp=1, dp=3, ep=3)
+    Traceback (most recent call last):
+    ...
+    capplan.errors.InputError: --ep 3: qwen3-30b-a3b has 128 routed experts per MoE layer, which 3 does not divide (expert-parallel degrees that divide them: 1, 2, 4, 8, 16, 32, 64, 128); --redundant-experts R makes 128 + R experts to split
+    """
+    m = spec.moe
+    if ep > 1 and m is None:
+        raise InputError(f"--ep {ep}: {spec.name} is a dense model; expert parallelism needs routed experts (give --ep 1)")
+    if redundant_experts and ep == 1:
+        raise InputError(f"--redundant-experts {redundant_experts}: replicas are placed by expert parallelism; give --ep > 1")
+    if m is None:
+        return
+    if ep > 1 and ep != tp * dp:
+        raise InputError(
+            f"--ep {ep}: expert parallelism spans every GPU of the instance, --tp x --dp = {tp} x {dp} = {tp * dp}; "
+            f"give --ep {tp * dp}, or --dp {ep // tp if ep % tp == 0 else '?'} with --tp {tp}, or --ep 1"
+        )
+    total = m.num_experts + redundant_experts
+    if total % ep:
+        ok = [d for d in range(1, m.num_experts + 1) if m.num_experts % d == 0]
+        raise InputError(
+            f"--ep {ep}: {spec.name} has {m.num_experts} routed experts per MoE layer"
+            f"{f' (+ {redundant_experts} redundant)' if redundant_experts else ''}, which {ep} does not divide "
+            f"(expert-parallel degrees that divide them: {', '.join(map(str, ok))}); --redundant-experts R makes "
+            f"{m.num_experts} + R experts to split"
+        )
+    if ep > total:
+        raise InputError(f"--ep {ep}: more GPUs than the {total} experts of a MoE layer")
+    if dp > 1 and ep == 1:
+        raise InputError(
+            f"--dp {dp}: data-parallel attention with a MoE model is modelled with expert parallelism over the "
+            f"instance; give --ep {tp * dp}"
+        )
+
+
+def routed_expert_params(spec: "ModelSpec", layers: "list[int] | range | None" = None) -> int:
+    """Weights of the routed experts of ``layers`` (default all) [parameters]: ``3 d d_e E`` per MoE
+    layer (gate, up and down projections; shared experts and routers not included).
+
+    >>> from capplan.modelspec import load_model_spec
+    >>> round(routed_expert_params(load_model_spec("deepseek-v3")) / 1e9, 1)  # 58 MoE layers x 256 x 3 x 7168 x 2048
+    653.9
+    """
+    m = spec.moe
+    if m is None:
+        return 0
+    idx = range(spec.num_layers) if layers is None else layers
+    return sum(3 * spec.hidden_size * m.expert_intermediate_size * m.num_experts for i in idx if spec.is_moe_layer(i))
+
+
+def routed_expert_bytes_per_gpu(
+    spec: "ModelSpec", weight_dtype: str = "bf16", tp: int = 1, *, ep: int = 1, dp: int = 1,
+    expert_dtype: str | None = None, redundant_experts: int = 0,
+) -> float:
+    """Routed-expert weight bytes one GPU holds [bytes] (0 for a dense model).
+
+    Notes
+    -----
+    ``W_routed x (E + R) / E / (tp x dp) x b_expert`` with expert parallelism (``ep = tp x dp``)
+    or data-parallel attention, ``W_routed / tp x b_weight`` otherwise: the layout of
+    :func:`weights_bytes_per_gpu`.
+
+    Examples
+    --------
+    DeepSeek-V3's 653.9 B routed weights in fp8 over 16 GPUs (EP16) and with 32 replicas
+    (256 + 32 experts):
+
+    >>> from capplan.modelspec import load_model_spec
+    >>> m = load_model_spec("deepseek-v3")
+    >>> round(routed_expert_bytes_per_gpu(m, "fp8", 1, ep=16, dp=16) / 1e9, 2)
+    40.87
+    >>> round(routed_expert_bytes_per_gpu(m, "fp8", 1, ep=16, dp=16, redundant_experts=32) / 1e9, 2)
+    45.98
+    """
+    if spec.moe is None:
+        return 0.0
+    check_expert_parallelism(spec, tp, dp, ep, redundant_experts)
+    if ep == 1 and dp == 1 and not redundant_experts and expert_dtype in (None, weight_dtype):
+        return routed_expert_params(spec) / tp * dtype_bytes(weight_dtype, WEIGHT_DTYPE_BYTES, "--weight-dtype")
+    eb = dtype_bytes(expert_dtype or weight_dtype, WEIGHT_DTYPE_BYTES, "--expert-dtype")
+    return routed_expert_params(spec) * (spec.moe.num_experts + redundant_experts) / spec.moe.num_experts / (tp * dp) * eb
+
+
+def kv_bytes_per_token_per_layer(spec: "ModelSpec", kv_dtype: str, tp: int = 1, kv_scale: str = "tensor") -> float:
     """KV bytes one token adds to one attention layer on one GPU.
 
     Notes
     -----
     Standard attention: ``2 x max(1, H_kv / tp) x d_h x b``; MLA: ``(r_kv + d_rope) x b`` on every
-    rank (the latent is not split across tensor-parallel ranks).
+    rank (the latent is not split across tensor-parallel ranks). ``b`` includes the scale bytes
+    with ``kv_scale="token_head"`` (:func:`capplan.units.kv_element_bytes`; the MLA latent counts
+    as one head).
 
     Examples
     --------
@@ -229,9 +381,10 @@ def kv_bytes_per_token_per_layer(spec: "ModelSpec", kv_dtype: str, tp: int = 1) 
     >>> kv_bytes_per_token_per_layer(load_model_spec("deepseek-v3"), "bf16", tp=8)  # (512 + 64) * 2
     1152.0
     """
-    b = dtype_bytes(kv_dtype, KV_DTYPE_BYTES, "--kv-dtype")
     if spec.mla is not None:
-        return float((spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) * b)
+        width = spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim
+        return float(width * kv_element_bytes(kv_dtype, width, kv_scale))
+    b = kv_element_bytes(kv_dtype, spec.head_dim, kv_scale)
     heads = max(1, spec.num_kv_heads // tp)
     return float(2 * heads * spec.head_dim * b)
 
@@ -315,9 +468,9 @@ class KVLayout:
         return self.full_bytes_per_token * positions + self.window_bytes_per_token * min(positions, w) + self.state_bytes_per_sequence
 
 
-def kv_stage_layouts(spec: "ModelSpec", kv_dtype: str = "bf16", tp: int = 1, pp: int = 1) -> list[KVLayout]:
+def kv_stage_layouts(spec: "ModelSpec", kv_dtype: str = "bf16", tp: int = 1, pp: int = 1, kv_scale: str = "tensor") -> list[KVLayout]:
     """The :class:`KVLayout` of each of ``pp`` pipeline stages (contiguous, remainder first)."""
-    per_layer = kv_bytes_per_token_per_layer(spec, kv_dtype, tp)
+    per_layer = kv_bytes_per_token_per_layer(spec, kv_dtype, tp, kv_scale)
     state = spec.linear_attention.state_elements_per_layer if spec.linear_attention is not None else 0.0
     return [
         KVLayout(
@@ -333,7 +486,7 @@ def kv_stage_layouts(spec: "ModelSpec", kv_dtype: str = "bf16", tp: int = 1, pp:
     ]
 
 
-def kv_layout(spec: "ModelSpec", kv_dtype: str = "bf16", tp: int = 1) -> KVLayout:
+def kv_layout(spec: "ModelSpec", kv_dtype: str = "bf16", tp: int = 1, kv_scale: str = "tensor") -> KVLayout:
     """The :class:`KVLayout` of the whole model on one tensor-parallel rank (no pipeline split).
 
     Examples
@@ -343,10 +496,10 @@ def kv_layout(spec: "ModelSpec", kv_dtype: str = "bf16", tp: int = 1) -> KVLayou
     >>> lay.full_bytes_per_token, lay.window_bytes_per_token, lay.window_tokens
     (172032.0, 172032.0, 4096.0)
     """
-    return kv_stage_layouts(spec, kv_dtype, tp, 1)[0]
+    return kv_stage_layouts(spec, kv_dtype, tp, 1, kv_scale)[0]
 
 
-def kv_bytes_per_token(spec: "ModelSpec", kv_dtype: str = "bf16", tp: int = 1, pp: int = 1) -> tuple[float, float]:
+def kv_bytes_per_token(spec: "ModelSpec", kv_dtype: str = "bf16", tp: int = 1, pp: int = 1, kv_scale: str = "tensor") -> tuple[float, float]:
     """KV bytes one token adds, whole model and on the fullest GPU.
 
     Both count every softmax-attention layer (full and sliding: a token in the window costs the
@@ -367,20 +520,24 @@ def kv_bytes_per_token(spec: "ModelSpec", kv_dtype: str = "bf16", tp: int = 1, p
     >>> kv_bytes_per_token(load_model_spec("llama-3.1-70b"), tp=4)  # 80 layers, 8 heads / 4
     (327680.0, 81920.0)
     """
-    whole = kv_layout(spec, kv_dtype, 1).bytes_per_token
-    per_gpu = max(lay.bytes_per_token for lay in kv_stage_layouts(spec, kv_dtype, tp, pp))
+    whole = kv_layout(spec, kv_dtype, 1, kv_scale).bytes_per_token
+    per_gpu = max(lay.bytes_per_token for lay in kv_stage_layouts(spec, kv_dtype, tp, pp, kv_scale))
     return whole, per_gpu
 
 
 def kv_bytes_per_sequence_per_gpu(
-    spec: "ModelSpec", context: int, kv_dtype: str = "bf16", tp: int = 1, pp: int = 1, block_size: int = 16
+    spec: "ModelSpec", context: int, kv_dtype: str = "bf16", tp: int = 1, pp: int = 1, block_size: int = 16,
+    kv_scale: str = "tensor",
 ) -> float:
     """Bytes one sequence of ``context`` tokens holds on the fullest GPU, in whole blocks
     (:meth:`KVLayout.sequence_bytes` of the fullest pipeline stage)."""
-    return max(lay.sequence_bytes(context, block_size) for lay in kv_stage_layouts(spec, kv_dtype, tp, pp))
+    return max(lay.sequence_bytes(context, block_size) for lay in kv_stage_layouts(spec, kv_dtype, tp, pp, kv_scale))
 
 
-def weights_bytes_per_gpu(spec: "ModelSpec", weight_dtype: str = "bf16", tp: int = 1, pp: int = 1) -> float:
+def weights_bytes_per_gpu(
+    spec: "ModelSpec", weight_dtype: str = "bf16", tp: int = 1, pp: int = 1, *, ep: int = 1, dp: int = 1,
+    expert_dtype: str | None = None, redundant_experts: int = 0,
+) -> float:
     """Weight bytes on the fullest GPU.
 
     Notes
@@ -390,6 +547,15 @@ def weights_bytes_per_gpu(spec: "ModelSpec", weight_dtype: str = "bf16", tp: int
     vocabulary-parallel (``1/tp``), 16-bit, on the first and last pipeline stage (once if
     tied and ``pp == 1``). When ``tp`` exceeds the KV heads, each rank keeps a whole copy of one
     KV head's k/v projections.
+
+    With data-parallel attention (``dp`` ranks of ``tp`` GPUs) everything but the routed experts
+    is replicated per rank and split ``1/tp``; the routed experts are split over all ``G = tp x dp``
+    GPUs, whole experts with expert parallelism (``ep = G``: ``(E + R) / ep`` of them per GPU, ``R``
+    redundant replicas) or every expert ``1/G`` without, in ``expert_dtype``::
+
+        W_gpu = W(tp) + W_routed_stage x ((E + R) / E / G x b_expert - b_weight / tp)
+
+    so expert parallelism never holds more expert bytes per GPU than ``1/tp`` of them.
 
     Examples
     --------
@@ -419,6 +585,10 @@ def weights_bytes_per_gpu(spec: "ModelSpec", weight_dtype: str = "bf16", tp: int
             total += d * 2  # final norm
             if not spec.tie_word_embeddings or pp > 1:
                 total += emb / tp * 2
+        if spec.moe is not None and (ep != 1 or dp != 1 or redundant_experts or (expert_dtype not in (None, weight_dtype))):
+            eb = dtype_bytes(expert_dtype or weight_dtype, WEIGHT_DTYPE_BYTES, "--expert-dtype")
+            share = (spec.moe.num_experts + redundant_experts) / spec.moe.num_experts / (tp * dp)
+            total += routed_expert_params(spec, layers) * (share * eb - wb / tp)
         best = max(best, total)
     del kinds
     return best
@@ -515,16 +685,19 @@ def compute_kv(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> KVRes
     True
     """
     check_parallelism(spec, inp.tp, inp.pp)
+    dp = resolve_dp(inp.tp, inp.ep, inp.dp)
+    check_expert_parallelism(spec, inp.tp, dp, inp.ep, inp.redundant_experts)
     from capplan.engine import default_engine
 
     engine = inp.engine or default_engine()
     block = inp.block_size if inp.block_size is not None else engine.memory.block_size
-    whole, per_gpu = kv_bytes_per_token(spec, inp.kv_dtype, inp.tp, inp.pp)
+    whole, per_gpu = kv_bytes_per_token(spec, inp.kv_dtype, inp.tp, inp.pp, inp.kv_scale)
     usable = inp.usable_mem_gib if inp.usable_mem_gib is not None else hw.mem_total_gib
     weights = (
         inp.weights_gib * GIB
         if inp.weights_gib is not None
-        else weights_bytes_per_gpu(spec, inp.weight_dtype, inp.tp, inp.pp)
+        else weights_bytes_per_gpu(spec, inp.weight_dtype, inp.tp, inp.pp, ep=inp.ep, dp=dp,
+                                   expert_dtype=inp.expert_dtype, redundant_experts=inp.redundant_experts)
     )
     terms = engine.memory
     mbt = inp.max_batched_tokens if inp.max_batched_tokens is not None else default_max_num_batched_tokens(hw, terms)
@@ -538,11 +711,11 @@ def compute_kv(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> KVRes
     over = (
         inp.runtime_overhead_gib * GIB
         if inp.runtime_overhead_gib is not None
-        else runtime_overhead_bytes(hw, inp.tp, inp.pp, terms)
+        else runtime_overhead_bytes(hw, inp.tp * dp, inp.pp, terms)
     )
     graph = (inp.graph_gib if inp.graph_gib is not None else terms.cudagraph_gib) * GIB
     budget = kv_budget_bytes(terms.budget_rule, usable * GIB, util, weights, act, over, graph)
-    seq_bytes = kv_bytes_per_sequence_per_gpu(spec, inp.context, inp.kv_dtype, inp.tp, inp.pp, block)
+    seq_bytes = kv_bytes_per_sequence_per_gpu(spec, inp.context, inp.kv_dtype, inp.tp, inp.pp, block, inp.kv_scale)
     if budget <= 0:
         _raise_does_not_fit(spec, hw, inp, usable, util, weights, act, over, graph, budget, seq_bytes)
     blocks = int(budget // (block * per_gpu)) if per_gpu > 0 else 0
@@ -574,6 +747,9 @@ def compute_kv(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> KVRes
         max_concurrent_sequences=int(budget // seq_bytes),
         engine_profile=engine.name,
         calibration=engine.calibration,
+        ep=inp.ep,
+        dp=dp,
+        expert_dtype=inp.expert_dtype if spec.moe is not None and inp.expert_dtype not in (None, inp.weight_dtype) else "",
     )
 
 
@@ -584,7 +760,7 @@ def smallest_fitting_tp(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs)
         if tp <= inp.tp:
             continue
         try:
-            r = compute_kv(spec, hw, inp.replace(tp=tp, weights_gib=None))
+            r = compute_kv(spec, hw, inp.replace(tp=tp, weights_gib=None, ep=1 if inp.ep == 1 else tp * (inp.dp or 1), dp=inp.dp))
         except (DoesNotFitError, InputError):
             continue
         if r.max_concurrent_sequences >= 1:

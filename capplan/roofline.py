@@ -41,6 +41,15 @@ Counting rules (each is explained, with alternatives, in ``docs/roofline.md``):
 * **Communication.** ``2 L + 1`` ring all-reduces of the step's hidden states (after each
   attention and MLP block, and after the vocabulary-parallel embedding) and a gather of the
   logits, over NVLink/Infinity Fabric when ``tp <= gpus_per_node``, else over the network.
+* **Expert parallelism** (``ep = tp x dp``; ``docs/features.md``). The work arguments are one
+  data-parallel rank's; the MoE layers see all ``dp`` ranks' tokens, so the distinct experts are
+  ``E (1 - (1 - k/E)^(dp T))`` of the GPU's ``(E + R) / ep``. Each MoE layer adds a dispatch and a
+  combine of ``k`` copies of the rank's hidden states per GPU (DeepEP low-latency kernels over the
+  NIC, or normal kernels with one copy per remote node), the busiest GPU's share
+  (``moe_load_imbalance``) also scaling the routed GEMMs. Two-batch overlap reads the weights
+  once per micro-batch and hides ``tbo_overlap_efficiency x min(compute or memory, all-to-all)``.
+* **Quantised experts and FP4.** ``expert_dtype`` sets the routed experts' bytes and tensor unit;
+  an FP4 unit runs at ``fp4_gemm_efficiency`` of the engine's GEMM efficiency.
 
 The byte sizes of quantised weights and KV come from :mod:`capplan.kv`
 (``WEIGHT_DTYPE_BYTES``, ``KV_DTYPE_BYTES``), and the resident weights per GPU from
@@ -68,9 +77,16 @@ from capplan.errors import InputError
 from pydantic import BaseModel, ConfigDict, Field
 
 from capplan.engine import EngineProfile
-from capplan.kv import check_parallelism, kv_layout, weights_bytes_per_gpu
+from capplan.kv import (
+    check_expert_parallelism,
+    check_parallelism,
+    kv_layout,
+    resolve_dp,
+    routed_expert_params,
+    weights_bytes_per_gpu,
+)
 from capplan.options import Options
-from capplan.units import MAX_GPUS, WEIGHT_DTYPE_BYTES, KVDtype, WeightDtype
+from capplan.units import MAX_GPUS, WEIGHT_DTYPE_BYTES, KVDtype, KVScale, WeightDtype
 
 if TYPE_CHECKING:
     from capplan.engine import TimeTerms
@@ -90,6 +106,11 @@ ATTENTION_DTYPE = "bf16"
 """Tensor unit the attention products and the LM head run on (16-bit inputs, FP32 accumulate),
 whatever the weight and KV dtypes: engines dequantise fp8/int8 KV to 16-bit in the kernel and
 keep the LM head unquantised."""
+
+LOW_LATENCY_MAX_TOKENS = 256
+"""Positions per GPU up to which ``alltoall_mode="auto"`` uses the low-latency kernels: DeepEP
+recommends its low-latency buffers for decode batches "less than 256" tokens per rank
+(deepseek-ai/DeepEP docs/legacy.md, "Example use in inference decoding")."""
 
 CRITICAL_BATCH_LIMIT = 2**24
 """Largest decode batch :func:`critical_decode_batch` searches [sequences]; beyond it the result
@@ -126,8 +147,33 @@ class RooflineInputs(Options, BaseModel):
     """Dtype of the KV cache: bf16, fp16, fp8, int8 or int4."""
     gemm_dtype: WeightDtype | None = None
     """Tensor unit the weight GEMMs run on; ``None`` = ``weight_dtype`` (falling back as
-    :data:`capplan.hardware.FALLBACK` when the hardware has no unit for it). Give ``bf16`` for
-    weight-only kernels (W4A16 AWQ/GPTQ, W8A16) on hardware that does have an int4/int8 unit."""
+    :data:`capplan.hardware.FALLBACK` when the hardware has no unit for it, with a warning for fp8
+    and int8; nvfp4/mxfp4 without an FP4 unit are refused unless this is given). Give ``bf16`` for
+    weight-only kernels (W4A16 AWQ/GPTQ/Marlin FP4, W8A16) on any hardware."""
+    ep: int = Field(default=1, ge=1, le=MAX_GPUS)
+    """Expert-parallel degree [GPUs]: 1 or ``tp x dp`` (see :class:`capplan.kv.KVInputs`); with
+    ``ep > 1`` each MoE layer adds a dispatch and a combine all-to-all."""
+    dp: int | None = Field(default=None, ge=1, le=MAX_GPUS)
+    """Data-parallel attention ranks [count]; the step's work arguments are **one rank's**, and every
+    rank runs the same step (the MoE layers see ``dp x`` its tokens). Default ``ep / tp`` when ``ep``
+    exceeds ``tp``, else 1."""
+    expert_dtype: WeightDtype | None = None
+    """Dtype of the routed experts' weights (their bytes, and the tensor unit of their GEMMs);
+    default ``weight_dtype``."""
+    redundant_experts: int = Field(default=0, ge=0, le=MAX_GPUS)
+    """Extra expert replicas of an expert load balancer (EPLB) [count]; needs ``ep > 1``."""
+    kv_scale: KVScale = "tensor"
+    """KV quantisation-scale granularity: ``tensor`` or ``token_head`` (see :class:`capplan.kv.KVInputs`)."""
+    alltoall_mode: Literal["auto", "low_latency", "normal"] = "auto"
+    """Expert-parallel all-to-all kernels (DeepEP): ``low_latency`` sends each of a token's ``k``
+    copies to its GPU directly over the network; ``normal`` sends one copy per destination node
+    over the network and fans out over NVLink; ``auto`` picks ``low_latency`` for steps of at most
+    :data:`LOW_LATENCY_MAX_TOKENS` positions per GPU (decode) and ``normal`` above (prefill)."""
+    two_batch_overlap: bool = False
+    """The engine runs each step as two micro-batches and overlaps one's expert-parallel all-to-all
+    with the other's compute (SGLang ``--enable-two-batch-overlap``, vLLM dual-batch overlap): the
+    step hides ``tbo_overlap_efficiency x min(compute or memory, all-to-all)`` of their sum, and
+    reads the weights once per micro-batch."""
     compute_efficiency: float | None = Field(default=None, gt=0, le=1)
     """Fraction [0-1] of dense peak FLOP/s the step's GEMMs and attention reach."""
     bandwidth_efficiency: float | None = Field(default=None, gt=0, le=1)
@@ -154,7 +200,7 @@ class RooflineInputs(Options, BaseModel):
         a = _EngineAssumptions(self.profile().time_on(hw.name))
         return self.model_copy(
             update=dict(
-                gemm_dtype=hw.compute_dtype(self.gemm_dtype or self.weight_dtype),
+                gemm_dtype=hw.gemm_unit(self.weight_dtype, self.gemm_dtype),
                 compute_efficiency=a.compute_efficiency if self.compute_efficiency is None else self.compute_efficiency,
                 bandwidth_efficiency=a.bandwidth_efficiency if self.bandwidth_efficiency is None else self.bandwidth_efficiency,
                 interconnect_efficiency=(
@@ -212,6 +258,9 @@ class StepCost:
     """Activations read and written [bytes]."""
     overhead_s: Any
     """The fixed per-step overhead included in ``step_time_s`` [s]."""
+    alltoall_time_s: Any = 0.0
+    """Expert-parallel dispatch and combine of every MoE layer [s] (0 at ``ep = 1``); the part not
+    hidden by two-batch overlap is included in ``comm_time_s``."""
 
     def as_dict(self) -> dict[str, Any]:
         """Fields as a dict (arrays stay arrays)."""
@@ -223,12 +272,22 @@ class StepCost:
 # ---------------------------------------------------------------------------------------------
 
 
-def _terms(spec: "ModelSpec", weight_dtype: str, kv_dtype: str, tp: int) -> dict[str, float]:
-    """Per-GPU constants of ``spec`` at tensor-parallel degree ``tp`` (see the module notes)."""
+def _moe_layout(spec: "ModelSpec", weight_dtype: str, ep: int, dp: int, expert_dtype: str | None, redundant: int) -> bool:
+    """Whether the routed experts are laid out other than split ``1/tp`` in ``weight_dtype``."""
+    return spec.moe is not None and (ep != 1 or dp != 1 or redundant != 0 or expert_dtype not in (None, weight_dtype))
+
+
+def _terms(
+    spec: "ModelSpec", weight_dtype: str, kv_dtype: str, tp: int, ep: int = 1, dp: int = 1,
+    expert_dtype: str | None = None, redundant: int = 0, kv_scale: str = "tensor",
+) -> dict[str, float]:
+    """Per-GPU constants of ``spec`` at tensor-parallel degree ``tp`` (see the module notes); with
+    ``dp`` data-parallel attention ranks and ``ep``-way expert parallelism."""
     check_parallelism(spec, tp)
+    check_expert_parallelism(spec, tp, dp, ep, redundant)
     d, V, L = spec.hidden_size, spec.vocab_size, spec.num_layers
     H, Hkv, h = spec.num_attention_heads, spec.num_kv_heads, spec.head_dim
-    kv = kv_layout(spec, kv_dtype, tp)
+    kv = kv_layout(spec, kv_dtype, tp, kv_scale)
     n_full, n_slide, n_lin = kv.full_layers, kv.sliding_layers, kv.linear_layers
     wb = WEIGHT_DTYPE_BYTES[weight_dtype]
     m = spec.moe
@@ -267,10 +326,21 @@ def _terms(spec: "ModelSpec", weight_dtype: str, kv_dtype: str, tp: int) -> dict
     head_bytes = V * d / tp * 2
     emb_bytes = head_bytes * (1 if spec.tie_word_embeddings else 2)
     routed_bytes = routed_total / tp * wb
-    resident = weights_bytes_per_gpu(spec, weight_dtype, tp)
+    if _moe_layout(spec, weight_dtype, ep, dp, expert_dtype, redundant):
+        assert m is not None
+        eb = WEIGHT_DTYPE_BYTES[expert_dtype or weight_dtype]
+        routed_bytes = routed_expert_params(spec) * (m.num_experts + redundant) / m.num_experts / (tp * dp) * eb
+    resident = weights_bytes_per_gpu(spec, weight_dtype, tp, ep=ep, dp=dp, expert_dtype=expert_dtype, redundant_experts=redundant)
     state = kv.state_elements_per_layer
     return {
         "tp": float(tp),
+        "dp": float(dp),
+        "ep": float(ep),
+        "moe_layers": float(n_moe),
+        # elements each forwarded position of a rank sends per GPU, summed over MoE layers, in
+        # the dispatch (and back in the combine): k copies of the hidden state, the rank's
+        # positions shared by its tp GPUs
+        "a2a_elements_per_token": float(n_moe * (m.experts_per_token if m else 0) * d / tp) if ep > 1 else 0.0,
         "hidden": float(d),
         "layers": float(L),
         "gemm_flops_per_token": 2 * gemm_active / tp,
@@ -300,8 +370,45 @@ def _hw_terms(hw: "HardwareProfile", inp: RooflineInputs) -> dict[str, float]:
     ce = float(r.compute_efficiency)  # type: ignore[arg-type]
     terms = inp.profile().time_on(hw.name)
     attention = terms.attention_efficiency if inp.compute_efficiency is None else ce
+    peak_gemm = hw.peak_flops(r.gemm_dtype or r.weight_dtype)
+    expert_unit = r.gemm_dtype or r.weight_dtype
+    if inp.expert_dtype not in (None, inp.weight_dtype):
+        expert_unit = hw.gemm_unit(inp.expert_dtype, inp.gemm_dtype, "--expert-dtype")
+    ep = inp.ep
+    gpn = float(hw.gpus_per_node)
+    inter = hw.inter_node_bandwidth_bytes_per_s * terms.alltoall_efficiency
+    intra = hw.intra_node_bandwidth_bytes_per_s * terms.alltoall_efficiency
+    # seconds per byte of a step's k copies of its hidden states (module notes):
+    # within a node: the (ep - 1) / ep sent to other GPUs over NVLink; across nodes, low-latency:
+    # every copy over the NIC (DeepEP's "logical bandwidth" counts node-local ones too); normal:
+    # one copy per remote destination node over the NIC (the fraction ``remote_node_fraction``
+    # of the k copies, set per model in _evaluate) while NVLink fans out the rest, in parallel
+    if ep > gpn:
+        ll_s_per_byte = 1.0 / inter
+        nodes = math.ceil(ep / gpn)
+    else:
+        ll_s_per_byte = (ep - 1.0) / ep / intra if ep > 1 else 0.0
+        nodes = 1
+    # an FP4 unit's effective peak carries the engine's FP4 GEMM efficiency (1 changes nothing)
+    if (r.gemm_dtype or r.weight_dtype) == "fp4":
+        peak_gemm = peak_gemm * terms.fp4_gemm_efficiency
+    peak_expert = peak_gemm
+    if expert_unit != (r.gemm_dtype or r.weight_dtype):
+        peak_expert = hw.peak_flops(expert_unit) * (terms.fp4_gemm_efficiency if expert_unit == "fp4" else 1.0)
     return {
-        "peak_gemm": hw.peak_flops(r.gemm_dtype or r.weight_dtype),
+        "a2a_ll_s_per_byte": ll_s_per_byte,
+        "a2a_nic_s_per_byte": 1.0 / inter,
+        "a2a_nvlink_s_per_byte": (min(ep, gpn) - 1.0) / max(ep, 1) / intra,
+        "a2a_nodes": float(nodes),
+        "a2a_mode": {"auto": 0.0, "low_latency": 1.0, "normal": 2.0}[inp.alltoall_mode],
+        "peak_expert": peak_expert,
+        # dispatch moves fp8 hidden states (+ one fp32 scale per 128) when the experts run on an
+        # fp8/fp4 unit (DeepEP "FP8 dispatching and BF16 combining"), else 16-bit; combine 16-bit
+        "a2a_bytes_per_element": (1.0 + 4.0 / 128 if expert_unit in ("fp8", "fp4") else 2.0) + 2.0,
+        "imbalance_extra": terms.moe_load_imbalance - 1.0 if ep > 1 else 0.0,
+        "tbo": 1.0 if inp.two_batch_overlap else 0.0,
+        "tbo_overlap": terms.tbo_overlap_efficiency,
+        "peak_gemm": peak_gemm,
         "peak_16": hw.peak_flops(ATTENTION_DTYPE),
         "hbm": hw.hbm_bandwidth_bytes_per_s,
         "intra": hw.intra_node_bandwidth_bytes_per_s,
@@ -375,8 +482,13 @@ def _evaluate(
     gemm, attn, head = _flops(t, new, logits, pairs, pairs_w)
     flops = gemm + attn + head
 
-    touched = 1.0 - (1.0 - t["experts_per_token"] / t["experts"]) ** new
+    q = 1.0 - t["experts_per_token"] / t["experts"]
+    touched = 1.0 - q ** (new * t["dp"])
     weights = t["fixed_weight_bytes"] + t["routed_bytes"] * touched + t["head_bytes"] * has_logits
+    # two-batch overlap runs the step as two micro-batches of half the positions, each reading
+    # the weights (the expert weights its half touches)
+    half = 1.0 - q ** (new * t["dp"] / 2.0)
+    weights = np.where((w["tbo"] > 0) & (new >= 2), 2.0 * (t["fixed_weight_bytes"] + t["routed_bytes"] * half + t["head_bytes"] * has_logits), weights)
     kv_read = t["kv_bytes_full"] * read + t["kv_bytes_window"] * read_w + t["state_bytes_per_seq"] * seqs
     kv_write = (t["kv_bytes_full"] + t["kv_bytes_window"]) * new + t["state_bytes_per_seq"] * seqs
     act = t["act_bytes_per_token"] * new + t["act_bytes_per_logit"] * logits
@@ -387,7 +499,11 @@ def _evaluate(
     # tokens' worth of GEMM work), routed experts moe_rel of that, attention ae_rel x ce; all
     # three are exact no-ops at their defaults (h = 0, relative efficiencies 1)
     gemm_work = gemm + t["gemm_flops_per_token"] * w["gemm_half_tokens"] + t["routed_flops_per_token"] * new * w["moe_extra"]
-    compute_time = (gemm_work / w["peak_gemm"] + (attn + head) / (w["peak_16"] * w["attention_rel"])) / w["ce"]
+    # routed experts on their own tensor unit, and the busiest expert-parallel GPU's extra share:
+    # both exactly 0 without an expert dtype or expert parallelism
+    routed_work = t["routed_flops_per_token"] * new * (1.0 + w["moe_extra"])
+    expert_extra = routed_work * ((1.0 + w["imbalance_extra"]) / w["peak_expert"] - 1.0 / w["peak_gemm"])
+    compute_time = (gemm_work / w["peak_gemm"] + (attn + head) / (w["peak_16"] * w["attention_rel"]) + expert_extra) / w["ce"]
     memory_time = nbytes / (w["hbm"] * w["be"])
 
     tp = t["tp"]
@@ -396,9 +512,20 @@ def _evaluate(
     allreduce = w["latency_s"] + 2.0 * share * (new * t["hidden"] * ACTIVATION_BYTES) / link
     gather = (w["latency_s"] + share * logits * t["logit_gather_bytes"] / link) * has_logits
     comm = np.where(tp > 1, (2.0 * t["layers"] + 1.0) * allreduce + gather, 0.0)
+    # expert parallelism: a dispatch and a combine per MoE layer, the busiest GPU's volume
+    a2a_bytes = t["a2a_elements_per_token"] * new * w["a2a_bytes_per_element"] * (1.0 + w["imbalance_extra"])
+    n_nodes = w["a2a_nodes"]
+    kk = np.maximum(t["experts_per_token"], 1.0)
+    remote = (n_nodes - 1.0) * (1.0 - (1.0 - 1.0 / n_nodes) ** kk) / kk  # remote nodes per copy
+    normal = np.where(n_nodes > 1, np.maximum(remote * w["a2a_nic_s_per_byte"], w["a2a_nvlink_s_per_byte"]), w["a2a_ll_s_per_byte"])
+    low_latency = (w["a2a_mode"] == 1.0) | ((w["a2a_mode"] == 0.0) & (new / t["tp"] <= LOW_LATENCY_MAX_TOKENS))
+    per_byte = np.where(low_latency, w["a2a_ll_s_per_byte"], normal)
+    alltoall = np.where(t["ep"] > 1, 2.0 * t["moe_layers"] * w["latency_s"] + a2a_bytes * per_byte, 0.0)
+    busy = np.maximum(compute_time, memory_time)
+    comm = comm + np.where(w["tbo"] > 0, alltoall - w["tbo_overlap"] * np.minimum(busy, alltoall), alltoall)
 
     host = w["overhead_s"] + w["per_sequence_s"] * seqs
-    step = np.maximum(compute_time, memory_time) + comm + host
+    step = busy + comm + host
     is_compute = compute_time >= memory_time
     out = StepCost(
         flops=flops,
@@ -419,6 +546,7 @@ def _evaluate(
         kv_write_bytes=kv_write,
         activation_bytes=act,
         overhead_s=np.broadcast_to(host, np.shape(step)),
+        alltoall_time_s=alltoall,
     )
     return out
 
@@ -540,7 +668,9 @@ class StepPricer:
 
     def __init__(self, spec: "ModelSpec", hw: "HardwareProfile", inp: RooflineInputs) -> None:
         self.spec, self.hw, self.inp = spec, hw, inp
-        self._t = _terms(spec, inp.weight_dtype, inp.kv_dtype, inp.tp)
+        self.dp = resolve_dp(inp.tp, inp.ep, inp.dp)
+        self._t = _terms(spec, inp.weight_dtype, inp.kv_dtype, inp.tp, inp.ep, self.dp, inp.expert_dtype,
+                         inp.redundant_experts, inp.kv_scale)
         self._w = _hw_terms(hw, inp)
         self.window = self._t["window"]
 
@@ -548,6 +678,7 @@ class StepPricer:
         """The same model and hardware at other time terms (dtypes and ``tp`` must not change)."""
         other = object.__new__(StepPricer)
         other.spec, other.hw, other.inp, other._t, other.window = self.spec, self.hw, inp, self._t, self.window
+        other.dp = self.dp
         other._w = _hw_terms(self.hw, inp)
         return other
 
@@ -1071,8 +1202,10 @@ def decode_grid(
     >>> g.step_time_s.shape
     (2, 2, 2, 2)
     """
+    if inp.ep != 1 or (inp.dp or 1) != 1 or inp.expert_dtype not in (None, inp.weight_dtype) or inp.redundant_experts:
+        raise InputError("decode_grid sweeps tensor parallelism only; price expert/data-parallel layouts with StepPricer")
     tps = [int(x) for x in tp]
-    per_tp = [_terms(spec, inp.weight_dtype, inp.kv_dtype, x) for x in tps]
+    per_tp = [_terms(spec, inp.weight_dtype, inp.kv_dtype, x, kv_scale=inp.kv_scale) for x in tps]
     per_hw = [_hw_terms(hw, inp) for hw in hardware]
     t = {k: np.array([d[k] for d in per_tp]).reshape(1, -1, 1, 1) for k in per_tp[0]}
     w = {k: np.array([d[k] for d in per_hw]).reshape(-1, 1, 1, 1) for k in per_hw[0]}

@@ -259,6 +259,68 @@ class Serving(_Strict):
         return self
 
 
+class AcceptancePoint(_Strict):
+    """The drafter's acceptance rate measured (or expected) at one trainer step."""
+
+    step: int = Field(ge=0)
+    """Trainer step [steps]."""
+    acceptance_rate: float = Field(ge=0, le=1)
+    """Per-token acceptance rate at that step [0-1]."""
+
+
+class Speculative(_Strict):
+    """Speculative decoding of the rollout (or serving) engine.
+
+    In RL the policy drifts away from the drafter as it trains, so the acceptance rate can be
+    given per trainer step (``acceptance_by_step``), read between points by linear interpolation
+    and held flat beyond the ends.
+    """
+
+    method: Literal["eagle", "eagle3", "mtp", "ngram", "draft"]
+    """Drafter: ``eagle``, ``eagle3``, ``mtp`` (the checkpoint's multi-token-prediction module),
+    ``ngram`` (prompt lookup) or ``draft`` (a separate draft model)."""
+    num_speculative_tokens: int = Field(ge=1, le=64)
+    """Tokens drafted per verify step [tokens]."""
+    acceptance_rate: float | None = Field(default=None, ge=0, le=1)
+    """Per-token acceptance rate [0-1], constant over the run (give this or ``acceptance_by_step``)."""
+    acceptance_by_step: list[AcceptancePoint] | None = Field(default=None, min_length=1)
+    """Per-token acceptance rate at trainer steps, in increasing step order (RL: it falls as the
+    policy drifts from the drafter)."""
+    draft_model: str | None = None
+    """Draft model preset or path (``method: draft`` only)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "Speculative":
+        if (self.acceptance_rate is None) == (self.acceptance_by_step is None):
+            raise ValueError("give exactly one of 'acceptance_rate' or 'acceptance_by_step'")
+        steps = [p.step for p in self.acceptance_by_step or []]
+        if any(b <= a for a, b in zip(steps, steps[1:])):
+            raise ValueError(f"acceptance_by_step: steps must increase (got {steps})")
+        if self.method == "draft" and not self.draft_model:
+            raise ValueError("method: draft needs 'draft_model' (a model preset or path)")
+        if self.method != "draft" and self.draft_model:
+            raise ValueError(f"'draft_model' is only used with method: draft (got {self.method})")
+        return self
+
+    def acceptance_at(self, step: float) -> float:
+        """The acceptance rate at trainer step ``step`` [0-1] (interpolated, flat beyond the ends).
+
+        >>> Speculative(method="eagle3", num_speculative_tokens=3, acceptance_by_step=[
+        ...     {"step": 0, "acceptance_rate": 0.8}, {"step": 100, "acceptance_rate": 0.6}]).acceptance_at(50)
+        0.7
+        """
+        if self.acceptance_rate is not None:
+            return self.acceptance_rate
+        pts = self.acceptance_by_step or []
+        if step <= pts[0].step:
+            return pts[0].acceptance_rate
+        for a, b in zip(pts, pts[1:]):
+            if step <= b.step:
+                f = (step - a.step) / (b.step - a.step)
+                return round(a.acceptance_rate + f * (b.acceptance_rate - a.acceptance_rate), 12)
+        return pts[-1].acceptance_rate
+
+
 class Sampling(_Strict):
     """Monte Carlo settings for workloads with distributions."""
 
@@ -291,6 +353,8 @@ class Workload(_Strict):
     """What the trainer does with each record (loss, filtering, extra passes)."""
     serving: Serving | None = None
     """Arrival rate and latency targets (method ``serving`` only)."""
+    speculative: Speculative | None = None
+    """Speculative decoding of the rollout or serving engine (methods with a rollout engine only)."""
     sampling: Sampling = Field(default_factory=Sampling)
     """Monte Carlo sample size and seed for figures drawn from distributions."""
 
@@ -306,6 +370,8 @@ class Workload(_Strict):
             )
         if self.serving is not None and self.method != "serving":
             raise FieldError(("serving",), f"only allowed with method: serving (this workload is {self.method})")
+        if self.speculative is not None and self.method not in ROLLOUT_METHODS:
+            raise FieldError(("speculative",), f"needs a rollout or serving engine; method {self.method} samples nothing")
         if self.cache.reused_prefix_tokens is not None:
             reuse = self.cache.reused_prefix_tokens
             where = ("cache", "reused_prefix_tokens")

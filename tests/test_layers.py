@@ -2,7 +2,8 @@
 
     infrastructure  errors, units, options, yamlio, resources, output, records, plots
     inputs          distributions, workload, hardware, modelspec, hf_import, engine
-    calculations    ledger, kv, roofline, benchmark, trainer, concurrency, workload_map
+    calculations    ledger, kv, roofline, benchmark, trainer, concurrency, workload_map, speculative,
+                    disagg, offload
     orchestration   plan, sim, reconcile, accuracy, calibrate (and the alias modules)
     command line    cli
 
@@ -22,7 +23,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "capplan"
 LAYERS: list[tuple[str, set[str]]] = [
     ("infrastructure", {"errors", "units", "options", "yamlio", "resources", "output", "records", "plots", "__init__"}),
     ("inputs", {"distributions", "workload", "hardware", "modelspec", "hf_import", "engine"}),
-    ("calculations", {"ledger", "kv", "roofline", "trainer", "concurrency", "workload_map", "benchmark"}),
+    ("calculations", {"ledger", "kv", "roofline", "trainer", "concurrency", "workload_map", "benchmark",
+                      "speculative", "disagg", "offload"}),
     ("orchestration", {"plan", "sim", "reconcile", "accuracy", "calibrate", "simulate", "sweep"}),
     ("command line", {"cli", "__main__"}),
 ]

@@ -5,6 +5,14 @@ run or open-loop arrivals) with the engine profile of the row's engine; KV rows 
 :func:`capplan.kv.compute_kv` with the settings the log shows. A row capplan cannot express (a
 model or GPU without a profile, a dtype or parallel layout it does not model) is returned as
 unsupported with the reason, never predicted with a silently different setup.
+
+Feature rows (the corpus ``feature`` column: expert parallelism, speculative decoding,
+disaggregation, FP8/FP4/INT4, CPU KV offload) take the settings their CSV columns cannot hold
+from ``validation/feature_settings.yaml``: the parallel layout, the engine's token budget, and the
+*phase* a measurement isolates (a prefill or decode pool of a disaggregated deployment, a
+speculative decode, an offload-against-recompute ratio, :func:`predict_phase`), each with its
+source and what it assumes. Models with an architecturally identical preset are priced with it
+(:data:`MODEL_ALIASES`), and the row says so among its assumptions.
 """
 
 from __future__ import annotations
@@ -21,7 +29,23 @@ if TYPE_CHECKING:
 
 LATENCY_METRICS = {"ttft_ms", "e2e_latency_s", "itl_ms", "tpot_ms"}
 
-WEIGHT_DTYPES = {"bf16", "fp16", "fp8", "int8", "int4"}
+FEATURES = {None, "fp8", "int4", "fp4", "moe_ep", "spec_decode", "disagg", "kv_offload"}
+"""Values of the corpus ``feature`` column capplan predicts (rows without one are plain serving)."""
+
+WEIGHT_DTYPES = {"bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4"}
+
+MODEL_ALIASES = {
+    "llama-3.3-70b": ("llama-3.1-70b", "Llama 3.3 70B has Llama 3.1 70B's architecture (same config.json dimensions)"),
+    "llama-3-70b": ("llama-3.1-70b", "Llama 3 70B has Llama 3.1 70B's dimensions (3.1 adds RoPE scaling to 128k)"),
+    "llama-3-8b": ("llama-3.1-8b", "Llama 3 8B has Llama 3.1 8B's dimensions (3.1 adds RoPE scaling to 128k)"),
+    "vicuna-13b": ("llama-2-13b", "Vicuna 13B is a LLaMA 13B fine-tune: Llama 2 13B's dimensions (40 layers, 5120 wide, 32k vocabulary)"),
+}
+"""Corpus model names priced with the preset of an architecturally identical model (the row
+reports the substitution among its assumptions)."""
+
+MXFP4_EXPERT_MODELS = ("gpt-oss",)
+"""Models whose checkpoints quantise only the routed experts to mxfp4 (attention, router,
+embeddings and head stay bf16: gpt-oss ``quantization_config``, models/gpt-oss-*.yaml notes)."""
 KV_DTYPES = {"bf16", "fp16", "fp8", "int8", "int4"}
 _SPELLINGS = {"auto": "bf16", "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "awq": "int4", "gptq": "int4"}
 
@@ -93,28 +117,93 @@ def _int(row: "CorpusRow", name: str, default: int) -> int:
     return int(v) if v is not None else default
 
 
+@lru_cache(maxsize=1)
+def feature_settings() -> dict[str, dict[str, Any]]:
+    """``validation/feature_settings.yaml``: per-row settings of feature rows (layout, phase,
+    speculative decoding, engine-term overrides), keyed by row id."""
+    import yaml
+
+    from capplan.accuracy.corpus import validation_dir
+
+    path = validation_dir() / "feature_settings.yaml"
+    if not path.is_file():
+        return {}
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return dict(data.get("rows") or {})
+
+
+LAYOUT_KEYS = ("ep", "dp", "redundant_experts", "two_batch_overlap", "expert_dtype", "gemm_dtype", "kv_scale",
+               "max_num_batched_tokens", "max_num_seqs")
+"""Feature settings passed to :func:`capplan.benchmark.server_for`."""
+
+
+FIT_FEATURES = {None, "fp8", "int4"}
+"""Features of the rows the engine families' time terms are fitted on (``refit``): the feature
+terms (expert parallelism, FP4, speculative decoding, ...) are derived or fitted apart, so the
+rows that exercise them stay out of the family fit."""
+
+
+def fits_family_terms(row: "CorpusRow") -> bool:
+    """Whether a serving row takes part in the fit of its engine family's time terms: no feature
+    beyond FP8/INT4, no FP4 weights, no expert parallelism, no phase settings."""
+    if row.get("feature") not in FIT_FEATURES or row.id in feature_settings():
+        return False
+    if (dtype_of(row.get("weight_dtype")) or "") in ("nvfp4", "mxfp4") or row.get("weight_dtype") is None and (row.get("model") or "").startswith(MXFP4_EXPERT_MODELS):
+        return False
+    return (row.number("ep") or 1) <= 1 and (row.get("model") or "") not in MODEL_ALIASES
+
+
+def model_name(row: "CorpusRow") -> tuple[str, list[str]]:
+    """The preset a row is priced with, and the alias note when it is another model's."""
+    name = row.get("model") or "?"
+    if name in MODEL_ALIASES:
+        preset, why = MODEL_ALIASES[name]
+        return preset, [f"model {preset} for {name} ({why})"]
+    return name, []
+
+
 def serving_setup(row: "CorpusRow", family: str) -> tuple[dict[str, Any], list[str]]:
     """The engine settings of a serving row, and what was assumed where the source is silent."""
     assumed: list[str] = []
-    if row.get("feature") not in (None, "fp8", "int4"):
+    if row.get("feature") not in FEATURES:
         raise Unsupported(f"feature {row.get('feature')} is not modelled yet")
-    tp, pp = _int(row, "tp", 1), _int(row, "pp", 1)
-    if _int(row, "ep", 1) > 1 or _int(row, "dp", 1) > 1 and row.get("moe") == "true":
-        raise Unsupported("expert / data-parallel attention layouts are not modelled yet")
+    fs = feature_settings().get(row.id, {})
+    assumed += list(fs.get("assumed") or [])
+    tp, pp = int(fs.get("tp", _int(row, "tp", 1))), _int(row, "pp", 1)
     if pp > 1:
         raise Unsupported("pipeline-parallel serving steps are not modelled")
-    w = dtype_of(row.get("weight_dtype"))
+    name = row.get("model") or ""
+    moe = _model(model_name(row)[0]).moe is not None if name else False
+    ep, dp = int(fs.get("ep", _int(row, "ep", 1))), int(fs.get("dp", _int(row, "dp", 1)))
+    w = fs.get("weight_dtype") or dtype_of(row.get("weight_dtype"))
+    settings: dict[str, Any] = {}
+    if w is None and name.startswith(MXFP4_EXPERT_MODELS):
+        w = "mxfp4"
+        assumed.append("weights mxfp4 experts with bf16 attention (the checkpoint's quantization_config); not stated")
     if w is None:
         raise Unsupported("weight dtype not stated")
     if w not in WEIGHT_DTYPES:
         raise Unsupported(f"weight dtype {w} is not modelled yet")
-    kv = dtype_of(row.get("kv_dtype"))
+    hw = _hardware(row.get("hardware") or "?")
+    if w == "mxfp4" and moe and name.startswith(MXFP4_EXPERT_MODELS):
+        w, settings["expert_dtype"] = "bf16", "mxfp4"
+    fp4 = settings.get("expert_dtype", w)
+    if fp4 in ("nvfp4", "mxfp4") and not hw.has_unit(fp4) and "gemm_dtype" not in fs:
+        settings["gemm_dtype"] = "bf16"
+        assumed.append(f"{fp4} GEMMs as weight-only W4A16 kernels in bf16: {hw.name} has no FP4 unit")
+    if moe and ep > 1:
+        settings.update(ep=ep, dp=dp)
+    # a dense model's data-parallel ranks are independent replicas: priced one rank at a time
+    for k in LAYOUT_KEYS:
+        if k in fs and k not in ("ep", "dp"):
+            settings[k] = fs[k]
+    kv = fs.get("kv_dtype") or dtype_of(row.get("kv_dtype"))
     if kv is None:
-        kv = "fp8" if (family == "trtllm" and w == "fp8") else ("fp16" if w == "fp16" else "bf16")
+        kv = "fp8" if (family == "trtllm" and w in ("fp8", "nvfp4")) else ("fp16" if w == "fp16" else "bf16")
         assumed.append(f"kv_dtype {kv} (the engine's default for {w} weights)")
     if kv not in KV_DTYPES:
         raise Unsupported(f"KV dtype {kv} is not modelled")
-    return {"tp": tp, "weight_dtype": w, "kv_dtype": kv}, assumed
+    return {"tp": tp, "weight_dtype": w, "kv_dtype": kv, **settings}, assumed
 
 
 @dataclass(frozen=True)
@@ -153,14 +242,18 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
     if row.excluded:
         raise Unsupported(f"excluded: {row.excluded}")
     family = engine_family(row.get("engine"))
-    spec, hw = _model(row.get("model") or "?"), _hardware(row.get("hardware") or "?")
+    model, alias = model_name(row)
+    spec, hw = _model(model), _hardware(row.get("hardware") or "?")
     settings, assumed = serving_setup(row, family)
+    assumed = alias + assumed
+    if feature_settings().get(row.id, {}).get("phase"):
+        raise Unsupported("a phase measurement: predicted by predict_phase")
     if row.id.endswith("_p99"):
         raise Unsupported("a p99 latency: the closed form predicts means (percentiles: capplan simulate)")
     P, O = row.number("input_tokens"), row.number("output_tokens")
     if P is None or O is None:
         raise Unsupported("input/output lengths not stated")
-    server = _server(row.get("model"), row.get("hardware"), engine, tuple(sorted(settings.items())))
+    server = _server(model, row.get("hardware"), engine, tuple(sorted(settings.items())))
     scenario = row.get("scenario")
     if scenario == "static_batch":
         b = row.number("batch")
@@ -192,9 +285,19 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
     else:
         raise Unsupported(f"scenario {scenario} is not modelled")
     _metric(row.metric, None, 1.0, 1.0, check_only=True)
-    instances = max(1.0, (row.number("num_gpus") or settings["tp"]) / settings["tp"])
-    divisor = instances * settings["tp"] if row.get("per_gpu") == "true" else 1.0
+    instances, divisor = _instances(row, settings["tp"], hw)
     return PreparedServing(row, server, call, args, instances, divisor, assumed)
+
+
+def _instances(row: "CorpusRow", tp: int, hw: Any) -> tuple[float, float]:
+    """Engine instances (or data-parallel ranks) a row's figure covers, and what divides it
+    (GPUs for a per-GPU figure): a per-node unit covers one node's GPUs."""
+    if (row.unit or "").endswith("/node"):
+        instances = max(1.0, hw.gpus_per_node / tp)
+    else:
+        instances = max(1.0, (row.number("num_gpus") or tp) / tp)
+    divisor = instances * tp if row.get("per_gpu") == "true" else 1.0
+    return instances, divisor
 
 
 _SERVERS: dict[tuple, tuple[Any, Any]] = {}
@@ -216,6 +319,9 @@ def predict_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Predict
     """Predict a serving row (see the module notes)."""
     name = engine.name if engine else ""
     try:
+        if feature_settings().get(row.id, {}).get("phase"):
+            value, assumed = predict_phase(row, engine)
+            return Prediction(value, "", name, assumed)
         prepared = prepare_serving(row, engine)
         value = prepared.evaluate()
     except Unsupported as exc:
@@ -223,6 +329,78 @@ def predict_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Predict
     except CapplanError as exc:
         return Prediction(None, f"capplan refused the setup: {exc}", name)
     return Prediction(value, "", name, prepared.assumed)
+
+
+PHASES = ("prefill", "decode", "offload_ttft", "offload_throughput", "decode_ratio")
+"""Measurements that isolate one part of serving (``validation/feature_settings.yaml`` ``phase``)."""
+
+
+def predict_phase(row: "CorpusRow", engine: "EngineProfile | None") -> tuple[float, list[str]]:
+    """A row that measures one phase or one feature's effect (``feature_settings.yaml``):
+
+    * ``prefill`` -- a prefill pool alone (PD disaggregation with the decode side unlimited):
+      prompt tokens/s at saturation, :func:`capplan.disagg.prefill_capacity`;
+    * ``decode`` -- a decode pool alone at ``batch`` sequences of ``context`` cached positions:
+      output tokens/s, with speculative decoding when ``spec`` is given
+      (:func:`capplan.speculative.spec_step`);
+    * ``offload_ttft`` / ``offload_throughput`` -- CPU KV offload against recomputation
+      (:mod:`capplan.offload`), a ratio;
+    * ``decode_ratio`` -- the decode speed of the row's setting over ``baseline``'s, a ratio.
+
+    Raises :class:`Unsupported` or a :class:`CapplanError` like :func:`prepare_serving`.
+    """
+    from capplan import disagg, offload
+
+    fs = feature_settings()[row.id]
+    phase = fs["phase"]
+    if phase not in PHASES:
+        raise Unsupported(f"phase {phase} is not modelled (allowed: {', '.join(PHASES)})")
+    if row.excluded:
+        raise Unsupported(f"excluded: {row.excluded}")
+    family = engine_family(row.get("engine"))
+    model, alias = model_name(row)
+    spec, hw = _model(model), _hardware(row.get("hardware") or "?")
+    settings, assumed = serving_setup(row, family)
+    assumed = alias + assumed
+    if fs.get("engine_terms"):
+        from capplan.engine import default_engine
+
+        base = engine or default_engine()
+        engine = base.model_copy(update={"time": base.time.model_copy(update=dict(fs["engine_terms"]))})
+    server = _server(model, row.get("hardware"), engine, tuple(sorted(settings.items())))
+    instances, divisor = _instances(row, settings["tp"], hw)
+    if phase == "prefill":
+        if row.metric != "input_tokens_per_s":
+            raise Unsupported(f"metric {row.metric} of a prefill measurement is not predicted")
+        P = fs.get("input_tokens") or row.number("input_tokens")
+        if P is None:
+            raise Unsupported("prompt length not stated")
+        return disagg.prefill_capacity(server, float(P)).input_tokens_per_s * instances / divisor, assumed
+    if phase == "decode":
+        if row.metric != "output_tokens_per_s":
+            raise Unsupported(f"metric {row.metric} of a decode measurement is not predicted")
+        B, c = float(fs["batch"]), float(fs["context"])
+        if fs.get("spec"):
+            from capplan.speculative import SpecInputs, spec_pricers, spec_step
+
+            sinp = SpecInputs(**fs["spec"])
+            target, drafter = spec_pricers(spec, hw, server.pricer.inp, sinp)
+            step = spec_step(target, drafter, sinp, B, c)
+            rate = B / step.time_per_token_s
+        else:
+            rate = B / float(server.pricer.decode(B, c).step_time_s)
+        return rate * instances / divisor, assumed
+    if phase == "offload_ttft":
+        return offload.offload_hit(server, float(fs["input_tokens"]) - 1.0).speedup, assumed
+    if phase == "offload_throughput":
+        P = int(fs["input_tokens"])
+        return offload.offload_throughput(server, P, float(fs["hit_rate"])) / offload.offload_throughput(server, P, 0.0), assumed
+    # decode_ratio: the row's decode speed over the baseline setting's
+    B, c = float(fs["batch"]), float(fs["context"])
+    base = {**settings, **fs["baseline"]}
+    base.pop("gemm_dtype", None)
+    other = _server(model, row.get("hardware"), engine, tuple(sorted(base.items())))
+    return float(other.pricer.decode(B, c).step_time_s) / float(server.pricer.decode(B, c).step_time_s), assumed
 
 
 _METRICS = {"ttft_ms", "itl_ms", "tpot_ms", "e2e_latency_s", "output_tokens_per_s", "input_tokens_per_s",

@@ -37,9 +37,28 @@ class RowResult:
     citation: str
     unsupported: str = ""
     assumed: list[str] = field(default_factory=list)
+    feature: str = ""
+    """The engine feature the row exercises (corpus ``feature`` column, else one its settings
+    imply: ``fp4`` for nvfp4/mxfp4 weights, ``moe_ep`` for expert parallelism); empty for plain
+    serving."""
+    moe: bool = False
+    """Whether the row's model is a mixture of experts (dense and MoE errors are reported apart)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def row_feature(row: Any) -> str:
+    """The feature a corpus row exercises (see :attr:`RowResult.feature`)."""
+    f = row.get("feature")
+    if f:
+        return str(f)
+    if (row.get("weight_dtype") or "").split(" ")[0] in ("nvfp4", "mxfp4"):
+        return "fp4"
+    ep = row.number("ep")
+    if ep is not None and ep > 1:
+        return "moe_ep"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -88,6 +107,8 @@ class AccuracyReport:
                 "by_metric": {k: v.as_dict() for k, v in self.groups(lambda r: f"{r.kind}:{r.metric}").items()},
                 "by_source": {k: v.as_dict() for k, v in self.groups(lambda r: r.source).items()},
                 "by_hardware": {k: v.as_dict() for k, v in self.groups(lambda r: r.hardware).items()},
+                "by_feature": {k: v.as_dict() for k, v in self.groups(lambda r: r.feature or "none").items()},
+                "by_moe": {k: v.as_dict() for k, v in self.groups(lambda r: "moe" if r.moe else "dense").items()},
             },
             "unsupported": len([r for r in self.rows if r.predicted is None]),
         }
@@ -154,6 +175,7 @@ def run_accuracy(
             hardware=row.get("hardware") or "", model=row.get("model") or "", engine_profile=p.engine_profile,
             predicted=p.value, measured=row.measured, signed_error=err, abs_error=abs(err) if err is not None else None,
             held_out=row.held_out, citation=row.citation, unsupported=p.reason, assumed=p.assumed,
+            feature=row_feature(row), moe=str(row.get("moe") or "").lower() == "true",
         ))
     return AccuracyReport(out, used)
 

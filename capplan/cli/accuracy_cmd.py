@@ -18,6 +18,8 @@ class Group(str, Enum):
     metric = "metric"
     hardware = "hardware"
     kind = "kind"
+    feature = "feature"
+    moe = "moe"
 
 
 HELP = (
@@ -45,7 +47,10 @@ def accuracy(
         str | None,
         typer.Option("--engine", help="Predict every row with this engine profile (name or file) instead of each row's engine's."),
     ] = None,
-    by: Annotated[Group, typer.Option("--by", help="Group the summary by source, metric, hardware or kind.")] = Group.metric,
+    by: Annotated[
+        Group, typer.Option("--by", help="Group the summary by source, metric, hardware, kind, feature (EP, speculative "
+                            "decoding, disaggregation, FP8/FP4/INT4, KV offload) or moe (dense vs mixture-of-experts).")
+    ] = Group.metric,
     rows: Annotated[bool, typer.Option("--rows", help="Also list every row (the table format).")] = False,
     held_out_only: Annotated[bool, typer.Option("--held-out", help="Only the rows held out of every fit.")] = False,
     max_median_error: Annotated[
@@ -100,6 +105,8 @@ def render(con, report: "AccuracyReport", by: str, show_rows: bool) -> None:  # 
         "metric": lambda r: f"{r.kind}: {r.metric}",
         "hardware": lambda r: r.hardware,
         "kind": lambda r: r.kind,
+        "feature": lambda r: r.feature or "none",
+        "moe": lambda r: "moe" if r.moe else "dense",
     }[by]
     con.print(
         "Engine profiles: " + ", ".join(f"{k} -> {v}" for k, v in sorted(report.engines.items()))

@@ -89,7 +89,7 @@ DtypeOpt = Annotated[
     str,
     typer.Option(
         "--dtype", "--weight-dtype",
-        help=_kv_help("weight_dtype", " One of bf16, fp16, fp8, int8, int4 (vLLM spellings auto, bfloat16, float16, half accepted)."),
+        help=_kv_help("weight_dtype", " One of bf16, fp16, fp8, int8, int4, nvfp4, mxfp4 (vLLM spellings auto, bfloat16, float16, half accepted)."),
     ),
 ]
 GpuMemUtilOpt = Annotated[

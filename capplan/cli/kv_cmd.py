@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -41,6 +41,42 @@ if TYPE_CHECKING:
     from capplan.kv import KVResult
 
 
+def _spec_help(field: str) -> str:
+    from capplan.options import field_help
+
+    return field_help("capplan.speculative", "SpecInputs", field)
+
+
+EpOpt = Annotated[int, typer.Option("--ep", "--expert-parallel-size", help=_kv_help("ep"), min=1)]
+DpOpt = Annotated[int | None, typer.Option("--dp", "--data-parallel-size", help=_kv_help("dp"), min=1)]
+ExpertDtypeOpt = Annotated[str | None, typer.Option("--expert-dtype", help=_kv_help("expert_dtype"))]
+RedundantOpt = Annotated[int, typer.Option("--redundant-experts", help=_kv_help("redundant_experts"), min=0)]
+KVScaleOpt = Annotated[str, typer.Option("--kv-scale", help=_kv_help("kv_scale"))]
+SpecMethodOpt = Annotated[str | None, typer.Option("--spec-method", help=_spec_help("method"))]
+SpecTokensOpt = Annotated[int | None, typer.Option("--spec-tokens", help=_spec_help("num_speculative_tokens"))]
+AcceptanceOpt = Annotated[float | None, typer.Option("--acceptance-rate", help=_spec_help("acceptance_rate"))]
+AcceptanceLengthOpt = Annotated[float | None, typer.Option("--acceptance-length", help=_spec_help("acceptance_length"))]
+DraftModelOpt = Annotated[str | None, typer.Option("--draft-model", help=_spec_help("draft_model"))]
+
+
+def spec_inputs(method: str | None, tokens: int | None, rate: float | None, length: float | None, draft: str | None) -> "Any":
+    """The speculative-decoding setting of the ``--spec-*`` flags, or ``None`` without ``--spec-method``."""
+    if method is None:
+        if any(v is not None for v in (tokens, rate, length, draft)):
+            from capplan.cli.common import fail
+
+            raise fail("--spec-tokens, --acceptance-rate, --acceptance-length and --draft-model need --spec-method")
+        return None
+    from capplan.speculative import SpecInputs
+
+    if tokens is None:
+        from capplan.cli.common import fail
+
+        raise fail(f"--spec-method {method} needs --spec-tokens (tokens drafted per verify step, >= 1)")
+    return call(lambda: SpecInputs(method=method, num_speculative_tokens=tokens, acceptance_rate=rate,
+                                   acceptance_length=length, draft_model=draft))
+
+
 commands = CommandSet()
 """This module's commands (registered by :mod:`capplan.cli.app`)."""
 
@@ -59,7 +95,10 @@ commands = CommandSet()
         "  capplan kv --model llama-3.1-70b --hardware h100-sxm --tp 2,4,8 --context 8192,32768\n"
         "  capplan kv --model qwen3-8b --hardware h100-sxm --workload agentic-tool-rl\n"
         "  capplan kv --model llama-3.1-8b --hardware h100-sxm --usable-mem-gib 79.19 \\\n"
-        "      --weights-gib 14.99 --activation-gib 1.19 --runtime-overhead-gib 0.45   # reproduce an engine log"
+        "      --weights-gib 14.99 --activation-gib 1.19 --runtime-overhead-gib 0.45   # reproduce an engine log\n"
+        "  capplan kv --model deepseek-v3 --hardware h200 --tp 1 --ep 16 --weight-dtype fp8   # expert parallelism\n"
+        "  capplan kv --model llama-3.1-8b --hardware h100-sxm --spec-method eagle3 --spec-tokens 3 --acceptance-rate 0.7\n"
+        "  capplan kv --model llama-3.1-8b --hardware h100-sxm --offload-gib 200   # a CPU KV tier"
     ),
 )
 def kv(
@@ -92,6 +131,22 @@ def kv(
         str | None, typer.Option("--workload", "-w", help="Workload file or name: report its concurrency.")
     ] = None,
     prefix_caching: PrefixCachingOpt = None,
+    ep: EpOpt = 1,
+    dp: DpOpt = None,
+    expert_dtype: ExpertDtypeOpt = None,
+    redundant_experts: RedundantOpt = 0,
+    kv_scale: KVScaleOpt = "tensor",
+    spec_method: SpecMethodOpt = None,
+    spec_tokens: SpecTokensOpt = None,
+    acceptance_rate: AcceptanceOpt = None,
+    acceptance_length: AcceptanceLengthOpt = None,
+    draft_model: DraftModelOpt = None,
+    offload_gib: Annotated[
+        float | None,
+        typer.Option("--offload-gib", help="Host memory per GPU given to a CPU KV tier [GiB]: report the positions it holds "
+                     "(capplan.offload). Without it the tier is sized by the profile's host memory when --offload is given."),
+    ] = None,
+    offload: Annotated[bool, typer.Option("--offload", help="Report a CPU KV tier sized by the hardware profile's host memory.")] = False,
     format: FormatOpt = None,
     output: OutputOpt = None,
     force: ForceOpt = False,
@@ -127,6 +182,7 @@ def kv(
                 runtime_overhead_gib=runtime_overhead_gib,
                 graph_gib=graph_gib,
                 engine=engine_profile,
+                **_layout(ep, dp, expert_dtype, redundant_experts, kv_scale),
             ))
             row = call(lambda: compute_kv(spec, hw, inp))
             rows.append(row)
@@ -143,6 +199,9 @@ def kv(
                 f"--max-model-len {ctx:,} exceeds {spec.name}'s max_position_embeddings ({spec.max_position_embeddings:,}); "
                 "vLLM refuses a longer --max-model-len"
             )
+    sinp = spec_inputs(spec_method, spec_tokens, acceptance_rate, acceptance_length, draft_model)
+    features = _features(spec, hw, rows, sinp, offload_gib if offload_gib is not None else (None if not offload else -1.0),
+                         engine_profile)
     conc = None
     if workload is not None:
         from capplan.concurrency import workload_concurrency
@@ -160,6 +219,8 @@ def kv(
         if conc is not None:
             for d, c in zip(docs, conc):
                 d["workload_concurrency"] = c.as_dict()
+        for d, f in zip(docs, features):
+            d.update(f)
         emit(to_json(docs), output, force)
         return
     if format is Format.csv:
@@ -169,11 +230,16 @@ def kv(
         if conc is not None:
             for d, c in zip(docs, conc):
                 d.update({f"workload_{k}": v for k, v in c.as_dict().items()})
+        for d, f in zip(docs, features):
+            for group, values in f.items():
+                d.update({f"{group}_{k}": v for k, v in values.items()})
         header = list(docs[0])
         emit(to_csv(header, [[d[k] for k in header] for d in docs]), output, force)
         return
     con = console() if output is None else file_console()
     render(con, rows, conc)
+    if any(features):
+        render_features(con, rows, features)
     if output is not None:
         emit(con.file.getvalue(), output, force)  # type: ignore[attr-defined]
 
@@ -191,6 +257,10 @@ def render(con, rows, conc) -> None:  # noqa: ANN001
     con.print(
         f"Engine profile {escape(r0.engine_profile)} ({escape(r0.calibration)})."
     )
+    if r0.ep > 1 or r0.dp > 1:
+        con.print(f"Expert parallelism {r0.ep}, data-parallel attention {r0.dp}"
+                  f"{f', experts in {r0.expert_dtype}' if r0.expert_dtype else ''}: figures are per GPU; an instance of "
+                  f"tp x dp = {r0.tp * r0.dp} GPUs holds {r0.dp} x the KV of one rank.")
     t = Table(title="Per-GPU memory budget and KV capacity (one column per configuration)", title_justify="left")
     t.add_column("", no_wrap=True)
     for r in rows:
@@ -235,3 +305,74 @@ def render(con, rows, conc) -> None:  # noqa: ANN001
             "Resident = KV capacity / time-averaged KV a conversation holds (Little's law); runnable = resident x "
             "share of its lifetime spent decoding; waiting conversations hold KV (retain) but no decode slot."
         )
+
+
+def _layout(ep: int, dp: int | None, expert_dtype: str | None, redundant: int, kv_scale: str) -> dict[str, Any]:
+    """The expert/data-parallel and quantisation options that differ from their defaults (so a
+    plain configuration builds exactly the option object it always did)."""
+    out: dict[str, Any] = {}
+    if ep != 1:
+        out["ep"] = ep
+    if dp is not None:
+        out["dp"] = dp
+    if expert_dtype is not None:
+        out["expert_dtype"] = dtype_name(expert_dtype)
+    if redundant:
+        out["redundant_experts"] = redundant
+    if kv_scale != "tensor":
+        out["kv_scale"] = kv_scale
+    return out
+
+
+def _features(spec: Any, hw: Any, rows: list["KVResult"], sinp: Any, offload_gib: float | None, engine: Any) -> list[dict[str, Any]]:
+    """Per row: the drafter's memory (``speculative``) and the CPU tier (``offload``), when asked."""
+    out: list[dict[str, Any]] = []
+    for r in rows:
+        f: dict[str, Any] = {}
+        if sinp is not None:
+            from capplan.speculative import spec_memory
+
+            f["speculative"] = call(lambda: spec_memory(spec, r, sinp)).as_dict()
+        if offload_gib is not None:
+            from capplan.errors import InputError
+            from capplan.units import GIB
+
+            per_gpu = hw.host_mem_bytes_per_gpu if offload_gib < 0 else offload_gib * GIB
+            if per_gpu is None:
+                raise call(lambda: (_ for _ in ()).throw(InputError(
+                    f"--offload: {hw.name} has no host_mem_gb_per_node in its profile; give --offload-gib")))
+            f["offload"] = {
+                "host_kv_gib_per_gpu": per_gpu / GIB,
+                "host_kv_capacity_tokens": int(per_gpu // r.kv_bytes_per_token_per_gpu),
+                "host_link_bandwidth_gbps": hw.host_link_bandwidth_gbps,
+            }
+        out.append(f)
+    return out
+
+
+def render_features(con, rows, features) -> None:  # noqa: ANN001
+    """The drafter's and the CPU tier's lines, one column per configuration."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(title="Engine features (per GPU)", title_justify="left")
+    t.add_column("", no_wrap=True)
+    for r in rows:
+        t.add_column(f"tp {r.tp}\n{r.context:,} tok", justify="right")
+    lines: list[tuple[str, Any]] = []
+    if "speculative" in features[0]:
+        m = features[0]["speculative"]["method"]
+        lines += [
+            (f"{m} drafter weights [GiB]", lambda f: f"{f['speculative']['draft_weights_gib_per_gpu']:.2f}"),
+            (f"{m} drafter KV bytes/token", lambda f: f"{f['speculative']['draft_kv_bytes_per_token_per_gpu']:,.0f}"),
+            ("KV capacity with drafter [tokens]", lambda f: f"{f['speculative']['kv_capacity_tokens']:,}"),
+            ("drafted positions per sequence", lambda f: f"{f['speculative']['extra_kv_tokens_per_sequence']:,}"),
+        ]
+    if "offload" in features[0]:
+        lines += [
+            ("CPU KV tier [GiB]", lambda f: f"{f['offload']['host_kv_gib_per_gpu']:.1f}"),
+            ("CPU KV tier [tokens]", lambda f: f"{f['offload']['host_kv_capacity_tokens']:,}"),
+        ]
+    for label, cell in lines:
+        t.add_row(escape(label), *(cell(f) for f in features))
+    con.print(t)

@@ -52,7 +52,14 @@ PLOT_HINT = "pip install 'capplan[plot]'"
 def _rf_help(field: str) -> str:
     from capplan.options import field_help
 
-    return field_help("capplan.roofline", "RooflineInputs", field) + " Default: the profile's."
+    text = field_help("capplan.roofline", "RooflineInputs", field)
+    return text + " Default: the profile's." if field.endswith(("efficiency", "latency_us", "overhead_s")) else text
+
+
+def _spec_help(field: str) -> str:
+    from capplan.options import field_help
+
+    return field_help("capplan.speculative", "SpecInputs", field)
 
 
 class Kind(str, Enum):
@@ -76,7 +83,9 @@ class Kind(str, Enum):
         "  capplan roofline -m llama-3.1-8b --hardware h100-sxm\n"
         "  capplan roofline -m llama-3.1-70b --hardware h100-sxm --tp 4 --weight-dtype fp8 --kv-dtype fp8\n"
         "  capplan roofline -m qwen3-30b-a3b --hardware h100-sxm --kind prefill --prompt 512,2048,8192 --batch 1,4\n"
-        "  capplan roofline -m llama-3.1-8b --hardware h100-sxm --format json --plot roofline.png"
+        "  capplan roofline -m llama-3.1-8b --hardware h100-sxm --format json --plot roofline.png\n"
+        "  capplan roofline -m deepseek-v3 --hardware h200 --tp 1 --ep 16 --weight-dtype fp8 --batch 64,256   # expert parallelism\n"
+        "  capplan roofline -m llama-3.1-8b --hardware h100-sxm --spec-method eagle3 --spec-tokens 3 --acceptance-rate 0.7"
     ),
 )
 def roofline(
@@ -112,6 +121,18 @@ def roofline(
     interconnect_efficiency: Annotated[float | None, typer.Option(help=_rf_help("interconnect_efficiency"))] = None,
     allreduce_latency_us: Annotated[float | None, typer.Option(help=_rf_help("allreduce_latency_us"))] = None,
     step_overhead_s: Annotated[float | None, typer.Option(help=_rf_help("step_overhead_s"))] = None,
+    ep: Annotated[int, typer.Option("--ep", "--expert-parallel-size", help=_rf_help("ep"), min=1)] = 1,
+    dp: Annotated[int | None, typer.Option("--dp", "--data-parallel-size", help=_rf_help("dp"), min=1)] = None,
+    expert_dtype: Annotated[str | None, typer.Option("--expert-dtype", help=_rf_help("expert_dtype"))] = None,
+    redundant_experts: Annotated[int, typer.Option("--redundant-experts", help=_rf_help("redundant_experts"), min=0)] = 0,
+    kv_scale: Annotated[str, typer.Option("--kv-scale", help=_rf_help("kv_scale"))] = "tensor",
+    two_batch_overlap: Annotated[bool, typer.Option("--two-batch-overlap", help=_rf_help("two_batch_overlap"))] = False,
+    alltoall_mode: Annotated[str, typer.Option("--alltoall-mode", help=_rf_help("alltoall_mode"))] = "auto",
+    spec_method: Annotated[str | None, typer.Option("--spec-method", help=_spec_help("method"))] = None,
+    spec_tokens: Annotated[int | None, typer.Option("--spec-tokens", help=_spec_help("num_speculative_tokens"))] = None,
+    acceptance_rate: Annotated[float | None, typer.Option("--acceptance-rate", help=_spec_help("acceptance_rate"))] = None,
+    acceptance_length: Annotated[float | None, typer.Option("--acceptance-length", help=_spec_help("acceptance_length"))] = None,
+    draft_model: Annotated[str | None, typer.Option("--draft-model", help=_spec_help("draft_model"))] = None,
     format: FormatOpt = None,
     output: OutputOpt = None,
     force: ForceOpt = False,
@@ -159,9 +180,30 @@ def roofline(
             compute_efficiency=compute_efficiency, bandwidth_efficiency=bandwidth_efficiency,
             interconnect_efficiency=interconnect_efficiency, allreduce_latency_us=allreduce_latency_us,
             step_overhead_s=step_overhead_s, engine=engine_profile,
+            **_layout(ep, dp, expert_dtype, redundant_experts, kv_scale, two_batch_overlap, alltoall_mode),
         )
     )
-    rows = call(lambda: roofline_rows(spec, hw, inp, kind.value, batches, contexts, prompts, token_budget))
+    from capplan.cli.kv_cmd import spec_inputs
+
+    sinp = spec_inputs(spec_method, spec_tokens, acceptance_rate, acceptance_length, draft_model)
+    if sinp is not None and kind is not Kind.decode:
+        raise fail(f"--spec-method prices verify steps against decode steps: give --kind decode (not {kind.value})")
+    import warnings
+
+    from capplan.hardware import DtypeFallbackWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DtypeFallbackWarning)
+        rows = call(lambda: roofline_rows(spec, hw, inp, kind.value, batches, contexts, prompts, token_budget))
+    for message in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, DtypeFallbackWarning)):
+        typer.echo(f"Warning: {message}", err=True)
+    spec_table = None
+    if sinp is not None:
+        from capplan.speculative import spec_rows
+
+        spec_table = call(lambda: spec_rows(spec, hw, inp, sinp, batches, contexts))
+        for row, extra in zip(rows, spec_table):
+            row.update({f"spec_{k}": v for k, v in extra.items() if k not in ("batch", "context")})
     fits = _memory_fit(spec, hw, inp, rows, gpu_mem_util, block_size, max_num_seqs, token_budget)
     bad = [f for f in fits if f]
     if bad and format is not Format.table:
@@ -174,9 +216,10 @@ def roofline(
         from capplan.output import to_csv
         from capplan.roofline import ROW_KEYS
 
-        emit(to_csv(ROW_KEYS, ([r[k] for k in ROW_KEYS] for r in rows)), output, force)
+        keys = list(ROW_KEYS) + [k for k in rows[0] if k.startswith("spec_")]
+        emit(to_csv(keys, ([r[k] for k in keys] for r in rows)), output, force)
     else:
-        _table(spec, hw, inp, rows, contexts, output, force, fits)
+        _table(spec, hw, inp, rows, contexts, output, force, fits, spec_table)
     if plot is not None:
         from capplan.plots import plot_roofline
 
@@ -233,9 +276,21 @@ def _check_plot_path(path: Path, force: bool) -> None:
         raise fail(f"--plot needs matplotlib, which is not installed; install it with: {PLOT_HINT}") from None
 
 
+def _layout(ep: int, dp: int | None, expert_dtype: str | None, redundant: int, kv_scale: str, tbo: bool, a2a: str) -> dict[str, Any]:
+    """Feature options that differ from their defaults (a plain run builds the same inputs as before)."""
+    out: dict[str, Any] = {}
+    for key, value, plain in (("ep", ep, 1), ("dp", dp, None), ("redundant_experts", redundant, 0), ("kv_scale", kv_scale, "tensor"),
+                              ("two_batch_overlap", tbo, False), ("alltoall_mode", a2a, "auto")):
+        if value != plain:
+            out[key] = value
+    if expert_dtype is not None:
+        out["expert_dtype"] = dtype_name(expert_dtype)
+    return out
+
+
 def _table(
     spec: "ModelSpec", hw: "HardwareProfile", inp: "RooflineInputs", rows: list[dict[str, Any]], contexts: list[int],
-    output: Path | None, force: bool, fits: list[str] | None = None,
+    output: Path | None, force: bool, fits: list[str] | None = None, spec_table: list[dict[str, Any]] | None = None,
 ) -> None:
     from rich import box
     from rich.table import Table
@@ -292,16 +347,35 @@ def _table(
     derated = ridge_point(hw, r.gemm_dtype or "bf16", r.compute_efficiency or 1, r.bandwidth_efficiency or 1)
     con.print(
         f"Ridge point ({r.gemm_dtype}): {raw:,.0f} FLOP/B at datasheet peak and bandwidth, {derated:,.0f} FLOP/B "
-        f"with compute efficiency {r.compute_efficiency:g} and bandwidth efficiency {r.bandwidth_efficiency:g} (assumed)."
+        f"with GEMM efficiency {r.compute_efficiency:.3g} and bandwidth efficiency {r.bandwidth_efficiency:.3g} "
+        f"(engine profile {safe(inp.profile().name)})."
     )
     if kind in ("decode", "mixed"):
         crit = critical_decode_batch(spec, hw, inp, contexts)
         parts = [f"context {c:,}: {'none, memory-bound at every batch' if b == float('inf') else f'{int(b):,}'}" for c, b in zip(contexts, crit)]
         con.print("Critical decode batch (smallest batch at which decode turns compute-bound): " + "; ".join(parts) + ".")
     con.print(
-        f"Per step: {r.step_overhead_s * 1e3:g} ms fixed overhead; TP all-reduce latency {r.allreduce_latency_us:g} us, "
-        f"interconnect efficiency {r.interconnect_efficiency:g} (assumptions; override with the flags)."
+        f"Per step: {r.step_overhead_s * 1e3:.3g} ms fixed host time; TP all-reduce latency {r.allreduce_latency_us:.3g} us, "
+        f"interconnect efficiency {r.interconnect_efficiency:.3g} (engine profile {safe(inp.profile().name)}, "
+        f"{safe(inp.profile().calibration)}; override with the flags)."
     )
+    if inp.ep > 1 or (inp.dp or 1) > 1:
+        from capplan.kv import resolve_dp
+
+        con.print(f"Expert parallelism {inp.ep} over tp x dp = {inp.tp} x {resolve_dp(inp.tp, inp.ep, inp.dp)} GPUs: batch and "
+                  "tok/s are one data-parallel rank's; the MoE layers see every rank's tokens and add a dispatch and a combine "
+                  f"all-to-all{' (overlapped by two-batch overlap)' if inp.two_batch_overlap else ''}.")
+    if spec_table:
+        s0 = spec_table[0]
+        st = Table(title=f"Speculative decoding: {s0['method']}, {s0['num_speculative_tokens']} drafted, "
+                         f"{s0['tokens_per_step']:.2f} tokens per verify step (times in ms)", title_justify="left",
+                   box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
+        for col in ("batch", "ctx", "decode", "verify", "draft", "per tok", "speed-up", "bound"):
+            st.add_column(col, justify="left" if col == "bound" else "right", no_wrap=True)
+        for x in spec_table:
+            st.add_row(f"{x['batch']:,}", f"{x['context']:,}", f"{x['decode_step_s'] * 1e3:,.2f}", f"{x['verify_step_s'] * 1e3:,.2f}",
+                       f"{x['draft_s'] * 1e3:,.2f}", f"{x['time_per_token_s'] * 1e3:,.2f}", f"{x['speedup']:.2f}x", x["verify_bound"])
+        con.print(st)
     if output is not None:
         emit(con.file.getvalue(), output, force)  # type: ignore[attr-defined]
 

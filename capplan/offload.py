@@ -1,0 +1,179 @@
+"""CPU KV offload (tiered KV): host-memory KV capacity, load time, and when a loaded prefix beats recomputing it.
+
+An engine with a CPU tier (vLLM's OffloadingConnector, ``--kv_offloading_size``; LMCache; SGLang's
+hierarchical cache) copies KV blocks to host DRAM and, when a later request starts with a prefix
+held there, copies them back instead of recomputing them. Per GPU::
+
+    host capacity  = offload_gib x 2^30 / b_gpu                          [positions]
+    load time      = P_hit x b_gpu / (host_link x host_link_efficiency)  [s]
+    TTFT (hit)     = step_overhead + load + prefill(new positions after P_hit cached)
+    TTFT (miss)    = prefill(P_hit + new positions)
+
+with ``b_gpu`` the KV bytes per position on one GPU (:func:`capplan.kv.kv_bytes_per_token`), the
+hardware profile's ``host_link_bandwidth_gbps`` (PCIe Gen5 x16: 64 GB/s each way; Grace
+superchips: NVLink-C2C) and the engine profile's ``host_link_efficiency``. The load waits one
+scheduler step (the connector loads asynchronously and the request is scheduled after it), so a
+short prefix is faster to recompute; :func:`break_even_tokens` finds where loading starts to win.
+A saturated engine overlaps loads with other requests' compute, so its throughput is set by the
+slower of the two (:func:`offload_throughput`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from capplan.errors import InputError
+from capplan.units import GIB
+
+if TYPE_CHECKING:
+    from capplan.benchmark import Server
+
+
+def _host_link(server: "Server") -> float:
+    hw = server.pricer.hw
+    if hw.host_link_bandwidth_gbps is None:
+        raise InputError(
+            f"{hw.name}: the hardware profile has no host_link_bandwidth_gbps (GPU-host bandwidth); add it, with its "
+            "source, to price CPU KV offload"
+        )
+    t = server.pricer.inp.profile().time_on(hw.name)
+    return hw.host_link_bandwidth_gbps * 1e9 * t.host_link_efficiency
+
+
+def _kv_bytes_per_gpu(server: "Server") -> float:
+    from capplan.kv import kv_bytes_per_token
+
+    inp = server.pricer.inp
+    return kv_bytes_per_token(server.pricer.spec, inp.kv_dtype, inp.tp, 1, inp.kv_scale)[1]
+
+
+def host_kv_capacity_tokens(server: "Server", offload_gib: float | None = None) -> int:
+    """Positions the CPU tier holds for one GPU [positions].
+
+    Parameters
+    ----------
+    offload_gib : float, optional
+        Host memory given to KV per GPU [GiB] (vLLM ``--kv_offloading_size`` is per instance:
+        divide by its GPUs). Default: the whole host DRAM share of one GPU
+        (``host_mem_gb_per_node / gpus_per_node``), an upper bound.
+    """
+    hw = server.pricer.hw
+    if offload_gib is None:
+        if hw.host_mem_bytes_per_gpu is None:
+            raise InputError(f"{hw.name}: no host_mem_gb_per_node in the hardware profile; give --offload-gib")
+        size = hw.host_mem_bytes_per_gpu
+    else:
+        if not offload_gib > 0:
+            raise InputError(f"--offload-gib {offload_gib}: must be > 0")
+        size = offload_gib * GIB
+    return int(size // _kv_bytes_per_gpu(server))
+
+
+def kv_load_s(server: "Server", tokens: float) -> float:
+    """Time to copy ``tokens`` positions of KV from host memory to one GPU [s].
+
+    >>> from capplan.benchmark import server_for
+    >>> from capplan.hardware import load_hardware
+    >>> from capplan.modelspec import load_model_spec
+    >>> s = server_for(load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm"))
+    >>> round(kv_load_s(s, 8192) * 1e3, 1)  # 1.07 GB over 64 GB/s x 0.78
+    21.5
+    """
+    if tokens < 0:
+        raise InputError(f"tokens {tokens}: must be >= 0")
+    return tokens * _kv_bytes_per_gpu(server) / _host_link(server)
+
+
+@dataclass(frozen=True)
+class OffloadHit:
+    """One request whose prefix is in the CPU tier, against recomputing it (a JSON contract)."""
+
+    prefix_tokens: float
+    new_tokens: float
+    load_s: float
+    """Copying the prefix's KV to the GPU [s]."""
+    ttft_hit_s: float
+    """Step overhead + load + prefill of the new positions [s]."""
+    ttft_recompute_s: float
+    """Prefill of prefix and new positions [s]."""
+    speedup: float
+    """``ttft_recompute_s / ttft_hit_s`` [x]; > 1 when loading beats recomputation."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def offload_hit(server: "Server", prefix_tokens: float, new_tokens: float = 1.0) -> OffloadHit:
+    """TTFT of one request (nothing else running) with its prefix loaded from the CPU tier
+    against recomputing it (module notes). At least one position is always computed.
+
+    >>> from capplan.benchmark import server_for
+    >>> from capplan.hardware import load_hardware
+    >>> from capplan.modelspec import load_model_spec
+    >>> s = server_for(load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm"))
+    >>> round(offload_hit(s, 32768).speedup, 1)
+    9.6
+    """
+    from capplan.roofline import causal_pairs
+
+    if prefix_tokens < 0 or new_tokens < 1:
+        raise InputError("offload: prefix tokens must be >= 0 and new tokens >= 1")
+    P, n = float(prefix_tokens), float(new_tokens)
+    pricer, M = server.pricer, max(int(server.max_num_batched_tokens), 1)
+    W = pricer.window
+    full = P + n
+    recompute = pricer.chunked(full, float(causal_pairs(0, full)), float(causal_pairs(0, full, W)), 0.0, 1.0, 1.0, M)[0]
+    chunk = pricer.chunked(n, float(causal_pairs(P, n)), float(causal_pairs(P, n, W)), P, 1.0, 1.0, M)[0]
+    load = kv_load_s(server, P)
+    overhead = float(pricer.decode(1.0, 0.0).overhead_s)
+    hit = overhead + load + chunk
+    o = server.request_overhead_s
+    return OffloadHit(P, n, load, hit + o, recompute + o, (recompute + o) / (hit + o))
+
+
+def break_even_tokens(server: "Server", new_tokens: float = 1.0, limit: int = 1_000_000) -> int:
+    """Smallest cached prefix [positions] from which loading it from the CPU tier gives a lower
+    TTFT than recomputing it; ``limit + 1`` when none up to ``limit`` does."""
+    def wins(p: int) -> bool:
+        return offload_hit(server, p, new_tokens).speedup > 1.0
+
+    if wins(1):
+        return 1
+    if not wins(limit):
+        return limit + 1
+    lo, hi = 1, limit
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if not wins(mid) else (lo, mid)
+    return hi
+
+
+def offload_throughput(server: "Server", prompt_tokens: int, hit_rate: float) -> float:
+    """Prefill-only requests per second of a saturated instance when ``hit_rate`` of them find their
+    whole prompt (but the last position) in the CPU tier [requests/s].
+
+    Misses are prefilled packed up to the token budget; hits compute one position after
+    ``P - 1`` cached, many per step (up to ``max_num_seqs``); copies overlap compute, so the rate
+    is the slower of the GPU's and the host link's: ``1 / max(compute per request, load per
+    request)`` (the vLLM blog's 10,000 unique 512-token requests, prefix caching off on the GPU).
+    """
+    from capplan.roofline import causal_pairs
+
+    if not 0 <= hit_rate <= 1 or prompt_tokens < 2:
+        raise InputError("offload throughput: hit rate in [0, 1] and prompts of >= 2 positions")
+    pricer, M = server.pricer, max(int(server.max_num_batched_tokens), 1)
+    W = pricer.window
+    P = float(prompt_tokens)
+    per_step = max(1.0, math.floor(M / P))
+    miss = pricer.chunked(P * per_step, float(causal_pairs(0, P)) * per_step, float(causal_pairs(0, P, W)) * per_step,
+                          0.0, per_step, per_step, M)[0] / per_step
+    b = float(min(server.max_num_seqs, M))
+    hit_step = pricer.step(new_tokens=b, logits_tokens=b, attention_pairs=b * float(causal_pairs(P - 1, 1.0)),
+                           kv_read_tokens=b * (P - 1), sequences=b,
+                           window_attention_pairs=b * float(causal_pairs(P - 1, 1.0, W)), window_kv_read_tokens=b * min(P - 1, W - 1))
+    hit = float(hit_step.step_time_s) / b
+    compute = (1 - hit_rate) * miss + hit_rate * hit
+    load = hit_rate * kv_load_s(server, P - 1)
+    return 1.0 / max(compute, load)
