@@ -59,6 +59,10 @@ class WorkloadConcurrency:
     """Mean decode time plus tool wait of a conversation [s] (prefill not included)."""
     binding: str
     """``memory`` (KV capacity), ``max_num_seqs`` or ``scheduler token budget`` (scheduler caps)."""
+    memory_resident_conversations: float = 0.0
+    """Conversations whose KV fits at once, memory alone (no scheduler cap) [conversations]."""
+    retained_kv_fraction: float = 0.0
+    """Share of the KV held by conversations waiting on a tool (``retain``) [fraction 0-1]."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -114,9 +118,9 @@ def workload_concurrency(
     """
     import numpy as np
 
-    from capplan.ledger import sample_conversations
+    from capplan.ledger import ledger_sample_size, sample_conversations
 
-    sample = sample_conversations(workload, n=None if workload.conversation.is_fixed() else conversations)
+    sample = sample_conversations(workload, n=ledger_sample_size(workload, conversations))
     retain = workload.cache.kv_during_tool_wait == "retain"
     actions = sample.actions.astype(float)
     inputs = sample.inputs.astype(float)
@@ -168,6 +172,8 @@ def workload_concurrency(
     p95_peak = float(np.percentile(sample.record_length, 95))
     p95_peak = (1 - share_sliding) * p95_peak + share_sliding * min(p95_peak, window)
     sequence_blocks = max(1, math.ceil(p95_peak / kv.block_size))
+    memory_resident = capacity / held if held > 0 else float(capacity)
+    retained_share = wait_area / (decode_area * token_s + wait_area) if (decode_area * token_s + wait_area) > 0 else 0.0
     return WorkloadConcurrency(
         workload=workload.name,
         kv_during_tool_wait=workload.cache.kv_during_tool_wait,
@@ -179,4 +185,6 @@ def workload_concurrency(
         decode_step_s=token_s,
         mean_lifetime_s=lifetime,
         binding=binding,
+        memory_resident_conversations=memory_resident,
+        retained_kv_fraction=retained_share,
     )

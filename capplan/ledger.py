@@ -13,7 +13,10 @@ Counters (each split by token class ``prompt`` / ``action`` / ``tool`` and ``tot
 ``cache_hit``
     Input positions served from a reused, previously computed prefix. A position counts as a hit
     only if an earlier invocation actually computed it: knowing its token ID is not enough (the
-    last token sampled in a turn is never forwarded before that request ends).
+    last token sampled in a turn is never forwarded before that request ends). The samples of a
+    GRPO group share their prompt when the engine caches prefixes (``cache.share_group_prompt``):
+    the group's first sample prefills it and the others count it as a hit, so the prompt is
+    prefilled once per group.
 ``decode_forwarded``
     Positions forwarded by decode steps: every sampled token but the last of each invocation
     (the first sampled token comes from the prefill's logits).
@@ -95,6 +98,19 @@ class Conversations:
         return int(self.prompt.shape[0])
 
 
+def ledger_sample_size(workload: Workload, conversations: int | None = None) -> int:
+    """Conversations a ledger samples: one for a fixed workload, one GRPO group when its samples
+    share the prompt's prefill, else ``conversations`` (default ``sampling.conversations``)."""
+    if workload.conversation.is_fixed():
+        return workload.volume.samples_per_prompt if shares_prompt(workload) else 1
+    return conversations or workload.sampling.conversations
+
+
+def shares_prompt(workload: Workload) -> bool:
+    """Whether the samples of a group share the prompt's prefill (a rollout engine, groups of more than one)."""
+    return workload.has_rollout and workload.cache.shares_group_prompt and workload.volume.samples_per_prompt > 1
+
+
 def sample_conversations(workload: Workload, n: int | None = None, seed: int | None = None) -> Conversations:
     """Draw ``n`` conversations of ``workload`` (one, exactly, when every count is fixed).
 
@@ -110,6 +126,9 @@ def sample_conversations(workload: Workload, n: int | None = None, seed: int | N
 
     Notes
     -----
+    Conversations come in GRPO groups of ``samples_per_prompt`` (conversation ``i`` belongs to
+    group ``i // samples_per_prompt``); the samples of a group share one prompt draw.
+
     Truncation at ``max_context`` ``M``: a turn cannot start once the context holds ``M``
     positions; an action that would pass ``M`` is cut there and ends the conversation; a tool
     observation is clipped to fit. An action longer than ``max_response_tokens`` is cut there and
@@ -120,8 +139,9 @@ def sample_conversations(workload: Workload, n: int | None = None, seed: int | N
     conv = workload.conversation
     fixed = conv.is_fixed()
     if n is None:
-        n = 1 if fixed else workload.sampling.conversations
+        n = ledger_sample_size(workload)
     rng = np.random.default_rng(workload.sampling.seed if seed is None else seed)
+    group = workload.volume.samples_per_prompt
     turns = conv.turn_list()
     T = len(turns)
 
@@ -130,10 +150,14 @@ def sample_conversations(workload: Workload, n: int | None = None, seed: int | N
             return np.zeros(n, dtype=np.int64)
         return np.rint(dist.sample(rng, n)).astype(np.int64)
 
+    def draw_n(dist: Any, count: int) -> "np.ndarray":
+        return np.rint(dist.sample(rng, count)).astype(np.int64)
+
     def draw_s(dist: Any) -> "np.ndarray":
         return np.zeros(n) if dist is None else dist.sample(rng, n)
 
-    prompt = draw(conv.prompt_tokens)
+    # the samples of a group answer the same prompt: one draw per group
+    prompt = np.repeat(draw_n(conv.prompt_tokens, -(-n // group)), group)[:n] if group > 1 else draw(conv.prompt_tokens)
     if conv.num_turns is not None:
         planned_turns = np.maximum(draw(conv.num_turns), 1)
     else:
@@ -255,6 +279,9 @@ def count_positions(workload: Workload, conv: Conversations) -> tuple[dict[str, 
     n, T = conv.actions.shape
     rollout = workload.has_rollout
     reuse = workload.cache.reuse
+    group = workload.volume.samples_per_prompt
+    # a GRPO group's first sample prefills the shared prompt; the others find it computed
+    sibling = (np.arange(n) % group != 0) if shares_prompt(workload) else np.zeros(n, dtype=bool)
     evict = workload.cache.kv_during_tool_wait == "evict"
     zeros3 = np.zeros((n, 3), dtype=np.int64)
 
@@ -287,12 +314,17 @@ def count_positions(workload: Workload, conv: Conversations) -> tuple[dict[str, 
                     0,
                 )
             whole = np.stack([conv.prompt, cum_a, cum_o], axis=1)
+            if j == 0:
+                computed[:, 0] = np.where(sibling, conv.prompt, 0)
+                auto_hit = np.where(sibling[:, None], np.stack([conv.prompt, 0 * cum_a, 0 * cum_o], axis=1), 0)
             if reuse == "auto":
                 claim = computed[:, j]
                 h = auto_hit
             elif reuse == "explicit":
                 assert workload.cache.reused_prefix_tokens is not None
                 claim = np.full(n, workload.cache.reused_prefix_tokens[j], dtype=np.int64)
+                if j == 0:
+                    claim = np.maximum(claim, computed[:, 0])
                 h = _overlap_by_class(conv, np.minimum(claim, conv.inputs[:, j]), j)
             else:
                 claim = np.zeros(n, dtype=np.int64)
@@ -480,8 +512,7 @@ def compute_ledger(workload: Workload, conversations: int | None = None, seed: i
     >>> led.per_conversation["prefill_forwarded"]["total"], led.per_conversation["recorded"]["total"]
     (33, 25)
     """
-    exact = workload.conversation.is_fixed()
-    conv = sample_conversations(workload, n=1 if exact else conversations, seed=seed)
+    conv = sample_conversations(workload, n=ledger_sample_size(workload, conversations), seed=seed)
     return ledger_from_conversations(workload, conv, *count_positions(workload, conv))
 
 

@@ -1,30 +1,47 @@
 """The trainer side of an RL (or SFT/distillation) step: FLOPs, memory, GPUs, time, weight sync.
 
-Assumptions (each a named, overridable input, labelled as an assumption in output):
+Assumptions and fits (each a named, overridable input, labelled in output):
 
 * **Training FLOPs** = 3 x the forward FLOPs of every recorded position the trainer forwards
-  (forward + backward, the usual ``6 x params x tokens`` rule plus attention), plus one forward
-  for recomputing the behaviour log-probs (``training.recompute_logprobs``) and one for a
-  reference model (``training.reference_forward``); :func:`trainer_passes` owns the count.
-  Forward FLOPs come from :func:`capplan.roofline.engine_step` with logits at every position.
-* **Trainer MFU** = 0.40 of dense bf16 peak: the Llama 3 paper reports 38-43% BF16 MFU for
-  training on H100 ("The Llama 3 Herd of Models", arXiv:2407.21783, Table 4).
+  (forward + backward, the usual ``6 x params x tokens`` rule plus attention; a mixture of
+  experts counts its *active* parameters), plus one forward for recomputing the behaviour
+  log-probs (``training.recompute_logprobs``) and one for a reference model
+  (``training.reference_forward``); :func:`trainer_passes` owns the count. Forward FLOPs come
+  from :func:`capplan.roofline.step_flops` with logits at every position.
+* **Trainer MFU** is a fitted function of the model and its layout (:data:`TRAINER_MFU_FIT`):
+  ``log MFU`` is linear in the log of the expert sparsity (total / active parameters), the GPU's
+  machine balance (dense BF16 FLOP/s per HBM byte/s, relative to an H100), the context- and
+  model-parallel degrees and the active size. It is fitted on the BF16 rows of
+  ``validation/trainer.csv`` that ``validation/split.yaml`` keeps in the fit (``fitted_on``);
+  ``capplan accuracy`` reports its error on the held-out rows.
 * **Memory, sharded (FSDP / ZeRO-3)**: 16 bytes per parameter for mixed-precision AdamW (bf16
   weights 2 + bf16 gradients 2 + fp32 master weights 4 + fp32 Adam moments 8; ZeRO paper,
   arXiv:1910.02054, section 3.1) spread evenly over the trainer GPUs; activations with full
   activation checkpointing: one bf16 hidden state per layer per token of a micro-batch, plus the
   working set of one layer and fp32 logits of a 4,096-token loss chunk.
-* **Weight sync**: the 16-bit weights travel from the trainer to every inference replica; each
-  of a replica's ``tp`` GPUs receives its ``1/tp`` shard over its own inter-node link, so
-  ``time = weight_bytes / (tp x inter_node_bandwidth x interconnect_efficiency) + latency``
-  (a broadcast pipelines across replicas). Compare checkpoint-engine's published 6.22 s for
-  Qwen3-235B BF16 on 8xH800 (``../shared/research/rl_systems.md`` section 3.1).
+* **Weight sync** by framework pattern (:data:`WEIGHT_SYNC_FITS`): each GPU of an inference
+  replica receives its ``1/tp`` shard of the 16-bit weights, all replicas in parallel, in
+  ``latency + bytes / bandwidth``, with the two terms fitted per pattern on
+  ``validation/weight_sync.csv``: ``nccl`` (NeMo RL's NCCL reshard from the trainer layout,
+  split GPUs), ``checkpoint-engine`` (a bucketed broadcast through a checkpoint engine) and
+  ``reshard`` (colocated: the same GPUs re-lay the weights out for the engine; no published
+  colocated refit time was found, so it takes the ``nccl`` fit, an ASSUMPTION).
+* **Sane data-parallel layout** (:func:`sane_trainer_gpus`): a sized trainer is at least one
+  whole node, and whole nodes beyond one.
+* **RL framework** (:data:`RL_FRAMEWORK_FIT`): published RL steps run slower than their GPU
+  phases priced from serving benchmarks: the engines generate ``rollout_slowdown`` times slower
+  than a serving benchmark of the same engine (OLMo 3, Table 23: 43% MBU on the inference node
+  after every optimisation), and each step spends ``step_overhead_s`` outside the GPU phases
+  (the driver's per-step work; colocated, also handing the GPUs between engines and trainer).
+  Both are fitted on the step times of ``validation/rl_steps.csv`` that
+  ``validation/split.yaml`` keeps in the fit, each row planned in full with its settings;
+  ``capplan accuracy`` reports the held-out rows apart.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from capplan.units import GIB
 
@@ -36,7 +53,9 @@ if TYPE_CHECKING:
 
 
 TRAIN_MFU = 0.40
-"""Default trainer MFU (ASSUMPTION; Llama 3 paper, Table 4: 38-43% BF16 MFU on H100)."""
+"""Trainer MFU of the former single-constant model (Llama 3 paper, Table 4: 38-43% BF16 MFU on
+H100); kept for callers that pass an MFU explicitly. Plans and simulations use
+:func:`trainer_mfu`."""
 TRAIN_BYTES_PER_PARAM = 16.0
 """Mixed-precision AdamW state per parameter [bytes] (ZeRO paper, section 3.1)."""
 MICRO_BATCH_TOKENS = 32768
@@ -46,12 +65,208 @@ LOSS_CHUNK_TOKENS = 4096
 """Positions whose fp32 logits are materialised at once by a chunked loss [tokens]."""
 TRAINER_USABLE_FRACTION = 0.9
 """Fraction of device memory a trainer can fill (allocator fragmentation, NCCL, CUDA context)."""
-SYNC_NETWORK_EFFICIENCY = 0.7
-"""Fraction of the per-GPU network bandwidth a weight broadcast reaches (ASSUMPTION: calculon's
-A100 system file derates InfiniBand by 0.9 and NVLink by 0.65, calculon-ai/calculon
-systems/a100_80g.json; 0.7 is one blended value)."""
-SYNC_LATENCY_S = 0.5
-"""Fixed cost of one weight sync (pause, handshake, cache reset) [s] (ASSUMPTION)."""
+H100_BALANCE = 989.4e12 / 3.35e12
+"""Machine balance of the reference GPU, an H100 SXM: dense BF16 FLOP/s per HBM byte/s."""
+
+
+def mfu_features(spec: "ModelSpec", hw: "HardwareProfile", tp: int = 1, pp: int = 1, cp: int = 1) -> tuple[float, ...]:
+    """Regressors of the trainer MFU fit: ``(1, log S, log(B / B_H100), log cp, log(tp x pp), log N_active)``.
+
+    ``S`` = total / active parameters (1 for a dense model), ``B`` = the GPU's dense BF16 FLOP/s
+    per HBM byte/s, ``N_active`` the active parameters in billions.
+    """
+    import math
+
+    active = spec.active_params(include_input_embedding=False)
+    balance = hw.peak_flops("bf16") / hw.hbm_bandwidth_bytes_per_s
+    return (
+        1.0,
+        math.log(spec.total_params() / spec.active_params()),
+        math.log(balance / H100_BALANCE),
+        math.log(max(cp, 1)),
+        math.log(max(tp * pp, 1)),
+        math.log(active / 1e9),
+    )
+
+
+@dataclass(frozen=True)
+class MFUModel:
+    """``MFU = exp(c . features)`` (:func:`mfu_features`), clipped to [``floor``, ``ceiling``]."""
+
+    coefficients: tuple[float, ...]
+    """Intercept and the weights of log sparsity, log balance, log cp, log model parallel, log size."""
+    fitted_on: tuple[str, ...]
+    """Corpus rows (``validation/trainer.csv``) the coefficients were fitted on."""
+    floor: float = 0.02
+    ceiling: float = 0.7
+
+    def from_features(self, features: tuple[float, ...]) -> float:
+        """The MFU at the given regressors [fraction]."""
+        import math
+
+        x = math.exp(sum(c * f for c, f in zip(self.coefficients, features)))
+        return min(self.ceiling, max(self.floor, x))
+
+
+TRAINER_MFU_FIT = MFUModel(
+    coefficients=(-0.8011, -0.3346, -0.2115, -0.0651, 0.0198, -0.0229),
+    fitted_on=(
+        "mbridge_260401_pretraining_b200_gptoss120b_64g_bf16_tps",
+        "mbridge_260401_pretraining_b200_gptoss120b_64g_bf16_tflops",
+        "mbridge_2511_pretraining_b200_gptoss120b_64g_bf16_tps",
+        "mbridge_2511_pretraining_h100sxm_gptoss120b_64g_bf16_tps",
+        "mbridge_2511_pretraining_h100sxm_gptoss120b_64g_bf16_tflops",
+        "megatronlm_gpt1p7b_48g_mfu",
+        "megatronlm_gpt7p1b_96g_mfu",
+        "megatronlm_gpt16b_192g_tflops",
+        "megatronlm_gpt16b_192g_mfu",
+        "megatronlm_gpt32b_384g_tflops",
+        "megatronlm_gpt32b_384g_mfu",
+        "megatronlm_gpt70b_768g_tflops",
+        "megatronlm_gpt70b_768g_mfu",
+        "megatronlm_gpt119b_1536g_tflops",
+        "megatronlm_gpt177b_2304g_mfu",
+        "megatronlm_gpt314b_3072g_tflops",
+        "llama3_t4_405b_8192g_seq8192_tflops",
+        "llama3_t4_405b_8192g_seq8192_mfu",
+        "llama3_t4_405b_16384g_seq8192_tflops",
+        "llama3_t4_405b_16384g_seq131072_tflops",
+        "llama3_t4_405b_16384g_seq131072_mfu",
+        "olmo3_7b_pretrain_main_tps",
+        "olmo3_7b_pretrain_main_mfu",
+        "olmo3_32b_pretrain_main_tps",
+        "olmo3_32b_pretrain_main_mfu",
+        "olmo3_7b_pretrain_t34_tps",
+        "olmo3_7b_midtrain_t34_tps",
+        "olmo3_32b_midtrain_t34_tps",
+        "olmo3_32b_longctx_t34_tps",
+        "verl_dpsk_qwen3_30b_8g_mfu",
+        "verl_dpsk_qwen3_30b_16g_mfu",
+        "verl_dpsk_dsv3_96g_mfu",
+    ),
+)
+"""The trainer MFU fit (refit with ``python -m capplan.accuracy.rl``; a test checks it)."""
+
+
+@dataclass(frozen=True)
+class RLFrameworkFit:
+    """What an RL framework adds to the GPU phases of a step (fitted; see the module docstring)."""
+
+    rollout_slowdown: float
+    """Engine step time in an RL framework over a serving benchmark's [ratio >= 1]."""
+    step_overhead_s: float
+    """Wall time per trainer step outside the GPU phases [s]."""
+    fitted_on: tuple[str, ...]
+    """Corpus rows (``validation/rl_steps.csv``) the two terms were fitted on."""
+
+
+RL_FRAMEWORK_FIT = RLFrameworkFit(
+    rollout_slowdown=2.33,
+    step_overhead_s=29.9,
+    fitted_on=(
+        "nemorl_v04_h100_grpo_llama31_8b_on_16g_step",
+        "nemorl_v04_h100_grpo_qwen3_235b_on_128g_step",
+        "nemorl_v04_h100_grpo_qwen3_235b_1off_256g_step",
+        "nemorl_v04_h100_grpo_qwen3_30b_on_32g_step",
+        "nemorl_v04_h100_grpo_qwen3_30b_1off_32g_step",
+        "nemorl_v04_h100_grpo_qwen3_32b_on_32g_step",
+        "nemorl_v04_h100_grpo_qwen3_32b_1off_64g_step",
+        "nemorl_v05_h100_grpo_llama31_8b_on_16g_step",
+        "nemorl_v05_h100_grpo_llama31_8b_1off_16g_step",
+        "nemorl_v05_h100_grpo_qwen3_235b_on_128g_step",
+        "nemorl_v05_h100_grpo_qwen3_235b_1off_256g_step",
+        "nemorl_v05_h100_grpo_qwen3_30b_on_32g_step",
+        "nemorl_v05_h100_grpo_qwen3_30b_1off_32g_step",
+        "nemorl_v05_h100_grpo_qwen3_32b_on_32g_step",
+        "nemorl_v05_h100_grpo_qwen3_32b_1off_64g_step",
+        "nemorl_v05_gb200_grpo_llama31_8b_1off_8g_step",
+        "nemorl_v05_gb200_grpo_dsv3_on_128g_step",
+        "nemorl_v05_gb200_grpo_dsv3_1off_256g_step",
+        "nemorl_v05_gb200_grpo_qwen3_235b_on_64g_step",
+        "nemorl_v05_gb200_grpo_qwen3_235b_1off_128g_step",
+        "nemorl_v05_gb200_grpo_qwen3_30b_1off_32g_step",
+        "nemorl_v05_gb200_grpo_qwen3_32b_on_16g_step",
+        "nemorl_v05_gb200_grpo_qwen3_32b_1off_32g_step",
+        "nemorl_v06_h100_grpo_dsv3_on_512g_step",
+        "nemorl_v06_h100_grpo_qwen3_235b_1off_256g_step",
+        "nemorl_v06_h100_grpo_qwen3_30b_1off_32g_step",
+        "nemorl_v06_h100_grpo_qwen3_30b_8off_192g_step",
+        "nemorl_v06_gb200_grpo_dsv3_1off_256g_step",
+        "nemorl_v06_gb200_grpo_qwen3_235b_1off_128g_step",
+        "nemorl_v06_gb200_grpo_qwen3_30b_on_16g_step",
+    ),
+)
+"""The RL framework fit (refit with ``python -m capplan.accuracy.rl``; a test checks it)."""
+
+
+def trainer_mfu(spec: "ModelSpec", hw: "HardwareProfile", tp: int = 1, pp: int = 1, cp: int = 1) -> float:
+    """Fitted BF16 trainer MFU of ``spec`` on ``hw`` at the given layout [fraction] (:data:`TRAINER_MFU_FIT`).
+
+    Examples
+    --------
+    >>> from capplan.hardware import load_hardware
+    >>> from capplan.modelspec import load_model_spec
+    >>> h100 = load_hardware("h100-sxm")
+    >>> dense, moe = trainer_mfu(load_model_spec("llama-3.1-8b"), h100), trainer_mfu(load_model_spec("qwen3-30b-a3b"), h100)
+    >>> dense > 0.35 > 0.25 > moe
+    True
+    """
+    return TRAINER_MFU_FIT.from_features(mfu_features(spec, hw, tp, pp, cp))
+
+
+@dataclass(frozen=True)
+class SyncFit:
+    """Weight-sync time of one pattern: ``latency_s + bytes per receiving GPU / bandwidth``."""
+
+    latency_s: float
+    """Fixed cost of one sync [s]."""
+    bandwidth_bytes_per_s: float
+    """Effective bytes per second into each receiving GPU [bytes/s]."""
+    fitted_on: tuple[str, ...]
+    """Corpus rows (``validation/weight_sync.csv``) the two terms were fitted on."""
+
+    def time_s(self, bytes_per_gpu: float) -> float:
+        """Time to deliver ``bytes_per_gpu`` to every receiving GPU [s]."""
+        return self.latency_s + bytes_per_gpu / self.bandwidth_bytes_per_s
+
+
+SyncPattern = Literal["nccl", "checkpoint-engine", "reshard"]
+SYNC_PATTERNS: tuple[str, ...] = ("nccl", "checkpoint-engine", "reshard")
+"""Weight-sync patterns: ``nccl`` (split GPUs, NCCL reshard), ``checkpoint-engine`` (bucketed
+broadcast) and ``reshard`` (colocated, same GPUs)."""
+
+WEIGHT_SYNC_FITS: dict[str, SyncFit] = {
+    "nccl": SyncFit(
+        latency_s=0.232,
+        bandwidth_bytes_per_s=17900000000.0,
+        fitted_on=(
+            "nemorl_nccl_reshard_qwen3_4b_lo",
+            "nemorl_nccl_reshard_qwen3_4b_hi",
+            "nemorl_nccl_reshard_qwen3_30b_bf16_hi",
+            "nemorl_nccl_reshard_dsv3_h100_lo",
+            "nemorl_nccl_reshard_dsv3_h100_hi",
+            "nemorl_nccl_reshard_dsv3_gb200_lo",
+            "nemorl_nccl_reshard_dsv3_gb200_hi",
+        ),
+    ),
+    "checkpoint-engine": SyncFit(
+        latency_s=1.0,
+        bandwidth_bytes_per_s=4590000000.0,
+        fitted_on=(
+            "nemorl_ckpt_engine_dsv3_nixl_async",
+            "nemorl_ckpt_engine_dsv3_nixl_sync",
+            "nemorl_ckpt_engine_dsv3_full_expert_sync",
+            "moonshot_ckpt_engine_qwen3_235b_8xh800_broadcast",
+            "moonshot_ckpt_engine_qwen3_235b_8xh800_p2p",
+            "moonshot_ckpt_engine_kimik2_16xh20_broadcast",
+            "moonshot_ckpt_engine_kimik2_16xh20_p2p",
+            "moonshot_ckpt_engine_kimik2_256xh20_p2p",
+        ),
+    ),
+    "reshard": SyncFit(latency_s=0.232, bandwidth_bytes_per_s=17900000000.0, fitted_on=()),
+}
+"""Fitted terms per pattern (refit with ``python -m capplan.accuracy.rl``; a test checks them).
+``reshard`` has no published colocated refit time; it reuses the ``nccl`` terms (ASSUMPTION)."""
 
 
 def forward_flops(spec: "ModelSpec", lengths: "np.ndarray") -> float:
@@ -168,6 +383,21 @@ def trainer_step_time_s(flops: float, hw: "HardwareProfile", gpus: Any, mfu: flo
     return flops / (gpus * hw.peak_flops("bf16") * mfu)
 
 
+def sane_trainer_gpus(min_gpus: int, gpus_per_node: int) -> int:
+    """The smallest trainer capplan sizes on its own: the memory minimum rounded up to whole nodes.
+
+    A data-parallel trainer that fits in a fraction of a node is not what RL runs use (published
+    learners are whole nodes: OLMo 3 used 2 and 8 learner nodes, NeMo RL's recipes whole nodes);
+    below a node the trainer would also be the bottleneck of almost any split.
+
+    >>> sane_trainer_gpus(2, 8), sane_trainer_gpus(13, 8)
+    (8, 16)
+    """
+    import math
+
+    return max(1, math.ceil(max(min_gpus, 1) / gpus_per_node)) * gpus_per_node
+
+
 def trainer_memory_gib_per_gpu(
     spec: "ModelSpec", gpus: int, micro_batch_tokens: int = MICRO_BATCH_TOKENS, bytes_per_param: float = TRAIN_BYTES_PER_PARAM
 ) -> float:
@@ -218,26 +448,38 @@ def min_trainer_gpus(
     )
 
 
+def weight_bytes(spec: "ModelSpec", bytes_per_param: float = 2.0) -> float:
+    """Bytes of the weights pushed to inference [bytes]: ``bytes_per_param x P_total``."""
+    return bytes_per_param * spec.total_params()
+
+
 def weight_bytes_16bit(spec: "ModelSpec") -> float:
     """Bytes of the 16-bit weights pushed to inference [bytes]: ``2 x P_total``."""
-    return 2.0 * spec.total_params()
+    return weight_bytes(spec, 2.0)
 
 
-def weight_sync_time_s(
-    spec: "ModelSpec", inference_hw: "HardwareProfile", tp: int, latency_s: float = SYNC_LATENCY_S
-) -> float:
-    """Time to push new parameters to the inference replicas [s].
+def weight_sync_time_s(spec: "ModelSpec", tp: int, pattern: str = "nccl") -> float:
+    """Time to push new 16-bit parameters to the inference replicas [s].
 
-    ``2 P / (tp x inter_node_bandwidth x SYNC_NETWORK_EFFICIENCY) + latency``: each of a
-    replica's ``tp`` GPUs receives its shard over its own network link.
+    Each of a replica's ``tp`` GPUs receives its ``2 P / tp`` bytes; replicas receive in
+    parallel: ``latency + 2 P / (tp x bandwidth)`` with the pattern's fitted terms
+    (:data:`WEIGHT_SYNC_FITS`).
+
+    Raises
+    ------
+    InputError
+        An unknown pattern.
 
     Examples
     --------
-    >>> from capplan.hardware import load_hardware
     >>> from capplan.modelspec import load_model_spec
-    >>> t = weight_sync_time_s(load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm"), tp=1)
-    >>> round(t, 2)  # 16.06 GB / (50 GB/s x 0.7) + 0.5 s
-    0.96
+    >>> llama = load_model_spec("llama-3.1-8b")
+    >>> f = WEIGHT_SYNC_FITS["nccl"]
+    >>> weight_sync_time_s(llama, tp=1) == f.latency_s + 2 * llama.total_params() / f.bandwidth_bytes_per_s
+    True
     """
-    bw = inference_hw.inter_node_bandwidth_bytes_per_s * SYNC_NETWORK_EFFICIENCY
-    return weight_bytes_16bit(spec) / (tp * bw) + latency_s
+    if pattern not in WEIGHT_SYNC_FITS:
+        from capplan.errors import InputError
+
+        raise InputError(f"--weight-sync {pattern}: allowed {', '.join(SYNC_PATTERNS)}")
+    return WEIGHT_SYNC_FITS[pattern].time_s(weight_bytes_16bit(spec) / max(tp, 1))

@@ -193,9 +193,20 @@ class Cache(_Strict):
     kv_during_tool_wait: Literal["retain", "evict"] = "retain"
     """During a tool wait the conversation's KV is kept resident (``retain``) or released
     (``evict``: no decode slot and no KV held, but ``auto`` reuse after the wait finds nothing)."""
+    share_group_prompt: bool | None = None
+    """The samples of one GRPO group share their prompt: the group's first sample prefills it,
+    the others find it cached, so the prompt is prefilled once per group, not once per sample
+    (default: on with ``reuse: auto``, which needs an engine's prefix cache; off otherwise)."""
+
+    @property
+    def shares_group_prompt(self) -> bool:
+        """Whether the samples of a group share their prompt's prefill (the default resolved)."""
+        return self.reuse == "auto" if self.share_group_prompt is None else self.share_group_prompt
 
     @model_validator(mode="after")
     def _explicit(self) -> "Cache":
+        if self.share_group_prompt and self.reuse == "none":
+            raise ValueError("share_group_prompt needs a prefix cache: set reuse to auto or explicit")
         if self.reuse == "explicit" and self.reused_prefix_tokens is None:
             raise ValueError("reuse: explicit needs 'reused_prefix_tokens' (one count per turn)")
         if self.reuse != "explicit" and self.reused_prefix_tokens is not None:

@@ -47,15 +47,21 @@ def test_hand_computed_plan_end_to_end():
       decode GPU-s = 196 / 4 x t_dec(4, 124).
     * prefill: 4 x 100 = 400 positions in one chunk (<= 8,192): one engine step with 4 logits,
       4 x (100 x 101 / 2) = 20,200 causal pairs, no cached reads. prefill GPU-s = t_pre.
-    * tail: all 4 sample 50 tokens, so the batch never shrinks: longest = 50 x t_dec(4, 124).
-      rollout = max(t_pre + 49 t_dec, 50 t_dec).
+    * tail: all 4 sample 50 tokens, so the batch never shrinks: the longest decodes 50 tokens at
+      batch 4, token k priced at the survivors' context 100 + k (on the tail's 256-point grid):
+      about 50 x t_dec(4, 125). rollout = max(t_pre + 49 t_dec, tail).
     * trainer: 4 passes (3 for forward+backward, 1 to recompute log-probs) x forward FLOPs of four
-      150-position records; time = FLOPs / (4 x 989.4e12 x 0.40).
-    * weight sync = 2 x 8,030,261,248 B / (1 x 50e9 B/s x 0.7) + 0.5 s = 0.959 s.
-    * step = rollout + sync + train; trainer idle = 1 - train / step; node ratio = (1/8)/(4/8) = 0.25;
-      static batching waste = 0 (equal lengths).
+      150-position records; time = FLOPs / (4 x 989.4e12 x 0.40) (MFU given).
+    * weight sync (nccl fit) = latency + 2 x 8,030,261,248 B / (1 x bandwidth).
+    * step = rollout + sync + train (the RL framework terms set to none: slowdown 1, no overhead);
+      trainer idle = 1 - (train + sync) / step; node ratio = (1/8)/(4/8) = 0.25; static batching
+      waste = 0 (equal lengths).
     """
-    p = plan_workload(wl(), PlanInputs(hardware=H100, model=LLAMA, tp=1, inference_gpus=1, trainer_gpus=4))
+    from capplan.trainer import WEIGHT_SYNC_FITS
+
+    inputs = PlanInputs(hardware=H100, model=LLAMA, tp=1, inference_gpus=1, trainer_gpus=4, trainer_mfu=0.40,
+                        rollout_slowdown=1.0, step_overhead_s=0.0)
+    p = plan_workload(wl(), inputs)
     inp = RooflineInputs()
     t_dec = float(decode_step(LLAMA, H100, inp, 4, 124).step_time_s)
     t_pre = float(
@@ -65,15 +71,19 @@ def test_hand_computed_plan_end_to_end():
     assert p.decode_batch == 4 and p.binding_constraint == "arrival of work"
     assert p.decode_gpu_s == pytest.approx(196 / 4 * t_dec)
     assert p.prefill_gpu_s == pytest.approx(t_pre)
-    assert p.rollout_time_tail_s == pytest.approx(50 * t_dec, rel=1e-9)
-    assert p.rollout_time_s == pytest.approx(max(t_pre + 49 * t_dec, 50 * t_dec))
+    grid = np.linspace(0, 50, 257)
+    tail = float((np.diff(grid) * decode_step(LLAMA, H100, inp, 4, 100 + (grid[1:] + grid[:-1]) / 2).step_time_s).sum())
+    assert p.rollout_time_tail_s == pytest.approx(tail, rel=1e-9)
+    assert tail == pytest.approx(50 * t_dec, rel=1e-3)
+    assert p.rollout_time_s == pytest.approx(max(t_pre + 49 * t_dec, tail))
     flops = 4 * forward_flops(LLAMA, np.array([150, 150, 150, 150]))
     assert p.trainer_flops == pytest.approx(flops)
     train = flops / (4 * 989.4e12 * 0.40)
     assert p.trainer_time_s == pytest.approx(train)
-    assert p.weight_sync_time_s == pytest.approx(2 * 8_030_261_248 / (50e9 * 0.7) + 0.5)
-    assert p.step_time_s == pytest.approx(p.rollout_time_s + p.weight_sync_time_s + train)
-    assert p.trainer_idle_fraction == pytest.approx(1 - train / p.step_time_s)
+    fit = WEIGHT_SYNC_FITS["nccl"]
+    assert p.weight_sync_time_s == pytest.approx(fit.latency_s + 2 * 8_030_261_248 / fit.bandwidth_bytes_per_s)
+    assert p.mode == "sync" and p.step_time_s == pytest.approx(p.rollout_time_s + p.weight_sync_time_s + train)
+    assert p.trainer_idle_fraction == pytest.approx(1 - (train + p.weight_sync_time_s) / p.step_time_s)
     assert p.node_ratio == 0.25
     assert p.static_batching_waste == 0.0
     assert p.ledger_per_step["sampled"]["total"] == 200
@@ -131,12 +141,15 @@ def test_async_overlaps_rollout_and_training():
 
 
 def test_sizing_one_side_balances_the_other():
+    """Sync, 4 trainer GPUs given, engines as profiled: the fewest inference GPUs whose rollout work
+    fits in a trainer step."""
     w = load_workload("reasoning-rl-olmo3-7b")
     spec = load_model_spec("olmo-3-7b")
-    p = plan_workload(w, PlanInputs(hardware=H100, model=spec, trainer_gpus=4), 5000)
+    engines = {"rollout_slowdown": 1.0, "step_overhead_s": 0.0}
+    p = plan_workload(w, PlanInputs(hardware=H100, model=spec, trainer_gpus=4, **engines), 5000)
     assert p.trainer_gpus == 4 and "keeps pace" in p.sizing
     assert p.rollout_time_work_s <= p.trainer_time_s  # production keeps pace
-    smaller = plan_workload(w, PlanInputs(hardware=H100, model=spec, trainer_gpus=4, inference_gpus=p.inference_gpus - 1), 5000)
+    smaller = plan_workload(w, PlanInputs(hardware=H100, model=spec, trainer_gpus=4, inference_gpus=p.inference_gpus - 1, **engines), 5000)
     assert smaller.rollout_time_work_s > p.trainer_time_s  # one GPU fewer would not
 
 
@@ -152,10 +165,10 @@ def test_sizing_says_when_balance_is_out_of_reach():
 def test_total_gpus_split_maximises_trained_tokens():
     w = load_workload("reasoning-rl-olmo3-7b")
     spec = load_model_spec("olmo-3-7b")
-    best = plan_workload(w, PlanInputs(hardware=H100, model=spec, total_gpus=24), 3000)
+    best = plan_workload(w, PlanInputs(hardware=H100, model=spec, total_gpus=24, mode="sync"), 3000)
     assert best.inference_gpus + best.trainer_gpus == 24
     for g in (4, 12, 20):
-        other = plan_workload(w, PlanInputs(hardware=H100, model=spec, inference_gpus=g, trainer_gpus=24 - g), 3000)
+        other = plan_workload(w, PlanInputs(hardware=H100, model=spec, inference_gpus=g, trainer_gpus=24 - g, mode="sync"), 3000)
         assert other.trained_tokens_per_s <= best.trained_tokens_per_s * (1 + 1e-9)
 
 

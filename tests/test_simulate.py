@@ -16,7 +16,7 @@ from capplan.roofline import RooflineInputs, decode_step, engine_step, prefill_s
 from capplan.sim.stepcost import run_time, steps_within
 from capplan.sim.stepcost import step_coefficients
 from capplan.sim import SUMMARY_KEYS, SimConfig, simulate, trajectory_records, write_trajectories
-from capplan.trainer import trainer_step_time_s, training_flops
+from capplan.trainer import trainer_mfu, trainer_step_time_s, training_flops
 from capplan.workload import load_workload
 
 pytestmark = pytest.mark.usefixtures("assumed_engine")
@@ -24,6 +24,9 @@ pytestmark = pytest.mark.usefixtures("assumed_engine")
 
 H100 = load_hardware("h100-sxm")
 SMALL = 256  # conversations drawn per chunk in tests (keeps set-up fast)
+AS_PROFILED = {"rollout_slowdown": 1.0, "step_overhead_s": 0.0}
+"""The RL framework terms off: engine steps as the profile prices them, no per-update overhead
+(the timelines by hand check the event arithmetic, not the fitted terms)."""
 
 ONE_REQUEST = """
 version: 1
@@ -161,10 +164,10 @@ def test_one_request_timeline_by_hand(write_yaml, model, tp, P, A):
     w = load_workload(write_yaml(ONE_REQUEST.format(P=P, A=A)))
     spec = load_model_spec(model)
     inp = RooflineInputs(tp=tp)
-    r = simulate(w, H100, SimConfig(steps=1, tp=tp, chunk_conversations=1), model=model)
+    r = simulate(w, H100, SimConfig(steps=1, tp=tp, chunk_conversations=1, **AS_PROFILED), model=model)
     prefill = float(prefill_step(spec, H100, inp, P).step_time_s)
     decode = float(np.sum(decode_step(spec, H100, inp, 1, np.arange(P, P + A - 1)).step_time_s))
-    train = trainer_step_time_s(training_flops(spec, np.array([P + A])), H100, r.setup["trainer_gpus"])
+    train = trainer_step_time_s(training_flops(spec, np.array([P + A])), H100, r.setup["trainer_gpus"], trainer_mfu(spec, H100))
     assert math.isclose(r.conversations["end_s"][0], prefill + decode, rel_tol=1e-12)
     assert math.isclose(r.summary["simulated_s"], prefill + decode + train, rel_tol=1e-12)
     assert r.summary["engine_steps"] == A
@@ -186,7 +189,7 @@ def test_two_turns_with_a_tool_wait_by_hand(write_yaml, reuse, kv, hit):
     w = load_workload(write_yaml(TWO_TURNS.format(reuse=reuse, kv=kv)))
     spec = load_model_spec("llama-3.1-8b")
     inp = RooflineInputs()
-    r = simulate(w, H100, SimConfig(steps=1, chunk_conversations=1))
+    r = simulate(w, H100, SimConfig(steps=1, chunk_conversations=1, **AS_PROFILED))
 
     def dec(cs: list[int]) -> float:
         return float(np.sum(decode_step(spec, H100, inp, 1, np.array(cs)).step_time_s))

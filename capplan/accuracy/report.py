@@ -153,6 +153,7 @@ def run_accuracy(
     """
     from capplan.accuracy.corpus import load_corpus
     from capplan.accuracy.predict import Prediction, engine_family, predict_kv, predict_serving
+    from capplan.accuracy.rl import predict_rl, predict_trainer, predict_weight_sync
 
     rows = load_corpus() if rows is None else rows
     engines = engines or {}
@@ -167,8 +168,14 @@ def run_accuracy(
             p = predict_serving(row, engine)
         elif row.kind == "kv":
             p = predict_kv(row, engine)
+        elif row.kind == "rl":
+            p = predict_rl(row, engine)
+        elif row.kind == "trainer":
+            p = predict_trainer(row)
+        elif row.kind == "weight_sync":
+            p = predict_weight_sync(row)
         else:
-            p = Prediction(None, f"{row.kind} rows are predicted by the RL plan (not yet)")
+            p = Prediction(None, f"{row.kind} rows are not predicted")
         err = signed_error(p.value, row.measured, row.is_time) if p.value else None
         out.append(RowResult(
             id=row.id, source=row.source, kind=row.kind, metric=row.metric, unit=row.unit,

@@ -46,8 +46,28 @@ MAX_SPLITS = 2048
 
 
 class Mode(str, Enum):
+    auto = "auto"
+    colocated = "colocated"
     sync = "sync"
     async_ = "async"
+
+
+class AsyncIngest(str, Enum):
+    groups = "groups"
+    batches = "batches"
+
+
+class WeightSync(str, Enum):
+    auto = "auto"
+    nccl = "nccl"
+    checkpoint_engine = "checkpoint-engine"
+    reshard = "reshard"
+
+
+def _plan_help(field: str) -> str:
+    from capplan.options import field_help
+
+    return field_help("capplan.plan.inputs", "PlanInputs", field)
 
 
 #: Rows of the plan table and CSV: (label with unit, getter). CSV column names derive from them.
@@ -78,13 +98,22 @@ ROWS: list[tuple[str, str, Any]] = [
     ("trainer time [s]", "trainer_time_s", lambda p: p.trainer_time_s),
     ("weight sync [s]", "weight_sync_time_s", lambda p: p.weight_sync_time_s),
     ("Split", "", None),
+    ("mode (max staleness)", "mode", lambda p: f"{p.mode} (K {p.max_staleness})" if p.mode == "async" else p.mode),
     ("inference GPUs (replicas)", "inference_gpus", lambda p: f"{p.inference_gpus} ({p.inference_replicas})"),
     ("step time [s]", "step_time_s", lambda p: p.step_time_s),
+    ("  set by", "step_bound_by", lambda p: p.step_bound_by or "-"),
+    ("  generation [s]", "generation_s", lambda p: p.phases.get("generation_s", 0.0)),
+    ("  log-prob recompute + reference [s]", "logprob_s", lambda p: p.phases.get("logprob_s", 0.0) + p.phases.get("reference_s", 0.0)),
+    ("  training [s]", "training_s", lambda p: p.phases.get("training_s", 0.0)),
+    ("  weight sync / reshard + framework [s]", "weight_sync_s",
+     lambda p: f"{_cell(p.phases.get('weight_sync_s', 0.0))} + {_cell(p.phases.get('overhead_s', 0.0))}"),
     ("trained tokens/s", "trained_tokens_per_s", lambda p: p.trained_tokens_per_s),
+    ("trained tokens/s per GPU", "trained_tokens_per_s_per_gpu", lambda p: p.trained_tokens_per_s_per_gpu),
     ("node ratio [inference / trainer nodes]", "node_ratio", lambda p: p.node_ratio),
     ("trainer idle [fraction]", "trainer_idle_fraction", lambda p: f"{p.trainer_idle_fraction:.1%}"),
     ("inference idle [fraction]", "inference_idle_fraction", lambda p: f"{p.inference_idle_fraction:.1%}"),
-    ("stale beyond bound (async) [fraction]", "stale_fraction", lambda p: f"{p.stale_fraction:.1%}"),
+    ("stale, lag >= 1 (mean lag) [fraction]", "stale_fraction", lambda p: f"{p.stale_fraction:.1%} ({p.mean_policy_lag:.2f})"),
+    ("recomputed after preemption / eviction [fraction]", "recompute_fraction", lambda p: f"{p.recompute_fraction:.1%}"),
 ]
 
 #: CSV columns: one row per workload, units in the names, numbers as numbers.
@@ -126,6 +155,19 @@ CSV_COLUMNS: list[tuple[str, Any]] = [
     ("inference_idle_fraction", lambda p: p.inference_idle_fraction),
     ("stale_fraction", lambda p: p.stale_fraction),
     ("sizing", lambda p: p.sizing),
+    ("split_decided_by", lambda p: p.split_decided_by),
+    ("step_bound_by", lambda p: p.step_bound_by),
+    ("generation_s", lambda p: p.phases.get("generation_s", 0.0)),
+    ("logprob_s", lambda p: p.phases.get("logprob_s", 0.0)),
+    ("reference_s", lambda p: p.phases.get("reference_s", 0.0)),
+    ("training_s", lambda p: p.phases.get("training_s", 0.0)),
+    ("overhead_s", lambda p: p.phases.get("overhead_s", 0.0)),
+    ("trained_tokens_per_s_per_gpu", lambda p: p.trained_tokens_per_s_per_gpu),
+    ("mean_policy_lag", lambda p: p.mean_policy_lag),
+    ("recompute_fraction", lambda p: p.recompute_fraction),
+    ("trainer_mfu", lambda p: p.trainer_mfu),
+    ("weight_sync_pattern", lambda p: p.weight_sync_pattern),
+    ("warnings", lambda p: " | ".join(p.warnings)),
 ]
 
 
@@ -155,9 +197,10 @@ def render(plans: list["Plan"], explain: bool) -> None:
 
     out = console()
     first = plans[0]
+    modes = ", ".join(dict.fromkeys(p.mode + (f" (max staleness {p.max_staleness})" if p.mode == "async" else "") for p in plans))
     out.print(
         f"capplan plan on {safe(first.hardware)} (tp {first.tp}, KV {first.kv_dtype}, weights {first.weight_dtype}), trainer on "
-        f"{safe(first.trainer_hardware)}, mode {first.mode}{f' (max staleness {first.max_staleness})' if first.mode == 'async' else ''}; "
+        f"{safe(first.trainer_hardware)}, mode {modes}; "
         f"engine profile {escape(first.engine_profile)} ({escape(first.calibration)}). GiB = 2^30 B; FLOP/s and bandwidth decimal."
     )
     table = Table(title="Capacity plan, one column per workload", title_justify="left")
@@ -183,6 +226,16 @@ def render(plans: list["Plan"], explain: bool) -> None:
                 f"{'' if serving['feasible'] else ' - the targets cannot be met at this tp'}"
             )
         out.print(f"{safe(p.workload)}: {escape(p.sizing)}.")
+        if p.split_decided_by and p.split_decided_by != "the given GPU counts":
+            out.print(f"{safe(p.workload)}: the split was decided by {escape(p.split_decided_by)}.")
+        if p.mode_choice:
+            rows = "; ".join(
+                f"{c['mode']} {c['inference_gpus']}:{c['trainer_gpus']} GPUs, {c['step_time_s']:,.0f} s, {c['trained_tokens_per_s']:,.0f} tokens/s"
+                for c in p.mode_choice
+            )
+            out.print(f"{safe(p.workload)}: colocated or split: {escape(rows)} (inference : trainer).")
+        for warning in p.warnings:
+            out.print(f"[bold]warning[/bold] {safe(p.workload)}: {escape(warning)}.")
         if p.filter_factor > 1:
             out.print(
                 f"{safe(p.workload)}: filtering drops {1 - 1 / p.filter_factor:.0%} of prompt groups, so rollout work per "
@@ -201,15 +254,19 @@ def render(plans: list["Plan"], explain: bool) -> None:
     help=(
         "Capacity plan for one or more workloads: concurrency limits, prefill/decode/scoring "
         "GPU-seconds, the tail of a synchronous step, the trainer, and the inference-to-trainer "
-        "node ratio (sync, or async with bounded staleness). Give both GPU counts to evaluate a "
-        "split, one to size the other for balance, neither to size both, or --total-gpus to find "
-        "the split that maximises trained tokens/s.\n\n"
+        "node ratio, in one of three modes: colocated (generation and training time-share the "
+        "GPUs), sync (split GPUs, in series) or async (split GPUs, overlapped, staleness bounded by "
+        "--max-staleness). Give both GPU counts to evaluate a split, one to size the other for "
+        "balance, neither to size both, or --total-gpus to find the split (and, with --mode auto, "
+        "the mode) that maximises trained tokens/s. Warns about KV thrash, a tail beyond the "
+        "staleness bound and a split far from balance.\n\n"
         "Examples:\n\n"
         "\b\n"
         "  capplan plan reasoning-rl-olmo3-7b --hardware h100-sxm\n"
         "  capplan plan reasoning-rl-olmo3-32b --hardware h100-sxm --tp 8 --trainer-gpus 64 --inference-gpus 160\n"
         "  capplan plan agentic-tool-rl reasoning-rl-olmo3-7b --hardware h100-sxm --mode async --max-staleness 2\n"
         "  capplan plan reasoning-rl-olmo3-7b --hardware h100-sxm --total-gpus 72 --explain\n"
+        "  capplan plan reasoning-rl-olmo3-7b --hardware h100-sxm --total-gpus 16 --mode colocated\n"
         "  capplan plan chat-serving --hardware h100-sxm --format json --output-dir out/"
     ),
 )
@@ -230,10 +287,24 @@ def plan(
     total_gpus: Annotated[
         int | None, typer.Option("--total-gpus", help="Fixed total: choose the split maximising trained tokens/s.", min=1)
     ] = None,
-    mode: Annotated[Mode, typer.Option("--mode", help="sync (rollout, sync, train in series) or async.")] = Mode.sync,
-    max_staleness: Annotated[
-        int, typer.Option("--max-staleness", help="Async: max policy versions a trajectory may lag.", min=0)
-    ] = 1,
+    mode: Annotated[Mode, typer.Option("--mode", help=_plan_help("mode"))] = Mode.auto,
+    max_staleness: Annotated[int, typer.Option("--max-staleness", help=_plan_help("max_staleness"), min=0)] = 1,
+    async_ingest: Annotated[
+        AsyncIngest, typer.Option("--async-ingest", help=_plan_help("async_ingest"))
+    ] = AsyncIngest.groups,
+    inflight_updates: Annotated[
+        bool, typer.Option("--inflight-updates/--drain-updates", help=_plan_help("inflight_updates"))
+    ] = True,
+    weight_sync: Annotated[WeightSync, typer.Option("--weight-sync", help=_plan_help("weight_sync"))] = WeightSync.auto,
+    trainer_mfu: Annotated[
+        float | None, typer.Option("--trainer-mfu", help=_plan_help("trainer_mfu"), min=0.0, max=1.0)
+    ] = None,
+    rollout_slowdown: Annotated[
+        float | None, typer.Option("--rollout-slowdown", help=_plan_help("rollout_slowdown"), min=1.0)
+    ] = None,
+    step_overhead: Annotated[
+        float | None, typer.Option("--step-overhead", help=_plan_help("step_overhead_s"), min=0.0)
+    ] = None,
     kv_dtype: KVDtypeOpt = "bf16",
     weight_dtype: DtypeOpt = "bf16",
     gpu_memory_utilization: Annotated[
@@ -299,7 +370,9 @@ def plan(
                 hardware=hw, model=spec, trainer_hardware=thw, teacher=teacher, tp=tp, kv_dtype=dtype_name(kv_dtype),
                 weight_dtype=dtype_name(weight_dtype), gpu_mem_util=gpu_memory_utilization, engine=engine_profile,
                 trainer_gpus=trainer_gpus, inference_gpus=inference_gpus, total_gpus=total_gpus,
-                mode=mode.value, max_staleness=max_staleness,  # type: ignore[arg-type]
+                mode=mode.value, max_staleness=max_staleness, async_ingest=async_ingest.value,  # type: ignore[arg-type]
+                inflight_updates=inflight_updates, weight_sync=weight_sync.value,  # type: ignore[arg-type]
+                trainer_mfu=trainer_mfu, rollout_slowdown=rollout_slowdown, step_overhead_s=step_overhead,
             )
         )
         plans.append(call(lambda: plan_workload(workload, inputs, conversations=conversations)))

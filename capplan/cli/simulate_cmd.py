@@ -45,8 +45,22 @@ PLOT_HINT = "pip install 'capplan[plot]'"
 
 
 class Mode(str, Enum):
+    colocated = "colocated"
     sync = "sync"
     async_ = "async"
+
+
+class WeightSync(str, Enum):
+    auto = "auto"
+    nccl = "nccl"
+    checkpoint_engine = "checkpoint-engine"
+    reshard = "reshard"
+
+
+def _sim_help(field: str) -> str:
+    from capplan.options import field_help
+
+    return field_help("capplan.sim.config", "SimConfig", field)
 
 
 class Sampling(str, Enum):
@@ -58,9 +72,11 @@ class Sampling(str, Enum):
     "simulate",
     help=(
         "Simulate rollout and training event by event: inference replicas with continuous batching (or "
-        "static), KV capacity and preemption, tool calls on environment workers, and a trainer that ingests "
-        "finished groups, rejects stale ones and pushes weights. Shows the queues, tails and stalls an "
-        "average hides, and completed against accepted throughput.\n\n"
+        "static), KV capacity and preemption, prefix reuse across turns and within a GRPO group, tool calls "
+        "on environment workers, and a trainer that ingests finished groups, rejects stale ones and pushes "
+        "weights (colocated: reshards them on the same GPUs). Shows the queues, tails and stalls an "
+        "average hides, and completed against accepted throughput; its steady step and trained tokens/s "
+        "are what `capplan plan` predicts for the same settings.\n\n"
         "Conversations are the workload's own draws (the same as `capplan ledger`); engine steps are priced "
         "by the roofline model, KV capacity by the KV calculator, the trainer by the trainer model. The same "
         "--seed gives the same result.\n\n"
@@ -94,9 +110,7 @@ def simulate(
         int | None,
         typer.Option("--trainer-gpus", help="Trainer GPUs (default: the fewest that hold the training state).", min=1),
     ] = None,
-    mode: Annotated[
-        Mode, typer.Option("--mode", help="sync: generation pauses for each update; async: it does not.")
-    ] = Mode.sync,
+    mode: Annotated[Mode, typer.Option("--mode", help=_sim_help("mode"))] = Mode.sync,
     max_staleness: Annotated[
         int,
         typer.Option("--max-staleness", help="Async: reject trajectories more than K policy versions old.", min=0),
@@ -126,9 +140,19 @@ def simulate(
         bool, typer.Option("--static-batching", help="Admit a batch only when the previous one has finished.")
     ] = False,
     inflight_updates: Annotated[
-        bool,
-        typer.Option("--inflight-updates", help="Async: load new weights at the next step without draining replicas."),
-    ] = False,
+        bool | None,
+        typer.Option("--inflight-updates/--drain-updates", help=_sim_help("inflight_updates"), show_default=False),
+    ] = None,
+    weight_sync: Annotated[WeightSync, typer.Option("--weight-sync", help=_sim_help("weight_sync"))] = WeightSync.auto,
+    trainer_mfu: Annotated[
+        float | None, typer.Option("--trainer-mfu", help=_sim_help("trainer_mfu"), min=0.0, max=1.0)
+    ] = None,
+    rollout_slowdown: Annotated[
+        float | None, typer.Option("--rollout-slowdown", help=_sim_help("rollout_slowdown"), min=1.0)
+    ] = None,
+    step_overhead: Annotated[
+        float | None, typer.Option("--step-overhead", help=_sim_help("step_overhead_s"), min=0.0)
+    ] = None,
     steps: Annotated[int, typer.Option("--steps", help="Trainer updates to simulate.", min=1)] = 10,
     seed: Annotated[int | None, typer.Option("--seed", help="Seed of every draw (default: the workload's).", min=0)] = None,
     kv_dtype: KVDtypeOpt = "bf16",
@@ -209,8 +233,10 @@ def simulate(
     thw = call(lambda: load_hardware(trainer_hardware)) if trainer_hardware is not None else None
     cfg = call(lambda: SimConfig(
         tp=tp, inference_replicas=inference_replicas, env_workers=env_workers, trainer_gpus=trainer_gpus,
-        mode=mode.value, max_staleness=max_staleness, max_inflight_groups=max_inflight_groups, sampling=sampling.value, oversample=oversample,  # type: ignore[arg-type]
+        mode=("async" if bounds is not None else mode.value), max_staleness=max_staleness, max_inflight_groups=max_inflight_groups, sampling=sampling.value, oversample=oversample,  # type: ignore[arg-type]
         static_batching=static_batching, inflight_updates=inflight_updates, steps=steps, seed=seed,
+        weight_sync=weight_sync.value, trainer_mfu=trainer_mfu, rollout_slowdown=rollout_slowdown,  # type: ignore[arg-type]
+        step_overhead_s=step_overhead,
         kv_dtype=dtype_name(kv_dtype), weight_dtype=dtype_name(weight_dtype), max_num_seqs=max_num_seqs,
         max_batched_tokens=max_batched_tokens, gpu_mem_util=gpu_memory_utilization,
         engine=engine_settings(load_engine_option(engine), block_size=block_size),
@@ -313,7 +339,8 @@ def render(result: "SimResult") -> None:
     con.print(
         f"{s['updates']} updates in {s['simulated_s']:,.1f} simulated s; KV {st['kv_capacity_tokens']:,} tokens per "
         f"replica, max {st['max_num_seqs']:,} sequences, {st['max_batched_tokens']:,} tokens per step; "
-        f"weight push {st['weight_sync_s']:.2f} s."
+        f"weight {'reshard' if c['mode'] == 'colocated' else 'push'} {st['weight_sync_s']:.2f} s; steady step "
+        f"{s['step_time_s']:,.1f} s, {s['steady_trained_tokens_per_s']:,.0f} trained tokens/s."
     )
     t = Table(title="Throughput", title_justify="left", box=box.SIMPLE_HEAD)
     for col in ("", "trajectories", "trajectories/s", "sampled tokens/s"):
@@ -341,6 +368,8 @@ def render(result: "SimResult") -> None:
         ("preemptions / retained-KV evictions", f"{s['preemptions']:,} / {s['retained_kv_evictions']:,}"),
         ("recomputed tokens (both)", f"{s['recompute_tokens']:,}"),
         ("rejected as stale", _pct(s["rejected_stale_fraction"])),
+        ("trained off-policy, lag >= 1 (steady)", _pct(s["stale_fraction"])),
+        ("recomputed / forwarded tokens", _pct(s["recompute_fraction"])),
         ("policy lag mean / max [versions]", f"{s['mean_policy_lag']:.2f} / {s['max_policy_lag']}"),
         ("engine steps (forwarded tokens)", f"{s['engine_steps']:,} ({s['engine_forwarded_tokens']:,})"),
     ]

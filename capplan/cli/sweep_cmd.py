@@ -196,7 +196,10 @@ def sweep_cmd(
     ] = None,
     trainer_hardware: Annotated[str | None, typer.Option("--trainer-hardware", help="Trainer profile (default: each --hardware).")] = None,
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model preset or path (default: the workload's).")] = None,
-    mode: Annotated[str, typer.Option("--mode", help="sync or async.")] = "sync",
+    mode: Annotated[str, typer.Option("--mode", help="colocated, sync or async.")] = "sync",
+    max_staleness: Annotated[
+        int, typer.Option("--max-staleness", help="Async: the staleness bound K (policy versions a trajectory may lag).", min=0)
+    ] = 1,
     gpu_hour_price: Annotated[
         list[str] | None,
         typer.Option(
@@ -289,7 +292,7 @@ def sweep_cmd(
                 inference_gpus=inference_list, trainer_gpus=trainer_list,
                 trainer_hardware=trainer_profile, mode=mode, gpu_hour_price=prices,
                 conversations=conversations, on_config=tick, engine=engine_profile,
-                max_total_gpus=max_total_gpus, max_cells=max_grid_cells,
+                max_total_gpus=max_total_gpus, max_cells=max_grid_cells, max_staleness=max_staleness,
             )
         )
     finally:

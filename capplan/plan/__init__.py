@@ -36,37 +36,46 @@ The steps, one module each, in the order :func:`plan_workload` runs them:
 * :mod:`~capplan.plan.grid`: :func:`sweep`, every combination at once.
 """
 
-from capplan.plan.assemble import Plan, plan_workload
-from capplan.plan.grid import COLUMNS, best, default_inference_gpus, default_trainer_gpus, sweep
-from capplan.plan.inputs import Mode, PlanInputs
-from capplan.plan.replica import ReplicaSetup, replica_setup
-from capplan.plan.rollout import RolloutModel, RolloutTimes, shrinking_batch_decode_s, static_batching_waste
-from capplan.plan.serving import serving_pct
-from capplan.plan.sizing import DIMINISHING_RETURNS, MAX_GPUS, step_time_s
-from capplan.plan.work import Prepared, StepWork, prepare, step_work
+import importlib
+from typing import Any
 
-__all__ = [
-    "COLUMNS",
-    "DIMINISHING_RETURNS",
-    "MAX_GPUS",
-    "Mode",
-    "Plan",
-    "PlanInputs",
-    "Prepared",
-    "ReplicaSetup",
-    "RolloutModel",
-    "RolloutTimes",
-    "StepWork",
-    "best",
-    "default_inference_gpus",
-    "default_trainer_gpus",
-    "plan_workload",
-    "prepare",
-    "replica_setup",
-    "serving_pct",
-    "shrinking_batch_decode_s",
-    "static_batching_waste",
-    "step_time_s",
-    "step_work",
-    "sweep",
-]
+_HOMES = {
+    "Plan": "capplan.plan.assemble",
+    "plan_workload": "capplan.plan.assemble",
+    "COLUMNS": "capplan.plan.grid",
+    "best": "capplan.plan.grid",
+    "default_inference_gpus": "capplan.plan.grid",
+    "default_trainer_gpus": "capplan.plan.grid",
+    "sweep": "capplan.plan.grid",
+    "MODES": "capplan.plan.inputs",
+    "Mode": "capplan.plan.inputs",
+    "PlanInputs": "capplan.plan.inputs",
+    "ReplicaSetup": "capplan.plan.replica",
+    "replica_setup": "capplan.plan.replica",
+    "AsyncPeriod": "capplan.plan.rollout",
+    "RolloutModel": "capplan.plan.rollout",
+    "RolloutTimes": "capplan.plan.rollout",
+    "shrinking_batch_decode_s": "capplan.plan.rollout",
+    "static_batching_waste": "capplan.plan.rollout",
+    "serving_pct": "capplan.plan.serving",
+    "DIMINISHING_RETURNS": "capplan.plan.sizing",
+    "MAX_GPUS": "capplan.plan.sizing",
+    "step_time_s": "capplan.plan.sizing",
+    "Prepared": "capplan.plan.work",
+    "StepWork": "capplan.plan.work",
+    "prepare": "capplan.plan.work",
+    "step_work": "capplan.plan.work",
+}
+"""Where each public name lives; imported on first use, so locating a submodule (for ``--help``
+text) does not import numpy or pydantic."""
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from capplan.trainer import SYNC_NETWORK_EFFICIENCY
-
 import math
 from typing import TYPE_CHECKING
 
@@ -88,30 +86,39 @@ def trainer_lines(
     params_billion = spec.total_params() / 1e9
     trainer_time, sync_s, step = times.trainer_time_s, trainer.weight_sync_s, times.step_time_s
     peak_tflops = trainer.hardware.peak_flops("bf16") / 1e12
+    from capplan.trainer import WEIGHT_SYNC_FITS
+
+    mfu_note = "fitted on validation/trainer.csv" if trainer.mfu_source == "fitted" else "given"
     lines = [
-        f"trainer time = {trainer.flops:.3g} FLOP / ({split.trainer_gpus} GPUs x {peak_tflops:,.0f} TFLOP/s x MFU {trainer.mfu:.2f}) "
-        f"= {trainer_time:,.1f} s",
-        f"trainer GPUs holding the state = {trainer.min_gpus} ({TRAIN_BYTES_PER_PARAM:g} B/param x {params_billion:,.1f}B params, sharded)",
+        f"trainer time = {trainer.flops:.3g} FLOP / ({split.trainer_gpus} GPUs x {peak_tflops:,.0f} TFLOP/s x MFU {trainer.mfu:.3f} "
+        f"({mfu_note})) = {trainer_time:,.1f} s",
+        f"trainer GPUs holding the state = {trainer.min_gpus} ({TRAIN_BYTES_PER_PARAM:g} B/param x {params_billion:,.1f}B params, "
+        f"sharded); sane data-parallel minimum = {trainer.sane_gpus} (whole nodes)",
     ]
     if has_rollout:
+        fit = WEIGHT_SYNC_FITS[trainer.sync_pattern]
         lines.append(
-            f"weight sync = 2 B x {params_billion:,.1f}B params / (tp {inputs.tp} x {hw.inter_node_bandwidth_gbps:g} GB/s x "
-            f"{SYNC_NETWORK_EFFICIENCY:g}) + latency = {sync_s:,.2f} s"
+            f"weight sync ({trainer.sync_pattern}) = {fit.latency_s:g} s + 2 B x {params_billion:,.1f}B params / (tp {inputs.tp} x "
+            f"{fit.bandwidth_bytes_per_s / 1e9:.3g} GB/s) = {sync_s:,.2f} s"
         )
-    if inputs.mode == "sync":
+    mode = times.mode
+    if mode in ("sync", "colocated") or times.max_staleness == 0:
         lines.append(
-            f"sync step = rollout {times.rollout_time_s:,.1f} + sync {sync_s:,.2f} + train {trainer_time:,.1f} = {step:,.1f} s; "
-            f"trainer idle = 1 - train/step = {figures.trainer_idle_fraction:.1%}"
+            f"{mode} step = rollout {times.rollout_time_s:,.1f} + train {trainer_time:,.1f} + sync {sync_s:,.2f} = {step:,.1f} s; "
+            f"trainer idle = 1 - (train + sync)/step = {figures.trainer_idle_fraction:.1%}"
         )
     else:
+        k = times.max_staleness
         lines.append(
-            f"async step = max(rollout work {times.work_time_s:,.1f}, train {trainer_time:,.1f} + sync {sync_s:,.2f}) = {step:,.1f} s; "
-            f"trajectories older than {inputs.max_staleness} steps = {figures.stale_fraction:.1%}"
+            f"async step = max(train {trainer_time:,.1f} + sync {sync_s:,.2f}, production {times.production_time_s:,.1f}, "
+            f"(rollout {times.rollout_time_s:,.1f} + train + sync) / (K + 1 = {k + 1})) = {step:,.1f} s, set by the "
+            f"{times.bound_by}; stale (lag >= 1) {figures.stale_fraction:.1%}, mean lag {figures.mean_policy_lag:.2f}"
         )
-    lines.append(
-        f"node ratio = ({split.inference_gpus} / {hw.gpus_per_node}) / ({split.trainer_gpus} / {trainer.hardware.gpus_per_node}) "
-        f"= {figures.node_ratio:,.2f} inference nodes per trainer node"
-    )
+    if mode != "colocated":
+        lines.append(
+            f"node ratio = ({split.inference_gpus} / {hw.gpus_per_node}) / ({split.trainer_gpus} / {trainer.hardware.gpus_per_node}) "
+            f"= {figures.node_ratio:,.2f} inference nodes per trainer node"
+        )
     return lines
 
 
@@ -157,9 +164,10 @@ def plan_assumptions(trainer: "TrainerSide") -> list[str]:
 
     assumptions = []
     if trainer.has_trainer:
+        source = "fitted on the BF16 rows of validation/trainer.csv" if trainer.mfu_source == "fitted" else "given"
         assumptions.append(
             f"trainer: FSDP/ZeRO-3 sharding of {TRAIN_BYTES_PER_PARAM:g} B/param AdamW state over all trainer GPUs, full activation "
-            f"checkpointing, {MICRO_BATCH_TOKENS:,}-token micro-batches; MFU {trainer.mfu:.2f} of dense bf16 peak (Llama 3 paper: 38-43%)"
+            f"checkpointing, {MICRO_BATCH_TOKENS:,}-token micro-batches; MFU {trainer.mfu:.3f} of dense bf16 peak ({source})"
         )
     assumptions.append(
         "prefill and decode priced as separate roofline steps (prefill in chunks of the scheduler token budget); "

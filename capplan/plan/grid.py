@@ -100,12 +100,15 @@ def default_inference_gpus(tp: int, conversations: float) -> list[int]:
 
 
 def default_trainer_gpus(min_gpus: int, gpus_per_node: int) -> list[int]:
-    """The fewest GPUs that hold the trainer state, then whole nodes doubling up to 64 nodes."""
-    gpus = [min_gpus]
-    whole_nodes = gpus_per_node
+    """Trainer sizes a sweep tries: the sane data-parallel minimum (the memory minimum in whole
+    nodes, :func:`capplan.trainer.sane_trainer_gpus`), then whole nodes doubling up to 64 nodes."""
+    from capplan.trainer import sane_trainer_gpus
+
+    first = sane_trainer_gpus(min_gpus, gpus_per_node)
+    gpus = [first]
+    whole_nodes = first * 2
     while whole_nodes <= 64 * gpus_per_node:
-        if whole_nodes > min_gpus:
-            gpus.append(whole_nodes)
+        gpus.append(whole_nodes)
         whole_nodes *= 2
     return gpus
 
@@ -128,6 +131,7 @@ def sweep(
     on_config: Callable[[int, int], None] | None = None,
     max_total_gpus: int | None = None,
     max_cells: int = MAX_GRID_CELLS,
+    max_staleness: int = 1,
 ) -> "pd.DataFrame":
     """Evaluate every combination and return the full grid as a DataFrame (:data:`COLUMNS`).
 
@@ -137,6 +141,11 @@ def sweep(
         The GPU counts to try [GPUs]; default :func:`default_inference_gpus` (per tp) and
         :func:`default_trainer_gpus`. Inference counts that are not a multiple of ``tp`` and
         trainer counts below the memory minimum are rows with ``feasible = False``.
+    mode : str
+        ``sync``, ``async`` (bounded by ``max_staleness``) or ``colocated`` (each inference count
+        is also the trainer's: both phases on the same GPUs; ``trainer_gpus`` is ignored).
+    max_staleness : int
+        Async: the staleness bound ``K`` [policy versions] (``K = 0`` is synchronous).
     gpu_hour_price : float or dict, optional
         Price of one GPU-hour [USD]: one price for every profile, or a price per profile name;
         a profile not named uses its own ``price_usd_per_gpu_hour`` when it has one
@@ -149,10 +158,15 @@ def sweep(
     max_cells : int
         Most rows the grid may have (:func:`check_grid_size`).
 
+    Notes
+    -----
+    The trainer's MFU and the RL framework terms (rollout slowdown, per-step overhead) are the
+    fitted defaults of :mod:`capplan.trainer`, as in ``capplan plan``.
+
     Raises
     ------
     InputError
-        ``mode`` is neither ``sync`` nor ``async``; the grid is larger than ``max_cells``.
+        ``mode`` is not ``colocated``, ``sync`` or ``async``; the grid is larger than ``max_cells``.
     """
     import numpy as np
     import pandas as pd
@@ -160,7 +174,14 @@ def sweep(
     from capplan.plan.replica import replica_setup
     from capplan.plan.sizing import step_time_s
     from capplan.plan.work import prepare
-    from capplan.trainer import MICRO_BATCH_TOKENS, TRAIN_MFU, min_trainer_gpus, trainer_step_time_s, weight_sync_time_s
+    from capplan.trainer import (
+        MICRO_BATCH_TOKENS,
+        RL_FRAMEWORK_FIT,
+        min_trainer_gpus,
+        trainer_mfu,
+        trainer_step_time_s,
+        weight_sync_time_s,
+    )
 
     check_mode(mode)
     per_config = len(hardware) * len(tps) * len(kv_dtypes) * len(weight_dtypes)
@@ -170,6 +191,11 @@ def sweep(
         check_grid_size(per_config * len(inference_gpus) * 10, max_cells)
     elif trainer_gpus:  # ... or at most 32 inference counts
         check_grid_size(per_config * len(trainer_gpus) * 32, max_cells)
+    rl = workload.has_rollout and workload.has_trainer
+    slowdown = RL_FRAMEWORK_FIT.rollout_slowdown if rl else 1.0
+    overhead = RL_FRAMEWORK_FIT.step_overhead_s if rl else 0.0
+    colocated = mode == "colocated"
+    k = max_staleness if mode == "async" else 0
     prepared = prepare(workload, spec, conversations)
     work = prepared.work
     trained = work.trained_positions
@@ -177,7 +203,7 @@ def sweep(
     configs = [(h, t, k, w) for h in hardware for t in tps for k in kv_dtypes for w in weight_dtypes]
     has_trainer = workload.has_trainer
     for done, (hw, tp, kv_dtype, weight_dtype) in enumerate(configs, 1):
-        trainer_hw = trainer_hardware or hw
+        trainer_hw = hw if colocated else (trainer_hardware or hw)
         base = {"hardware": hw.name, "tp": tp, "kv_dtype": kv_dtype, "weight_dtype": weight_dtype}
         inference = np.array(list(inference_gpus) if inference_gpus else default_inference_gpus(tp, work.conversations), dtype=float)
         try:
@@ -186,15 +212,18 @@ def sweep(
             trainer_min = 0  # reported below: no trainer size fits
         trainer = np.array(
             (list(trainer_gpus) if trainer_gpus else default_trainer_gpus(max(trainer_min, 1), trainer_hw.gpus_per_node))
-            if has_trainer
+            if has_trainer and not colocated
             else [0],
             dtype=float,
         )
         inference_grid, trainer_grid = np.meshgrid(inference, trainer, indexing="ij")
+        if colocated and has_trainer:
+            trainer_grid = inference_grid.copy()
         try:
             if has_trainer and trainer_min == 0:
                 min_trainer_gpus(spec, trainer_hw, MICRO_BATCH_TOKENS)  # raises the explanation
-            setup = replica_setup(workload, prepared, spec, hw, tp, kv_dtype, weight_dtype, gpu_mem_util, engine=engine)
+            setup = replica_setup(workload, prepared, spec, hw, tp, kv_dtype, weight_dtype, gpu_mem_util, engine=engine,
+                                  time_scale=slowdown)
         except CapplanError as exc:
             frames.append(
                 pd.DataFrame(
@@ -211,15 +240,23 @@ def sweep(
             if on_config:
                 on_config(done, len(configs))
             continue
-        times = setup.rollout_model(work).times(np.maximum(inference // tp, 1))
-        sync_s = weight_sync_time_s(spec, hw, tp) if (has_trainer and workload.has_rollout) else 0.0
+        pattern = "reshard" if colocated else "nccl"
+        sync_s = weight_sync_time_s(spec, tp, pattern) if (has_trainer and workload.has_rollout) else 0.0
+        busy_extra = sync_s + (overhead if has_trainer else 0.0)
+        model = setup.rollout_model(work, weight_load_s=busy_extra if mode == "async" else 0.0)
+        replicas = np.maximum(inference // tp, 1)
+        times = model.times(replicas, in_flight_steps=k + 1)
+        mfu = trainer_mfu(spec, trainer_hw)
         trainer_time = np.where(
-            trainer_grid > 0, trainer_step_time_s(prepared.trainer_flops, trainer_hw, np.maximum(trainer_grid, 1), TRAIN_MFU), 0.0
+            trainer_grid > 0, trainer_step_time_s(prepared.trainer_flops, trainer_hw, np.maximum(trainer_grid, 1), mfu), 0.0
         )
         rollout = times.rollout_time_s[:, None]
-        step = step_time_s(mode, workload.has_rollout, has_trainer, rollout, times.work_time_s[:, None], trainer_time, sync_s)
+        if mode == "async" and k > 0 and has_trainer and workload.has_rollout:
+            step = model.async_period(replicas, k + 1, trainer_time + busy_extra).step_time_s
+        else:
+            step = step_time_s(mode, workload.has_rollout, has_trainer, rollout, times.production_time_s[:, None], trainer_time, busy_extra)
         step = np.broadcast_to(step, inference_grid.shape)
-        total = inference_grid + trainer_grid
+        total = inference_grid if colocated else inference_grid + trainer_grid
         trained_per_s = np.where(step > 0, trained / np.where(step > 0, step, 1.0), 0.0)
         multiple = inference_grid % tp == 0
         trainer_ok = (trainer_grid >= trainer_min) | (not has_trainer)
@@ -232,11 +269,12 @@ def sweep(
         )
         binding = np.where(times.arrival_binds, "arrival of work", setup.binding)[:, None]
         price_inference, price_trainer = hourly_price(hw, gpu_hour_price), hourly_price(trainer_hw, gpu_hour_price)
-        if price_inference is not None and (price_trainer is not None or not has_trainer):
-            cost = step * (inference_grid * price_inference + trainer_grid * (price_trainer or 0.0)) / 3600
+        if price_inference is not None and (colocated or price_trainer is not None or not has_trainer):
+            trainer_cost = 0.0 if colocated else trainer_grid * (price_trainer or 0.0)
+            cost = step * (inference_grid * price_inference + trainer_cost) / 3600
         else:
             cost = np.full(inference_grid.shape, np.nan)
-        trainer_busy = trainer_time + (sync_s if mode == "async" else 0.0)
+        trainer_busy = trainer_time + busy_extra
         frames.append(
             pd.DataFrame(
                 {
@@ -259,7 +297,7 @@ def sweep(
                     if has_trainer
                     else 0.0,
                     "node_ratio": np.where(
-                        trainer_grid > 0,
+                        (trainer_grid > 0) & (not colocated),
                         (inference_grid / hw.gpus_per_node) / np.maximum(trainer_grid / trainer_hw.gpus_per_node, 1e-12),
                         0.0,
                     ).ravel(),

@@ -39,24 +39,32 @@ class Replica:
     """Step prices of one inference replica (roofline, vectorised)."""
 
     def __init__(
-        self, spec: "ModelSpec", hw: "HardwareProfile", tp: int, kv_dtype: str, weight_dtype: str, engine: "EngineProfile | None" = None
+        self, spec: "ModelSpec", hw: "HardwareProfile", tp: int, kv_dtype: str, weight_dtype: str, engine: "EngineProfile | None" = None,
+        time_scale: float = 1.0,
     ):
         from capplan.roofline import RooflineInputs
 
         self.spec, self.hw, self.tp = spec, hw, tp
         self.roofline_inputs = RooflineInputs(tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine)
+        self.time_scale = time_scale
+        """Multiplies every step time (an RL framework's rollout slowdown; 1 for the engine as profiled)."""
+
+    def _scaled(self, cost: "StepCost") -> "StepCost":
+        from dataclasses import replace
+
+        return cost if self.time_scale == 1.0 else replace(cost, step_time_s=cost.step_time_s * self.time_scale)
 
     def decode(self, batch: Any, context_tokens: float) -> "StepCost":
         """One decode step of ``batch`` sequences [sequences] at ``context_tokens`` cached [positions]."""
         from capplan.roofline import decode_step
 
-        return decode_step(self.spec, self.hw, self.roofline_inputs, batch, max(context_tokens, 0.0))
+        return self._scaled(decode_step(self.spec, self.hw, self.roofline_inputs, batch, max(context_tokens, 0.0)))
 
     def prefill(self, prompt_tokens: float) -> "StepCost":
         """One prefill of a single ``prompt_tokens``-position prompt [positions]."""
         from capplan.roofline import prefill_step
 
-        return prefill_step(self.spec, self.hw, self.roofline_inputs, prompt_tokens)
+        return self._scaled(prefill_step(self.spec, self.hw, self.roofline_inputs, prompt_tokens))
 
     def chunked(
         self, tokens: float, pairs: float, pairs_window: float, kv_read: float, sequences: float, logits: float, chunk_tokens: int
@@ -95,7 +103,7 @@ class Replica:
             window_attention_pairs=pairs_window / steps,
             window_kv_read_tokens=kv_read / steps,
         )
-        return PhaseCost(steps * float(cost.step_time_s), steps * float(cost.flops), steps * float(cost.bytes))
+        return PhaseCost(steps * float(cost.step_time_s) * self.time_scale, steps * float(cost.flops), steps * float(cost.bytes))
 
 
 @dataclass(frozen=True)
@@ -118,13 +126,48 @@ class ReplicaSetup:
     """The step's prefill on one replica."""
     score: PhaseCost
     """The step's teacher scoring on one replica."""
+    kv_rules: "KVRules | None" = None
+    """What the rollout model needs of the KV (``None`` without a rollout engine)."""
 
     def decode_step_s(self, batch: Any) -> Any:
         """Decode step time at ``batch`` [sequences] and the mean context [s] (vectorised)."""
         return self.replica.decode(batch, self.decode_context_tokens).step_time_s
 
-    def rollout_model(self, work: "StepWork") -> RolloutModel:
-        """The rollout model of ``work`` on this replica configuration."""
+    def decode_step_at(self, batch: Any, context_tokens: Any) -> Any:
+        """Decode step time at ``batch`` [sequences] and ``context_tokens`` cached each [positions] [s] (vectorised)."""
+        from capplan.roofline import decode_step
+
+        import numpy as np
+
+        replica = self.replica
+        cost = decode_step(replica.spec, replica.hw, replica.roofline_inputs, batch, np.maximum(context_tokens, 0.0))
+        return cost.step_time_s * replica.time_scale
+
+    def rollout_model(self, work: "StepWork", weight_load_s: float = 0.0, inflight_updates: bool = True) -> RolloutModel:
+        """The rollout model of ``work`` on this replica configuration.
+
+        Parameters
+        ----------
+        weight_load_s : float
+            Async: a replica's pause to load new weights per update [s].
+        inflight_updates : bool
+            Async: load at a step boundary (True) or drain running invocations first.
+        """
+        rules = self.kv_rules
+        extra: dict[str, Any] = {}
+        if rules is not None:
+            extra = {
+                "sequence_cap": rules.sequence_cap,
+                "resident_kv": rules.resident_kv,
+                "sync_resident_kv": rules.sync_resident_kv,
+                "decode_share": rules.decode_share,
+                "recompute_s_per_token": rules.recompute_s_per_token,
+                "peak_context_tokens": rules.peak_context_tokens,
+                "held_context_tokens": rules.held_context_tokens,
+                "retained_fraction": rules.retained_fraction,
+                "reused_tokens_per_conversation": work.reused_across_turns,
+                "group_size": rules.group_size,
+            }
         return RolloutModel(
             work=work,
             max_decode_batch=self.max_decode_batch,
@@ -132,7 +175,35 @@ class ReplicaSetup:
             prefill_replica_s=self.prefill.replica_s,
             score_replica_s=self.score.replica_s,
             decode_step_s=self.decode_step_s,
+            decode_step_at=self.decode_step_at,
+            weight_load_s=weight_load_s,
+            inflight_updates=inflight_updates,
+            **extra,
         )
+
+
+@dataclass(frozen=True)
+class KVRules:
+    """The KV figures of one replica the rollout model's rules need (:class:`capplan.plan.rollout.RolloutModel`)."""
+
+    sequence_cap: float
+    """``min(max_num_seqs, max_num_batched_tokens)`` [sequences]."""
+    resident_kv: float
+    """Conversations whose KV fits at once in steady state, ``C / E[held]`` [conversations]."""
+    sync_resident_kv: float
+    """Conversations of a synchronised batch whose KV fits at its peak [conversations]."""
+    decode_share: float
+    """Decode time over lifetime of a conversation [fraction]."""
+    recompute_s_per_token: float
+    """Replica-seconds per position prefilled again [replica-s/position]."""
+    peak_context_tokens: float
+    """Mean context at a synchronised batch's KV peak [positions]."""
+    held_context_tokens: float
+    """Mean context of a decoding sequence [positions]."""
+    retained_fraction: float
+    """Share of resident KV held during tool waits [fraction]."""
+    group_size: int = 1
+    """Samples per prompt group (placed together on a replica)."""
 
 
 def replica_setup(
@@ -146,11 +217,13 @@ def replica_setup(
     gpu_mem_util: float | None = None,
     teacher: "ModelSpec | None" = None,
     engine: "EngineProfile | None" = None,
+    time_scale: float = 1.0,
 ) -> ReplicaSetup:
     """KV capacity, concurrency and per-step prefill/scoring costs of one replica configuration.
 
     The KV budget is sized for the sample's p99 record; prefill and scoring run in chunks of the
-    scheduler's token budget (``max_num_batched_tokens``).
+    scheduler's token budget (``max_num_batched_tokens``). ``time_scale`` multiplies every step
+    time (an RL framework's rollout slowdown, :class:`capplan.trainer.RLFrameworkFit`).
 
     Raises
     ------
@@ -176,7 +249,7 @@ def replica_setup(
             f"{kv.kv_capacity_tokens:,} tokens in blocks of {kv.block_size:,}) cannot hold one {max(context, 1):,}-token "
             "record (the workload's p99); raise --tensor-parallel-size, lower --block-size or shorten the records"
         )
-    replica = Replica(spec, hw, tp, kv_dtype, weight_dtype, engine)
+    replica = Replica(spec, hw, tp, kv_dtype, weight_dtype, engine, time_scale)
     decode_context = work.decode_context_mean
 
     concurrency = None
@@ -192,11 +265,56 @@ def replica_setup(
     )
     score = NO_COST
     if work.score_tokens > 0:
-        scorer = Replica(teacher or spec, hw, tp, kv_dtype, weight_dtype, engine)
+        scorer = Replica(teacher or spec, hw, tp, kv_dtype, weight_dtype, engine, time_scale)
         sequences = float(work.record_lengths_kept.size) * workload.volume.conversations_per_step / max(sample.n, 1)
         score = scorer.chunked(work.score_tokens, work.score_pairs, work.score_pairs_window, 0.0, sequences, work.score_tokens, chunk)
+    rules = None
     if concurrency is not None:
         max_decode_batch, binding = float(concurrency.runnable_sequences), concurrency.binding
+        rules = kv_rules(spec, kv, concurrency, sample, workload, replica, decode_context)
     else:
         max_decode_batch, binding = 0.0, "no rollout engine"
-    return ReplicaSetup(kv, concurrency, replica, decode_context, max_decode_batch, binding, prefill, score)
+    return ReplicaSetup(kv, concurrency, replica, decode_context, max_decode_batch, binding, prefill, score, rules)
+
+
+def kv_rules(
+    spec: "ModelSpec", kv: "KVResult", concurrency: "WorkloadConcurrency", sample: Any, workload: "Workload",
+    replica: Replica, decode_context: float,
+) -> KVRules:
+    """The rollout model's KV figures of one replica (see :class:`KVRules`)."""
+    import numpy as np
+
+    from capplan.plan.rollout import synchronised_peak
+
+    layers = spec.layer_kind_counts()
+    attention = layers["full"] + layers["sliding"]
+    share_sliding = layers["sliding"] / attention if attention else 0.0
+    capacity = float(kv.kv_capacity_tokens)
+    resident_kv = float(concurrency.memory_resident_conversations)
+    decode_share = (
+        float(concurrency.runnable_sequences / concurrency.resident_conversations) if concurrency.resident_conversations else 1.0
+    )
+    held_context = float(decode_context)
+    single = bool((sample.invoked.sum(1) <= 1).all())
+    if single:
+        inputs = np.where(sample.invoked[:, 0], sample.inputs[:, 0], 0)
+        peak, peak_context = synchronised_peak(inputs, sample.actions[:, 0], share_sliding, spec.window_tokens)
+        sync_resident = capacity / peak if peak > 0 else resident_kv
+    else:
+        sync_resident, peak_context = resident_kv, held_context
+    from capplan.roofline import causal_pairs
+
+    context = max(held_context, 1.0)
+    pairs, pairs_window = float(causal_pairs(0, context)), float(causal_pairs(0, context, spec.window_tokens))
+    per_token = replica.chunked(context, pairs, pairs_window, 0.0, 1.0, 0.0, kv.max_batched_tokens).replica_s / context
+    return KVRules(
+        sequence_cap=float(min(kv.max_num_seqs, kv.max_batched_tokens)),
+        resident_kv=resident_kv,
+        sync_resident_kv=float(min(sync_resident, resident_kv)) if not single else float(sync_resident),
+        decode_share=min(1.0, max(decode_share, 1e-6)),
+        recompute_s_per_token=per_token,
+        peak_context_tokens=float(peak_context),
+        held_context_tokens=held_context,
+        retained_fraction=float(concurrency.retained_kv_fraction) if workload.cache.kv_during_tool_wait == "retain" else 0.0,
+        group_size=workload.volume.samples_per_prompt,
+    )

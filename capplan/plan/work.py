@@ -55,6 +55,25 @@ class StepWork:
     """Tool wait per conversation [s]."""
     prefill_per_conversation: "np.ndarray"
     """Prefill-forwarded positions per conversation [positions]."""
+    turn_sampled: "np.ndarray"
+    """Sampled tokens of every invocation that ran, flattened [tokens]."""
+    reused_across_turns: float = 0.0
+    """Positions each conversation reuses from its own earlier turns, per conversation (the
+    prefixes a tool wait can lose to eviction) [positions]."""
+    record_positions: float = 0.0
+    """Positions of the records the trainer forwards per step (prompt, actions and tool
+    observations of the kept records) [positions]."""
+    invocations_per_conversation: float = 1.0
+    """Mean engine invocations (turns) per conversation [invocations]."""
+    conversations_trained: float = 0.0
+    """Conversations the trainer trains on per step, ``prompts x samples`` [conversations]."""
+    trained_per_conversation: "np.ndarray | None" = None
+    """Positions the trainer trains on per sampled conversation [positions]."""
+    score_per_conversation: "np.ndarray | None" = None
+    """Positions a teacher forwards to score each sampled conversation (0 when not scored) [positions]."""
+    tail_context: tuple[float, float] = (0.0, 1.0)
+    """``(c0, g)``: a conversation that has sampled ``k`` tokens holds about ``c0 + g k`` positions
+    (``c0`` the mean first input, ``g`` record positions after the input per sampled token)."""
 
 
 def step_work(
@@ -106,6 +125,8 @@ def step_work(
     score_lengths = record_lengths[kept] if teacher else np.zeros(0)
     prefill_by_class = counts["prefill_forwarded"].sum(0).astype(float) * scale
     decode_total = float(decode_tokens.sum())
+    across_turns = reused_tokens.copy()
+    across_turns[:, 0] = 0.0  # turn 1 reuses only a sibling's prompt (group sharing), never its own past
     return StepWork(
         conversations=generated,
         prefill_tokens=float(new_tokens.sum()) * scale,
@@ -125,7 +146,24 @@ def step_work(
         sampled_per_conversation=sampled.sum(1),
         wait_per_conversation=sample.waits_s.sum(1) if workload.has_rollout else np.zeros(sample_size),
         prefill_per_conversation=new_tokens.sum(1),
+        turn_sampled=sampled[invoked & (sampled > 0)],
+        reused_across_turns=float(across_turns.sum()) / sample_size,
+        record_positions=float(record_lengths[kept].sum()) * trained_conversations / sample_size,
+        invocations_per_conversation=float(invoked.sum()) / sample_size,
+        conversations_trained=float(trained_conversations),
+        tail_context=_tail_context(sample, sampled),
+        score_per_conversation=np.where(kept, record_lengths, 0.0) * teacher,
+        trained_per_conversation=counts["trained"].sum(1).astype(float),
     )
+
+
+def _tail_context(sample: "Conversations", sampled: "np.ndarray") -> tuple[float, float]:
+    """``(c0, g)`` of :attr:`StepWork.tail_context` from the sample."""
+    first_input = sample.inputs[:, 0].astype(float)
+    total_sampled = sampled.sum(1)
+    grown = sample.record_length.astype(float) - first_input
+    g = float(grown.sum() / total_sampled.sum()) if total_sampled.sum() > 0 else 1.0
+    return float(first_input.mean()), max(g, 1.0)
 
 
 def filter_factor(workload: "Workload") -> float:
@@ -170,10 +208,10 @@ def prepare(workload: "Workload", spec: "ModelSpec", conversations: int | None =
     passes count log-prob recomputation only with a rollout engine
     (:func:`capplan.trainer.trainer_passes`).
     """
-    from capplan.ledger import count_positions, ledger_from_conversations, sample_conversations
+    from capplan.ledger import count_positions, ledger_from_conversations, ledger_sample_size, sample_conversations
     from capplan.trainer import forward_flops, trainer_passes
 
-    size = 1 if workload.conversation.is_fixed() else (conversations or workload.sampling.conversations)
+    size = ledger_sample_size(workload, conversations)
     sample = sample_conversations(workload, n=size)
     counts, aux = count_positions(workload, sample)
     ledger = ledger_from_conversations(workload, sample, counts, aux)

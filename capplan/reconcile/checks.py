@@ -38,8 +38,8 @@ RECORD_CHECKS: dict[str, str] = {
     "multi-turn-rl)",
     "turn_boundaries": "turn spans ordered and inside the record, the prompt a prefix, no tool observation "
     "before the first turn, one per-invocation entry per turn",
-    "cache_hits": "no invocation reuses more positions than earlier invocations of the conversation computed; "
-    "prefill + cached = the invocation's input",
+    "cache_hits": "no invocation reuses more positions than earlier invocations of the conversation computed "
+    "(the first, at most the prompt when the workload's GRPO groups share it); prefill + cached = the invocation's input",
     "staleness": "0 <= trainer version - policy version <= --max-staleness",
     "stop_reason": "the stop reason is one of " + ", ".join(STOP_REASONS),
     "truncated_trained": "no loss on a truncated response (stop_reason length) when the workload drops truncations",
@@ -170,6 +170,11 @@ class RecordChecker:
         self.unit = unit
         self.max_errors = max_errors
         self.max_staleness = max_staleness
+        # the first turn may reuse the prompt a sibling of its GRPO group computed
+        self.group_prompt = (
+            workload is not None and workload.has_rollout and workload.cache.shares_group_prompt
+            and workload.volume.samples_per_prompt > 1
+        )
         if workload is not None:
             self.allowed = frozenset(workload.training.loss_on) if workload.has_trainer else frozenset()
             self.drop_truncated = workload.training.drop_truncated
@@ -504,6 +509,8 @@ class RecordChecker:
         """
         turns = len(spans)
         previous_end = in_spans = before = computed = nonempty = 0
+        if self.group_prompt:
+            computed = prompt
         input_total = input_prompt = input_action = hit_prompt = hit_action = hit_tool = 0
         for j in range(turns):
             if derived:

@@ -14,19 +14,30 @@
 Figures are in :mod:`capplan.plots`.
 """
 
-from capplan.sim.config import SimConfig
-from capplan.sim.output import trajectory_records, write_trajectories
-from capplan.sim.result import QUEUES, SUMMARY_KEYS, TIMELINE_KEYS, SimResult
-from capplan.sim.run import simulate, sweep_staleness
+import importlib
+from typing import Any
 
-__all__ = [
-    "QUEUES",
-    "SUMMARY_KEYS",
-    "TIMELINE_KEYS",
-    "SimConfig",
-    "SimResult",
-    "simulate",
-    "sweep_staleness",
-    "trajectory_records",
-    "write_trajectories",
-]
+_HOMES = {
+    "SimConfig": "capplan.sim.config",
+    "trajectory_records": "capplan.sim.output",
+    "write_trajectories": "capplan.sim.output",
+    "QUEUES": "capplan.sim.result",
+    "SUMMARY_KEYS": "capplan.sim.result",
+    "TIMELINE_KEYS": "capplan.sim.result",
+    "SimResult": "capplan.sim.result",
+    "simulate": "capplan.sim.run",
+    "sweep_staleness": "capplan.sim.run",
+}
+"""Where each public name lives; imported on first use (locating a submodule for ``--help`` text
+must not import pydantic)."""
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value

@@ -28,7 +28,7 @@ class SimConfig(Options, BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, arbitrary_types_allowed=True)
-    FLAGS: ClassVar[dict[str, str]] = {"chunk_conversations": "chunk_conversations"}
+    FLAGS: ClassVar[dict[str, str]] = {"chunk_conversations": "chunk_conversations", "trainer_mfu": "--trainer-mfu"}
 
     tp: int = Field(default=1, ge=1, le=MAX_GPUS)
     """Tensor-parallel degree of each inference replica [GPUs]."""
@@ -37,11 +37,14 @@ class SimConfig(Options, BaseModel):
     env_workers: int | None = Field(default=None, ge=1, le=MAX_SEQUENCES)
     """Environment workers executing tool calls; ``None`` = one per call (no queueing)."""
     trainer_gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS)
-    """Trainer GPUs; ``None`` = the fewest that hold the sharded state
-    (:func:`capplan.trainer.min_trainer_gpus`), or enough for ``training.step_time_target_s``."""
-    mode: Literal["sync", "async"] = "sync"
-    """``sync``: generation pauses while the trainer updates and pushes weights. ``async``:
-    generation continues; trajectories more than ``max_staleness`` versions old are rejected."""
+    """Trainer GPUs; ``None`` = the sane data-parallel minimum
+    (:func:`capplan.trainer.sane_trainer_gpus`), or enough for ``training.step_time_target_s``;
+    colocated: every inference GPU."""
+    mode: Literal["colocated", "sync", "async"] = "sync"
+    """``colocated``: generation, then training on the same GPUs, then the weight reshard, in
+    series. ``sync``: split GPUs; generation pauses while the trainer updates and pushes
+    weights. ``async``: generation continues; trajectories more than ``max_staleness`` versions
+    old are rejected."""
     max_staleness: int = Field(default=1, ge=0, le=1_000_000)
     """Async freshness bound K [policy versions]."""
     sampling: Literal["active", "oversample"] = "active"
@@ -53,9 +56,20 @@ class SimConfig(Options, BaseModel):
     ``1 / (1 - filtered_group_fraction)``."""
     static_batching: bool = False
     """Admit a new batch only when the previous one has finished (for comparison)."""
-    inflight_updates: bool = False
+    inflight_updates: bool | None = None
     """Async: replicas load new weights at their next step boundary, keeping running sequences
-    and their KV, instead of draining their running invocations first."""
+    and their KV, instead of draining their running invocations first (default: on in async)."""
+    weight_sync: Literal["auto", "nccl", "checkpoint-engine", "reshard"] = "auto"
+    """Weight-sync pattern (:data:`capplan.trainer.WEIGHT_SYNC_FITS`); ``auto``: ``reshard`` when
+    colocated, else ``nccl``."""
+    trainer_mfu: float | None = Field(default=None, gt=0, le=1)
+    """Trainer MFU [fraction]; default the fitted function (:func:`capplan.trainer.trainer_mfu`)."""
+    rollout_slowdown: float | None = Field(default=None, ge=1, le=100)
+    """Engine step time in the RL framework over the engine profile's [ratio]; default the fit
+    on published RL steps (:data:`capplan.trainer.RL_FRAMEWORK_FIT`)."""
+    step_overhead_s: float | None = Field(default=None, ge=0, le=1e6)
+    """Framework time per trainer step outside the GPU phases [s]; default the fit on published
+    RL steps."""
     steps: int = Field(default=10, ge=1, le=1_000_000)
     """Trainer updates to simulate; the run ends when the last one finishes."""
     seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
@@ -85,6 +99,8 @@ class SimConfig(Options, BaseModel):
     def _together(self) -> "SimConfig":
         if self.inflight_updates and self.mode != "async":
             raise ValueError("--inflight-updates needs --mode async (a synchronous update has nothing in flight)")
+        if self.mode == "colocated" and self.trainer_gpus is not None:
+            raise ValueError("--trainer-gpus: colocated training uses every inference GPU (give --inference-replicas)")
         if self.max_inflight_groups is not None and (self.mode != "async" or self.sampling != "active"):
             raise ValueError("--max-inflight-groups needs --mode async and --sampling active")
         return self
@@ -114,7 +130,7 @@ class RunOptions:
     env_workers: int | None
     """Environment workers; ``None`` = one per call."""
     mode: str
-    """``sync`` or ``async``."""
+    """``colocated``, ``sync`` or ``async``."""
     max_staleness: int
     """Freshness bound K in force [policy versions]: ``SimConfig.max_staleness`` in async mode, 0 in sync."""
     sampling: str
@@ -154,7 +170,7 @@ def run_options(config: SimConfig, workload: "Workload") -> RunOptions:
         oversample=oversample,
         groups_per_round=groups_per_round,
         static_batching=config.static_batching,
-        inflight_updates=config.inflight_updates,
+        inflight_updates=config.mode == "async" and config.inflight_updates is not False,
         steps=config.steps,
         seed=seed,
         max_inflight_groups=config.max_inflight_groups,

@@ -1,8 +1,8 @@
 """The simulated controller and trainer: dispatch of prompt groups under the mode's gate, ingestion, rejections, updates and weight pushes.
 
 The controller dispatches prompt groups (``samples_per_prompt`` conversations each) when the
-mode allows: ``sync`` dispatches one batch per policy version and pauses generation while the
-trainer updates and pushes weights; ``async`` keeps dispatching while
+mode allows: ``sync`` and ``colocated`` dispatch one batch per policy version and pause
+generation while the trainer updates and pushes (colocated: reshards) weights; ``async`` keeps dispatching while
 ``dispatched - rejected <= (K + version + 1) x prompts_per_step`` groups (AReaL's staleness
 gate, ``K`` = ``max_staleness``), or, given ``max_inflight_groups``, while fewer groups than
 that are generating. Finished groups are filtered (``filtered_group_fraction``) and queued; the
@@ -109,6 +109,8 @@ class Controller:
         self.lags: dict[int, int] = {}
         """Conversations ingested, by policy lag [versions -> count]."""
         self.accepted_lags: list[int] = []
+        self.update_lags: list[list[int]] = []
+        """Policy lag of each conversation trained on, per update [versions]."""
 
     # ------------------------------------------------------------------ dispatch
 
@@ -129,7 +131,7 @@ class Controller:
         if self.horizon is not None:
             return
         options = self.options
-        sync = options.mode == "sync"
+        sync = options.mode != "async"  # sync and colocated: one batch per policy version
         if sync and self.state != TRAINER_WAITING:
             return
         if self.oversampling:
@@ -233,6 +235,9 @@ class Controller:
         size, version = self.group_size, self.version
         lengths = []
         accepted = len(self.batch) * size
+        trained_before = self.trained_tokens
+        batch_lags: list[int] = []
+        self.update_lags.append(batch_lags)
         for group in self.batch:
             lag = version - self.group_policy_version[group]
             self._count_lag(lag, size)
@@ -243,15 +248,20 @@ class Controller:
                 self.accepted_tokens += table.sampled_tokens[i]
                 self.trained_tokens += table.trained_tokens[i]
                 self.accepted_lags.append(lag)
+                batch_lags.append(lag)
                 if not (table.truncated[i] and self.drop_truncated):
                     lengths.append(table.record_length[i])
         self.batch = []
         train_s = self.setup.trainer_time(np.asarray(lengths, dtype=float)) if lengths else 0.0
+        if self.options.mode == "async" and self.setup.step_overhead_s > 0:
+            # the framework's per-update time (in train_s) holds generation too
+            for replica in self.replicas:
+                replica.hold(self.setup.step_overhead_s, t)
         self.state = TRAINER_TRAINING
         self.train_s += train_s
         self.update_log.append(
             {"version": version, "start_s": t, "train_s": train_s, "accepted_trajectories": accepted,
-             "trained_records": len(lengths)}
+             "trained_records": len(lengths), "trained_tokens": self.trained_tokens - trained_before}
         )
         self.events.push(t + train_s, EVENT_TRAIN_DONE)
 
@@ -276,7 +286,7 @@ class Controller:
     def sync_done(self, t: float) -> None:
         """The weight push finished at ``t``."""
         self.state = TRAINER_WAITING
-        if self.options.mode == "sync":
+        if self.options.mode != "async":
             for replica in self.replicas:
                 replica.policy_version = replica.target_version = self.version
         self.gate(t)

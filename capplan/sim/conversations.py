@@ -66,6 +66,9 @@ class ConversationChunk:
     """Per prompt group: whether the group is filtered out."""
     max_record_length: int
     """Longest record in the chunk [positions] (for the KV fit check)."""
+    shared_prompt: list[int]
+    """Prompt positions a conversation finds computed by the first sample of its GRPO group
+    (``cache.share_group_prompt``; 0 for a group's first sample) [positions]."""
     ledger: dict[str, "np.ndarray"]
     """The ledger's per-conversation counters (:func:`capplan.ledger.count_positions`)."""
 
@@ -81,18 +84,22 @@ def chunk_drawer(workload: "Workload", chunk_conversations: int, seed: int) -> C
     """A function drawing chunk ``c`` of conversations with a seed derived from ``(seed, c)``.
 
     Each chunk holds a whole number of prompt groups (at least one), so the draw of chunk ``c``
-    depends only on the seed and ``c``, never on how many chunks the run needed.
+    depends only on the seed and ``c``, never on how many chunks the run needed. Chunk 0 is drawn
+    with the seed itself, so it holds exactly the conversations ``capplan ledger`` samples with
+    ``--conversations`` equal to the chunk size.
     """
     import numpy as np
 
-    from capplan.ledger import count_positions, sample_conversations
+    from capplan.ledger import count_positions, sample_conversations, shares_prompt
 
     group_size = workload.volume.samples_per_prompt
+    sharing = shares_prompt(workload)
     n = max(group_size, (chunk_conversations // group_size) * group_size)
     filtered_fraction = workload.training.filtered_group_fraction
 
     def draw(chunk: int) -> ConversationChunk:
-        conv = sample_conversations(workload, n=n, seed=derive_seed(seed, chunk, 0))
+        # chunk 0 is the ledger's own sample of n conversations (capplan ledger --conversations n)
+        conv = sample_conversations(workload, n=n, seed=seed if chunk == 0 else derive_seed(seed, chunk, 0))
         counts, aux = count_positions(workload, conv)
         filtered = np.random.default_rng(derive_seed(seed, chunk, 1)).random(n // group_size) < filtered_fraction
         return ConversationChunk(
@@ -111,6 +118,7 @@ def chunk_drawer(workload: "Workload", chunk_conversations: int, seed: int) -> C
             group_filtered=filtered.tolist(),
             max_record_length=int(conv.record_length.max()),
             ledger=dict(counts),
+            shared_prompt=np.where((np.arange(n) % group_size != 0) & sharing, conv.prompt, 0).tolist(),
         )
 
     return draw
@@ -141,6 +149,8 @@ class ConversationTable:
         self.trained_tokens: list[int] = []
         self.group_filtered: list[bool] = []
         """Per prompt group (conversation ``i`` is in group ``i // samples_per_prompt``)."""
+        self.shared_prompt: list[int] = []
+        """Prompt positions computed by the conversation's group leader (0 for a leader)."""
         self.ledger_chunks: list[dict[str, Any]] = []
         """The ledger's counters of each chunk."""
         # simulated, per conversation
@@ -164,6 +174,8 @@ class ConversationTable:
         """Positions forwarded again after a preemption or a lost prefix [positions]."""
         self.decode_forwarded: list[int] = []
         """Positions forwarded by decode steps [positions]."""
+        self.score_forwarded: list[int] = []
+        """Positions a teacher forwarded to score the finished record [positions]."""
         self.cache_hits: list[list[int]] = []
         """Cached prefix each invocation actually found [positions]."""
 
@@ -183,6 +195,7 @@ class ConversationTable:
         self.sampled_tokens += chunk.sampled_tokens
         self.trained_tokens += chunk.trained_tokens
         self.group_filtered += chunk.group_filtered
+        self.shared_prompt += chunk.shared_prompt
         self.ledger_chunks.append(chunk.ledger)
         self.replica += [-1] * n
         self.held_positions += [0] * n
@@ -194,5 +207,6 @@ class ConversationTable:
         self.prefill_forwarded += [0] * n
         self.recompute_forwarded += [0] * n
         self.decode_forwarded += [0] * n
+        self.score_forwarded += [0] * n
         self.cache_hits += [[] for _ in range(n)]
         self.count += n

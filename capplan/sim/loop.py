@@ -3,8 +3,8 @@
 The model, in the order a conversation meets it:
 
 1. **Task queue.** The :class:`~capplan.sim.controller.Controller` dispatches prompt groups;
-   each conversation stays on the replica it was given (the one with the fewest) for its whole
-   life.
+   a group goes to the replica with the fewest conversations, and each conversation stays there
+   for its whole life (so the group's samples can share the prompt's prefix cache).
 2. **Inference queue.** Each replica's :class:`~capplan.sim.scheduler.ReplicaScheduler` admits,
    prefills and decodes under its token budget, ``max_num_seqs`` and KV capacity.
 3. **KV.** A conversation waiting on a tool keeps its KV (``retain``) or frees it (``evict``).
@@ -14,7 +14,10 @@ The model, in the order a conversation meets it:
 4. **Environment queue.** A tool call takes an environment worker (``env_workers``, unlimited
    by default) for the conversation's drawn wait; the next turn then joins the replica's
    waiting queue, reusing the prefix the workload's cache policy allows.
-5. **Trainer.** See :mod:`capplan.sim.controller`.
+5. **Teacher scoring.** With ``training.teacher_scoring`` the finished record is forwarded once
+   more on the same replica (logits at every position, nothing sampled), as the plan prices it;
+   the conversation is done when that forward is.
+6. **Trainer.** See :mod:`capplan.sim.controller`.
 """
 
 from __future__ import annotations
@@ -65,6 +68,9 @@ class Simulation:
         self.draw = draw
         self.kv_capacity_bytes = setup.kv_capacity_bytes
         self.retain_during_tools = workload.cache.kv_during_tool_wait == "retain"
+        self.teacher_scores = workload.teacher_scores
+        """A teacher forwards each finished record on the conversation's replica before it is done."""
+        self.drop_truncated = workload.training.drop_truncated
         self.events = EventQueue()
         self.table = ConversationTable()
         self.next_uid = partial(next, itertools.count(1))
@@ -129,12 +135,12 @@ class Simulation:
         return best
 
     def start_conversations(self, first: int, stop: int, t: float) -> None:
-        """Start conversations ``first .. stop - 1`` at ``t``: each goes to the least loaded replica."""
+        """Start conversations ``first .. stop - 1`` (one prompt group) at ``t`` on the least loaded replica."""
         self.ensure_drawn(stop)
         table = self.table
         touched: list[ReplicaScheduler] = []
+        replica = self.least_loaded_replica()  # a group's samples share one replica (and its prefix cache)
         for i in range(first, stop):
-            replica = self.least_loaded_replica()
             table.replica[i] = replica.index
             replica.assigned_conversations += 1
             table.start_s[i] = t
@@ -146,14 +152,30 @@ class Simulation:
             replica.wake(t)
 
     def invocation_done(self, replica: ReplicaScheduler, inv: Invocation, context: int, t: float) -> None:
-        """``inv`` produced its last token at ``t`` with ``context`` positions cached: call its tool, or end."""
+        """``inv`` produced its last token at ``t`` with ``context`` positions cached: call its tool, have a
+        teacher score the finished record, or end."""
         i, turn = inv.conversation, inv.turn
-        if self.table.tool_called[i][turn]:
+        if inv.is_score:
+            self.conversation_done(replica, i, t)
+        elif self.table.tool_called[i][turn]:
             if self.retain_during_tools:
                 replica.retain(i, context)
             self.start_tool_call(i, turn, t)
         else:
-            self.conversation_done(replica, i, t)
+            self.finish_or_score(replica, i, t)
+
+    def finish_or_score(self, replica: ReplicaScheduler, conversation: int, t: float) -> None:
+        """The conversation's last turn ended: queue the teacher's forward of its record, or end it."""
+        table = self.table
+        if self.teacher_scores and not (self.drop_truncated and table.truncated[conversation]):
+            score = Invocation(conversation, -1, self.next_uid())
+            score.is_score = True
+            score.is_first_turn = False
+            score.input_positions = score.prefill_remaining = table.record_length[conversation]
+            replica.waiting.append(score)
+            replica.wake(t)
+        else:
+            self.conversation_done(replica, conversation, t)
 
     def conversation_done(self, replica: ReplicaScheduler, conversation: int, t: float) -> None:
         replica.conversation_done(conversation, t)
@@ -185,7 +207,7 @@ class Simulation:
             if replica.can_admit() or not replica.busy:
                 replica.wake(t)
         else:
-            self.conversation_done(replica, conversation, t)
+            self.finish_or_score(replica, conversation, t)
 
     # ------------------------------------------------------------------ time series
 

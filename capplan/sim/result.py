@@ -48,6 +48,12 @@ SUMMARY_KEYS: tuple[str, ...] = (
     "max_policy_lag",
     "engine_steps",
     "engine_forwarded_tokens",
+    "step_time_s",
+    "steady_trained_tokens_per_s",
+    "steady_trainer_idle_fraction",
+    "stale_fraction",
+    "recompute_fraction",
+    "inference_idle_fraction",
 )
 """Scalar figures of a simulation, in order (the JSON contract; units in ``docs/simulate.md``)."""
 
@@ -122,6 +128,11 @@ def _per_s(count: float, horizon_s: float) -> float:
     return count / horizon_s if horizon_s > 0 else 0.0
 
 
+def setup_sync_s(sim: "Simulation") -> float:
+    """The weight push (or reshard) after each update [s]."""
+    return float(sim.setup.weight_sync_s)
+
+
 def build_result(
     workload: "Workload",
     spec: "ModelSpec",
@@ -177,6 +188,7 @@ def build_result(
         "prefill_forwarded": int(prefill.sum()),
         "decode_forwarded": int(decode.sum()),
         "recompute_forwarded": int(recompute.sum()),
+        "score_forwarded": int(sum(table.score_forwarded[:n])),
         "completed_prefill_forwarded": int((prefill - recompute)[done].sum()),
         "completed_decode_forwarded": int(decode[done].sum()),
         "ledger_prefill_forwarded": int(ledger["prefill_forwarded"][done].sum()),
@@ -186,6 +198,25 @@ def build_result(
         "ledger_trained_accepted": int(ledger["trained"][outcome == OUTCOME_ACCEPTED].sum()),
     }
     completed_n = controller.completed
+    log = controller.update_log
+    ends = [u["start_s"] + u["train_s"] for u in log]
+    # the steady window: from the end of the first update (async: once the K + 1 steps the gate
+    # lets in flight have cycled twice, when there are enough updates) to the end of the last
+    first = min(2 * (options.max_staleness + 1), len(ends) - 2) if options.mode == "async" else 0
+    first = max(first, 0)
+    if len(ends) >= 2 and ends[-1] > ends[first]:
+        span = ends[-1] - ends[first]
+        steady_step = span / (len(ends) - 1 - first)
+        steady_rate = sum(u["trained_tokens"] for u in log[first + 1:]) / span
+        # the trainer's busy time inside the span: the updates after the first and the pushes before them
+        steady_busy = sum(u["train_s"] for u in log[first + 1:]) + setup_sync_s(sim) * (len(ends) - 1 - first)
+        steady_idle = max(0.0, 1.0 - steady_busy / span)
+        steady_lags = np.asarray([lag for lags in controller.update_lags[first + 1:] for lag in lags], dtype=float)
+    else:
+        steady_step = horizon_s / max(len(ends), 1)
+        steady_rate = _per_s(controller.trained_tokens, horizon_s)
+        steady_idle = max(0.0, 1.0 - (controller.train_s + controller.sync_s) / horizon_s) if horizon_s > 0 else 0.0
+        steady_lags = lags
     summary = {
         "simulated_s": horizon_s,
         "updates": controller.version,
@@ -217,6 +248,12 @@ def build_result(
         "max_policy_lag": int(lags.max()) if lags.size else 0,
         "engine_steps": int(sum(r.steps_done for r in replicas)),
         "engine_forwarded_tokens": int(forwarded),
+        "step_time_s": steady_step,
+        "steady_trained_tokens_per_s": steady_rate,
+        "steady_trainer_idle_fraction": steady_idle,
+        "stale_fraction": float((steady_lags >= 1).mean()) if steady_lags.size else 0.0,
+        "recompute_fraction": int(recompute.sum()) / forwarded if forwarded else 0.0,
+        "inference_idle_fraction": 1.0 - busy_s / (len(replicas) * horizon_s) if horizon_s > 0 else 0.0,
     }
     run_config = {
         "tp": config.tp,
@@ -228,7 +265,8 @@ def build_result(
         "sampling": config.sampling,
         "oversample": options.oversample if config.sampling == "oversample" else None,
         "static_batching": config.static_batching,
-        "inflight_updates": config.inflight_updates,
+        "inflight_updates": options.inflight_updates,
+        "weight_sync": config.weight_sync,
         "steps": config.steps,
         "seed": options.seed,
         "kv_dtype": config.kv_dtype,

@@ -101,7 +101,13 @@ def simulate(
             raise InputError(f"workload {workload.name} names no model: give --model")
         model = workload.model
     spec = model if isinstance(model, ModelSpec) else load_model_spec(model)
-    trainer_hw = trainer_hardware or hardware
+    teacher = workload.training.teacher_model
+    if workload.teacher_scores and teacher is not None and load_model_spec(teacher).name != spec.name:
+        raise InputError(
+            f"workload {workload.name}: training.teacher_model {teacher} differs from the policy {spec.name}; the simulator "
+            "prices the teacher's forward with the policy's step costs (use capplan plan for a separate teacher)"
+        )
+    trainer_hw = hardware if config.mode == "colocated" else (trainer_hardware or hardware)
     options = run_options(config, workload)
     setup, report, notes = engine_setup(workload, spec, hardware, trainer_hw, config)
     sim = Simulation(workload, setup, options, chunk_drawer(workload, options.chunk_conversations, options.seed), progress)
@@ -133,7 +139,7 @@ def sweep_staleness(
     list of SimResult
         The synchronous run first, then one per bound, in order.
     """
-    runs = [config.replace(mode="sync", max_inflight_groups=None, inflight_updates=False)]
+    runs = [config.replace(mode="sync", max_inflight_groups=None, inflight_updates=None)]
     runs += [config.replace(mode="async", max_staleness=k) for k in bounds]
     total = len(runs) * config.steps
     out = []

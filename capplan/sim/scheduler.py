@@ -46,7 +46,7 @@ class Invocation:
     __slots__ = (
         "conversation", "turn", "uid", "input_positions", "claimed_positions", "prefill_remaining",
         "cached_positions", "decode_steps", "join_context", "join_step", "end_step", "epoch", "below_window",
-        "kv_reserved_bytes", "computes_logits", "is_recompute", "is_first_turn",
+        "kv_reserved_bytes", "computes_logits", "is_recompute", "is_first_turn", "is_score",
     )
 
     def __init__(self, conversation: int, turn: int, uid: int) -> None:
@@ -80,6 +80,8 @@ class Invocation:
         """The prefill ends with a sampled token (a recompute does not)."""
         self.is_recompute = False
         self.is_first_turn = turn == 0
+        self.is_score = False
+        """A teacher's forward over the finished record (logits at every position, no decode)."""
 
 
 class ReplicaScheduler:
@@ -100,7 +102,7 @@ class ReplicaScheduler:
         # the current run
         "busy", "run_epoch", "run_start_s", "run_steps", "run_chunks", "run_line", "run_time_s",
         # weights
-        "policy_version", "target_version", "loading_version", "draining", "loading_weights", "stopped",
+        "policy_version", "target_version", "loading_version", "draining", "loading_weights", "stopped", "pending_hold_s",
         # counters
         "steps_done", "busy_s", "sequence_s", "forwarded_tokens", "preemptions", "evictions",
     )
@@ -136,7 +138,7 @@ class ReplicaScheduler:
         self.max_num_seqs = setup.max_num_seqs
         self.static_batching = options.static_batching
         self.inflight_updates = options.inflight_updates
-        self.weight_sync_s = setup.weight_sync_s
+        self.weight_sync_s = setup.replica_pause_s
         self.decode_compute_base = coeffs.decode_compute_base
         self.decode_compute_per_sequence = coeffs.decode_compute_per_sequence
         self.decode_memory_base = coeffs.decode_memory_base
@@ -199,6 +201,8 @@ class ReplicaScheduler:
         """Paused for a weight load."""
         self.stopped = False
         """The simulation reached its horizon: plan nothing more."""
+        self.pending_hold_s = 0.0
+        """A pause to take at the next step boundary (the framework's per-update time) [s]."""
         self.steps_done = 0
         """Engine steps taken (the replica's step clock) [steps]."""
         self.busy_s = 0.0
@@ -355,7 +359,7 @@ class ReplicaScheduler:
 
     def admission_bytes(self, inv: Invocation) -> float:
         """Extra KV bytes admitting ``inv`` takes (its retained prefix is already held) [bytes]."""
-        if inv.is_recompute:
+        if inv.is_recompute or inv.is_score:
             return self.held_bytes(inv.input_positions)
         held = self.table.held_positions[inv.conversation]
         return self.held_bytes(inv.input_positions) - (self.held_bytes(held) if held else 0.0)
@@ -363,16 +367,18 @@ class ReplicaScheduler:
     def admit(self, inv: Invocation) -> None:
         """Reserve ``inv``'s KV and start its prefill, reusing the prefix it still holds."""
         i = inv.conversation
-        if inv.is_recompute:
+        if inv.is_recompute or inv.is_score:
             inv.kv_reserved_bytes = self.held_bytes(inv.input_positions)
             self.kv_prefill_bytes += inv.kv_reserved_bytes
         else:
             table = self.table
             held = table.held_positions[i]
+            if inv.is_first_turn:
+                held = table.shared_prompt[i]  # the group's first sample, on this replica, computed the prompt
             claim = inv.claimed_positions
             hit = claim if claim <= held else held
-            if held:
-                self.kv_retained_bytes -= self.held_bytes(held)
+            if table.held_positions[i]:
+                self.kv_retained_bytes -= self.held_bytes(table.held_positions[i])
                 del self.retained[i]
                 table.held_positions[i] = 0
             if claim > hit:
@@ -448,6 +454,13 @@ class ReplicaScheduler:
         """Build the next step (or run of decode steps) at step boundary ``t`` [s]."""
         if self.loading_weights or self.stopped:
             return
+        if self.pending_hold_s > 0:  # the framework's per-update time: no step runs
+            self.loading_weights = True
+            self.loading_version = self.policy_version
+            self.busy = False
+            heappush(self.events, (t + self.pending_hold_s, next(self.tiebreak), EVENT_WEIGHTS_LOADED, self.index, 0))
+            self.pending_hold_s = 0.0
+            return
         if self.target_version > self.policy_version:  # new weights
             if self.inflight_updates or (not self.decoding and not self.prefilling):
                 self.start_weight_load(t)
@@ -519,7 +532,9 @@ class ReplicaScheduler:
             for inv, n in chunks:
                 cached = inv.cached_positions
                 new += n
-                if n == inv.prefill_remaining and inv.computes_logits:
+                if inv.is_score:
+                    logits += n
+                elif n == inv.prefill_remaining and inv.computes_logits:
                     logits += 1
                 pairs += causal_pairs_one(cached, n)
                 pairs_window += causal_pairs_one(cached, n, window)
@@ -530,7 +545,9 @@ class ReplicaScheduler:
             for inv, n in chunks:
                 cached = inv.cached_positions
                 new += n
-                if n == inv.prefill_remaining and inv.computes_logits:
+                if inv.is_score:
+                    logits += n
+                elif n == inv.prefill_remaining and inv.computes_logits:
                     logits += 1
                 pairs += causal_pairs_one(cached, n)
                 read += cached
@@ -613,11 +630,15 @@ class ReplicaScheduler:
         if chunks:
             self.sequence_s += (decoding + len(chunks)) * self.run_time_s
             prefill_forwarded = self.table.prefill_forwarded
+            score_forwarded = self.table.score_forwarded
             for inv, n in chunks:
                 inv.prefill_remaining -= n
                 inv.cached_positions += n
                 tokens += n
-                prefill_forwarded[inv.conversation] += n
+                if inv.is_score:
+                    score_forwarded[inv.conversation] += n
+                else:
+                    prefill_forwarded[inv.conversation] += n
             self.run_chunks = _NO_CHUNKS
             prefilling = self.prefilling
             while prefilling and prefilling[0].prefill_remaining == 0:
@@ -651,8 +672,13 @@ class ReplicaScheduler:
         self.busy = False
         heappush(self.events, (t + self.weight_sync_s, next(self.tiebreak), EVENT_WEIGHTS_LOADED, self.index, 0))
 
+    def hold(self, duration_s: float, t: float) -> None:
+        """Pause for ``duration_s`` [s] from the next step boundary (now, if idle)."""
+        self.pending_hold_s += duration_s
+        self.wake(t)
+
     def finish_weight_load(self, t: float) -> None:
-        """The weights are loaded: resume at ``t`` [s]."""
+        """The weights are loaded (or a hold is over): resume at ``t`` [s]."""
         self.loading_weights = False
         self.policy_version = self.loading_version
         self.plan(t)

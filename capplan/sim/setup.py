@@ -40,7 +40,13 @@ class EngineSetup:
     weight_sync_s: float
     """Time to push new weights to the replicas [s]."""
     trainer_time: Callable[["np.ndarray"], float]
-    """Trainer step time for records of the given lengths [s]."""
+    """Trainer step time for records of the given lengths, the framework's per-step time
+    included [s]."""
+    replica_pause_s: float = 0.0
+    """Async: a replica's pause per update to load new weights [s]."""
+    step_overhead_s: float = 0.0
+    """The framework's time per update outside the GPU phases, at the start of each update: the
+    trainer's time includes it and, async, the replicas hold for it [s]."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,10 @@ class SetupReport:
     """Weight push per update [s]."""
     single_decode_step_s: float
     """One decode step of one sequence at one cached position [s]."""
+    rollout_slowdown: float = 1.0
+    """Engine step time in the RL framework over the engine profile's [ratio]."""
+    step_overhead_s: float = 0.0
+    """Framework time per update outside the GPU phases [s]."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -86,16 +96,16 @@ def held_bytes_function(layout: "KVLayout") -> Callable[[float], float]:
 
 
 def trainer_gpus(
-    workload: "Workload", spec: "ModelSpec", trainer_hw: "HardwareProfile", given: int | None
+    workload: "Workload", spec: "ModelSpec", trainer_hw: "HardwareProfile", given: int | None, mfu: float | None = None
 ) -> tuple[int, str]:
-    """Trainer GPUs and how they were chosen: given, the fewest that hold the state, or sized for the step-time target.
+    """Trainer GPUs and how they were chosen: given, the sane data-parallel minimum, or sized for the step-time target.
 
     Raises
     ------
     DoesNotFitError
         ``given`` GPUs cannot hold the sharded training state.
     """
-    from capplan.trainer import min_trainer_gpus, trainer_step_time_s, training_flops
+    from capplan.trainer import min_trainer_gpus, sane_trainer_gpus, trainer_mfu, trainer_step_time_s, training_flops
 
     training = workload.training
     fewest = min_trainer_gpus(spec, trainer_hw)
@@ -107,15 +117,17 @@ def trainer_gpus(
                 f"--trainer-gpus {given}: {spec.name}'s sharded training state needs at least {fewest} {trainer_hw.name} GPUs"
             )
         return given, "given"
+    sane = sane_trainer_gpus(fewest, trainer_hw.gpus_per_node)
     if training.step_time_target_s is None:
-        return fewest, "fewest GPUs that hold the sharded training state"
+        return sane, "the fewest GPUs that hold the sharded training state, in whole nodes"
     from capplan.ledger import sample_conversations
 
     conv = sample_conversations(workload, n=workload.volume.conversations_per_step, seed=0)
     flops = training_flops(spec, conv.record_length, training.recompute_logprobs, training.reference_forward)
-    one_gpu_s = trainer_step_time_s(flops, trainer_hw, 1)
-    gpus = max(fewest, math.ceil(one_gpu_s / training.step_time_target_s))
-    return gpus, f"sized for the workload's {training.step_time_target_s:g} s step-time target"
+    one_gpu_s = trainer_step_time_s(flops, trainer_hw, 1, mfu if mfu is not None else trainer_mfu(spec, trainer_hw))
+    node = trainer_hw.gpus_per_node
+    gpus = max(sane, math.ceil(one_gpu_s / training.step_time_target_s / node) * node)
+    return gpus, f"sized in whole nodes for the workload's {training.step_time_target_s:g} s step-time target"
 
 
 def engine_setup(
@@ -135,7 +147,7 @@ def engine_setup(
     from capplan.kv import KVInputs, compute_kv, kv_layout
     from capplan.roofline import RooflineInputs
     from capplan.sim.stepcost import step_coefficients
-    from capplan.trainer import TRAIN_MFU, trainer_step_time_s, training_flops, weight_sync_time_s
+    from capplan.trainer import trainer_mfu, trainer_step_time_s, training_flops, weight_sync_time_s
 
     kv = compute_kv(
         spec, hw,
@@ -144,16 +156,33 @@ def engine_setup(
                  max_batched_tokens=config.max_batched_tokens, engine=config.engine),
     )
     roofline_inputs = RooflineInputs(tp=config.tp, weight_dtype=config.weight_dtype, kv_dtype=config.kv_dtype, engine=config.engine)
+    from dataclasses import fields, replace
+
+    from capplan.trainer import RL_FRAMEWORK_FIT
+
+    slowdown = config.rollout_slowdown if config.rollout_slowdown is not None else RL_FRAMEWORK_FIT.rollout_slowdown
+    fitted_overhead = RL_FRAMEWORK_FIT.step_overhead_s
+    overhead = config.step_overhead_s if config.step_overhead_s is not None else fitted_overhead
     coeffs = step_coefficients(spec, hw, roofline_inputs)
+    if slowdown != 1.0:  # every time term scales, so every step does
+        coeffs = replace(coeffs, **{f.name: getattr(coeffs, f.name) * slowdown for f in fields(coeffs) if f.name not in ("q", "window")})
     engine = roofline_inputs.profile()
     capacity_bytes = kv.kv_capacity_tokens * kv.kv_bytes_per_token_per_gpu
-    sync_s = weight_sync_time_s(spec, hw, config.tp)
-    gpus, sizing = trainer_gpus(workload, spec, trainer_hw, config.trainer_gpus)
+    colocated = config.mode == "colocated"
+    pattern = config.weight_sync if config.weight_sync != "auto" else ("reshard" if colocated else "nccl")
+    sync_s = weight_sync_time_s(spec, config.tp, pattern)
+    if colocated:
+        trainer_hw = hw
+        gpus, sizing = config.inference_replicas * config.tp, "colocated: every inference GPU"
+        trainer_gpus(workload, spec, trainer_hw, gpus)  # raises when they cannot hold the state
+    else:
+        gpus, sizing = trainer_gpus(workload, spec, trainer_hw, config.trainer_gpus, config.trainer_mfu)
     training = workload.training
+    mfu = config.trainer_mfu if config.trainer_mfu is not None else trainer_mfu(spec, trainer_hw)
 
     def trainer_time(lengths: "np.ndarray") -> float:
         flops = training_flops(spec, lengths, training.recompute_logprobs, training.reference_forward)
-        return trainer_step_time_s(flops, trainer_hw, gpus)
+        return trainer_step_time_s(flops, trainer_hw, gpus, mfu) + overhead
 
     setup = EngineSetup(
         coeffs=coeffs,
@@ -163,6 +192,8 @@ def engine_setup(
         max_batched_tokens=kv.max_batched_tokens,
         weight_sync_s=float(sync_s),
         trainer_time=trainer_time,
+        replica_pause_s=float(sync_s),
+        step_overhead_s=float(overhead),
     )
     report = SetupReport(
         kv_capacity_tokens=kv.kv_capacity_tokens,
@@ -173,18 +204,25 @@ def engine_setup(
         trainer_gpus_sizing=sizing,
         weight_sync_s=sync_s,
         single_decode_step_s=coeffs.step_time(1, 1, 1, 1, 0, 0, 1),
+        rollout_slowdown=slowdown,
+        step_overhead_s=overhead,
     )
     terms = engine.time_on(hw.name)
     notes = [
+        f"RL framework: engine steps {slowdown:.3g}x the engine profile's, {overhead:.3g} s per update outside the GPU "
+        "phases (capplan.trainer.RL_FRAMEWORK_FIT unless given)",
         f"engine steps priced by the roofline model with engine profile {engine.name} ({engine.calibration}): "
         f"GEMM efficiency {terms.gemm_efficiency:.3g}, bandwidth {terms.bandwidth_efficiency:.3g}, "
         f"step overhead {terms.step_overhead_s * 1e3:.3g} ms, {terms.per_sequence_s * 1e6:.3g} us per sequence",
-        f"trainer: {gpus} x {trainer_hw.name}, MFU {TRAIN_MFU:g} (capplan.trainer); weight push {sync_s:.2f} s per update",
+        f"trainer: {gpus} x {trainer_hw.name}, MFU {mfu:.3g} ({'given' if config.trainer_mfu is not None else 'fitted, capplan.trainer'}); "
+        f"weight {'reshard' if colocated else 'push'} ({pattern}) {sync_s:.2f} s per update",
         "KV accounted in bytes per GPU without block rounding; an admitted invocation reserves its whole input",
         "a preempted sequence is recomputed (prefilled again) from scratch when readmitted",
-        "each conversation stays on one replica; new conversations go to the replica with the fewest",
-        "async without in-flight updates: a replica finishes its running invocations, then loads the weights "
-        "(paused for the weight push time); with in-flight updates it loads them at its next step boundary",
+        "a prompt group goes to the replica with the fewest conversations and stays there (its samples share the "
+        "prompt's prefix cache when the workload's cache block says so)",
+        "async with in-flight updates (the default) a replica loads new weights at its next step boundary (paused for "
+        "the weight push time); with --drain-updates it finishes its running invocations first; replicas also hold "
+        "for the framework's per-update time",
         "the trainer is busy for the weight push after each update",
     ]
     return setup, report, notes
