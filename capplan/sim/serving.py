@@ -1,0 +1,525 @@
+"""The serving simulator (``capplan simulate`` on a ``serving`` workload): requests arriving at replicas that batch them continuously.
+
+Requests arrive as a Poisson or gamma process at the workload's rate, or are replayed from a
+trace (:func:`read_trace`), and are dealt to the replicas in turn (round robin). Each replica is
+simulated on its own, step by step, as vLLM's V1 scheduler runs it:
+
+* every step carries one position of each decoding sequence and, in what is left of the token
+  budget (``max_num_batched_tokens``), chunks of prompts: first the prompts already admitted
+  and partly prefilled, then new ones from the waiting queue, first come first served, while
+  fewer than ``max_num_seqs`` sequences run and the KV capacity holds their whole prompt;
+* a request's first token comes with the end of the step that holds its last prompt chunk
+  (its TTFT adds the engine profile's ``request_overhead_s``); it then decodes one position per
+  step until its output is complete;
+* a step is priced from its mix by the engine profile's step costs
+  (:func:`capplan.sim.stepcost.step_coefficients`, probed from the roofline model); a run of
+  pure decode steps with an unchanged batch is advanced in one jump, in closed form
+  (:func:`capplan.sim.stepcost.run_time`), to the next arrival, completion or KV exhaustion;
+* when the decoding batch's KV growth does not fit, the most recently admitted decoding request
+  is preempted: its KV is freed and it is recomputed (prefilled again) when readmitted
+  (admission leaves :data:`KV_WATERMARK` of the capacity free);
+* a request whose prompt starts with the workload's shared prefix and hits the prefix cache
+  (``serving.prefix_hit_rate``) prefills only the rest (all but the prompt's last position can
+  be reused); the prefix's KV is held once per replica.
+
+Without chunked prefill (an engine profile with ``chunked_prefill: false``) a step carries
+whole prompts only, and no decodes (vLLM's V0 scheduler).
+
+Sliding-window layers are priced with the batch's summed context capped at ``batch x window``
+(exact when every context is on the same side of the window).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from heapq import heappop, heappush
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from capplan.errors import InputError
+
+if TYPE_CHECKING:
+    from capplan.benchmark import Server
+    from capplan.hardware import HardwareProfile
+    from capplan.modelspec import ModelSpec
+    from capplan.sim.stepcost import StepCoefficients
+    from capplan.workload import Workload
+
+KV_WATERMARK = 0.01
+"""Share of the KV capacity an admission must leave free (vLLM's block manager keeps 1% of blocks
+free when it admits a request), so a request just admitted is not preempted at the next step."""
+
+PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0)
+"""Percentiles every latency is reported at [percent]."""
+
+TRACE_FORMATS: dict[str, tuple[tuple[str, ...], float | None, str, str]] = {
+    "capplan": (("arrival_s",), 1.0, "input_tokens", "output_tokens"),
+    "mooncake": (("timestamp",), 1e-3, "input_length", "output_length"),
+    "burstgpt": (("Timestamp",), 1.0, "Request tokens", "Response tokens"),
+    "azure": (("TIMESTAMP",), None, "ContextTokens", "GeneratedTokens"),
+}
+"""Trace layouts :func:`read_trace` recognises by their column names: the time column, its unit
+in seconds (``None``: date-time text), the prompt-length and the output-length columns.
+
+* ``capplan``: ``arrival_s, input_tokens, output_tokens`` (what ``--records`` writes, so a
+  simulated run can be replayed);
+* ``mooncake``: the Mooncake / AIPerf ``mooncake_trace`` JSONL (``timestamp`` in milliseconds,
+  ``input_length``, ``output_length``; ``hash_ids`` are not used);
+* ``burstgpt``: BurstGPT's CSV (``Timestamp`` in seconds, ``Request tokens``, ``Response tokens``);
+* ``azure``: the Azure LLM inference traces (``TIMESTAMP`` date-times, ``ContextTokens``,
+  ``GeneratedTokens``).
+"""
+
+
+# --------------------------------------------------------------------------------------------- traffic
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """The requests of a run, in arrival order (arrays of one entry per request)."""
+
+    arrival_s: np.ndarray
+    """Arrival time of each request [s], non-decreasing."""
+    prompt_tokens: np.ndarray
+    """Prompt length [positions] (>= 1)."""
+    output_tokens: np.ndarray
+    """Sampled tokens [tokens] (>= 1)."""
+    cached_tokens: np.ndarray
+    """Prompt positions served from the prefix cache [positions] (< prompt)."""
+    source: str
+    """Where the requests come from, in words."""
+
+    @property
+    def n(self) -> int:
+        return int(self.arrival_s.shape[0])
+
+
+def arrival_gaps(rate_per_s: float, n: int, burstiness: float, rng: np.random.Generator) -> np.ndarray:
+    """Gaps between ``n`` consecutive arrivals [s]: gamma of shape ``burstiness`` and mean ``1 / rate``.
+
+    Shape 1 is the exponential (a Poisson process); the squared coefficient of variation of the
+    gaps is ``1 / burstiness``, as in ``vllm bench serve --burstiness``.
+    """
+    return rng.gamma(burstiness, 1.0 / (rate_per_s * burstiness), size=n)
+
+
+def shared_prefix_hits(prompt_tokens: np.ndarray, shared_prefix_tokens: int, hit_rate: float) -> np.ndarray:
+    """Prompt positions each request reuses from a shared prefix [positions].
+
+    Request ``i`` hits when ``floor((i + 1) h) > floor(i h)`` (``h`` the hit rate): exactly
+    ``floor(n h)`` of the first ``n`` requests hit, evenly spread, with no random draw. A hit
+    reuses ``min(shared prefix, prompt - 1)`` positions (the last prompt position is always
+    computed: its logits give the first token).
+
+    Examples
+    --------
+    >>> shared_prefix_hits(np.array([100, 100, 100, 100]), 60, 0.5).tolist()
+    [0, 60, 0, 60]
+    >>> shared_prefix_hits(np.array([40, 100]), 60, 1.0).tolist()
+    [39, 60]
+    """
+    n = prompt_tokens.shape[0]
+    if shared_prefix_tokens <= 0 or hit_rate <= 0:
+        return np.zeros(n, dtype=np.int64)
+    i = np.arange(n, dtype=np.float64)
+    hit = np.floor((i + 1) * hit_rate + 1e-9) > np.floor(i * hit_rate + 1e-9)
+    return np.where(hit, np.minimum(shared_prefix_tokens, np.maximum(prompt_tokens - 1, 0)), 0).astype(np.int64)
+
+
+def workload_traffic(workload: "Workload", n: int, seed: int | None = None, rate_per_s: float | None = None) -> Traffic:
+    """``n`` requests of a serving workload: lengths from its conversation, arrivals from its ``serving`` block.
+
+    Raises
+    ------
+    InputError
+        The workload is not a serving workload with an arrival rate, or has more than one turn.
+    """
+    from capplan.ledger import sample_conversations
+
+    check_serving_workload(workload)
+    serving = workload.serving
+    rate = rate_per_s if rate_per_s is not None else (serving.arrival_rate_per_s if serving else None)
+    if rate is None:
+        raise InputError(f"workload {workload.name}: give serving.arrival_rate_per_s (or --request-rate) to simulate arrivals")
+    s = workload.sampling.seed if seed is None else seed
+    conv = sample_conversations(workload, n=n, seed=s)
+    prompt = np.maximum(conv.prompt, 1)
+    output = np.maximum(conv.actions[:, 0], 1)
+    rng = np.random.default_rng([s, 1])
+    burst = serving.burstiness if serving else 1.0
+    arrival = np.cumsum(arrival_gaps(rate, n, burst, rng))
+    cached = shared_prefix_hits(prompt, serving.shared_prefix_tokens, serving.prefix_hit_rate) if serving else np.zeros(n, np.int64)
+    process = "Poisson" if burst == 1.0 else f"gamma (burstiness {burst:g})"
+    return Traffic(arrival, prompt.astype(np.int64), output.astype(np.int64), cached, f"{process} arrivals at {rate:g} req/s")
+
+
+def check_serving_workload(workload: "Workload") -> None:
+    """Refuse a workload the serving plan and simulator cannot express.
+
+    Raises
+    ------
+    InputError
+        Not method ``serving``, or a conversation of more than one turn.
+    """
+    if workload.method != "serving":
+        raise InputError(f"workload {workload.name}: method {workload.method} is not serving")
+    if workload.conversation.max_turns != 1:
+        raise InputError(
+            f"workload {workload.name}: conversation: a serving workload describes one request (one turn), "
+            f"got {workload.conversation.max_turns}; give a chat's history as prompt_tokens and its reuse as "
+            "serving.shared_prefix_tokens"
+        )
+
+
+def read_trace(path: str | Path, shared_prefix_tokens: int = 0, prefix_hit_rate: float = 0.0) -> Traffic:
+    """Requests replayed from a trace file (CSV or JSONL) in one of :data:`TRACE_FORMATS`.
+
+    Times are shifted so the first request arrives at 0 and the rows are sorted by time.
+
+    Raises
+    ------
+    InputError
+        The file cannot be read, has none of the recognised column sets, or holds a length
+        below 1 or a time that is not a number.
+    """
+    import pandas as pd
+
+    p = Path(path)
+    try:
+        if p.suffix.lower() in (".jsonl", ".json"):
+            frame = pd.read_json(p, lines=True)
+        else:
+            frame = pd.read_csv(p)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"--trace {p}: cannot read it as {'JSONL' if p.suffix.lower() in ('.jsonl', '.json') else 'CSV'} ({exc})") from None
+    columns = set(frame.columns)
+    for name, (times, unit, inp, out) in TRACE_FORMATS.items():
+        if times[0] in columns and inp in columns and out in columns:
+            break
+    else:
+        known = "; ".join(f"{k}: {t[0]}, {i}, {o}" for k, (t, _, i, o) in TRACE_FORMATS.items())
+        raise InputError(f"--trace {p}: no recognised columns (found {', '.join(map(str, frame.columns[:8]))}); give one of {known}")
+    if frame.empty:
+        raise InputError(f"--trace {p}: no requests")
+    if unit is None:
+        stamps = pd.to_datetime(frame[times[0]], format="mixed", errors="coerce")
+        if stamps.isna().any():
+            raise InputError(f"--trace {p}: {times[0]} row {int(stamps.isna().argmax()) + 1} is not a date-time")
+        t = (stamps - stamps.min()).dt.total_seconds().to_numpy(dtype=float)
+    else:
+        t = pd.to_numeric(frame[times[0]], errors="coerce").to_numpy(dtype=float) * unit
+        if not np.all(np.isfinite(t)):
+            raise InputError(f"--trace {p}: {times[0]} row {int(np.argmin(np.isfinite(t))) + 1} is not a number")
+    lengths = []
+    for col in (inp, out):
+        v = pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=float)
+        bad = ~np.isfinite(v) | (v < 1)
+        if bad.any():
+            raise InputError(f"--trace {p}: {col} row {int(bad.argmax()) + 1} is {frame[col].iloc[int(bad.argmax())]!r} (allowed: a count >= 1)")
+        lengths.append(np.rint(v).astype(np.int64))
+    order = np.argsort(t, kind="stable")
+    t = t[order] - t[order][0]
+    prompt, output = lengths[0][order], lengths[1][order]
+    cached = shared_prefix_hits(prompt, shared_prefix_tokens, prefix_hit_rate)
+    return Traffic(t, prompt, output, cached, f"trace {p.name} ({name} format, {len(t):,} requests over {t[-1]:,.0f} s)")
+
+
+# --------------------------------------------------------------------------------------------- engine
+
+
+@dataclass(frozen=True)
+class ServingEngine:
+    """One replica's constants: step prices, scheduler limits and KV capacity."""
+
+    coeffs: "StepCoefficients"
+    """Step-price coefficients of the replica."""
+    max_num_seqs: int
+    """Scheduler cap on running sequences [sequences]."""
+    max_batched_tokens: int
+    """Scheduler token budget per step [positions]."""
+    kv_capacity_tokens: int
+    """KV capacity of the replica [positions]."""
+    chunked_prefill: bool
+    """Prompts are split into chunks that share steps with decodes."""
+    request_overhead_s: float
+    """Host time per request outside engine steps, added to TTFT [s]."""
+
+
+def serving_engine(server: "Server") -> ServingEngine:
+    """The simulator's constants for a :class:`capplan.benchmark.Server` (the closed form's replica)."""
+    from capplan.sim.stepcost import step_coefficients
+
+    p = server.pricer
+    return ServingEngine(
+        coeffs=step_coefficients(p.spec, p.hw, p.inp),
+        max_num_seqs=server.max_num_seqs,
+        max_batched_tokens=server.max_num_batched_tokens,
+        kv_capacity_tokens=server.kv_capacity_tokens,
+        chunked_prefill=server.chunked_prefill,
+        request_overhead_s=server.request_overhead_s,
+    )
+
+
+# --------------------------------------------------------------------------------------------- one replica
+
+
+@dataclass
+class ReplicaRun:
+    """What one replica did: per-request times and a few counters."""
+
+    ttft_s: np.ndarray
+    """Time to first token of each request [s] (overhead included)."""
+    finish_s: np.ndarray
+    """Time the last token of each request came out, since the run's start [s]."""
+    busy_s: float = 0.0
+    """Time the replica spent stepping [s]."""
+    steps: int = 0
+    """Engine steps run."""
+    preemptions: int = 0
+    """Decoding requests preempted for KV (and recomputed)."""
+    recomputed_tokens: int = 0
+    """Positions prefilled again after a preemption."""
+    sequence_s: float = 0.0
+    """Sum over steps of decoding sequences x step time [sequence-s] (mean batch = this / busy)."""
+    itl_s: list[float] = field(default_factory=list)
+    """Step times a decoding sequence waited for a token (one entry per step or run of steps) [s]."""
+    itl_weight: list[float] = field(default_factory=list)
+    """Tokens each ``itl_s`` entry stands for (decoding sequences x steps)."""
+
+
+def simulate_replica(engine: ServingEngine, arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray,
+                     cached: np.ndarray, shared_prefix_tokens: int = 0) -> ReplicaRun:
+    """Run one replica over its requests (see the module notes for the scheduler).
+
+    Parameters
+    ----------
+    engine : ServingEngine
+        The replica's constants.
+    arrival_s : ndarray
+        Arrival times [s], non-decreasing.
+    prompt, output, cached : ndarray
+        Prompt positions, sampled tokens and prompt positions served from the prefix cache.
+    shared_prefix_tokens : int
+        The shared prefix, whose KV the replica holds once when any request hits it [positions].
+
+    Returns
+    -------
+    ReplicaRun
+
+    Raises
+    ------
+    InputError
+        A request whose prompt alone exceeds the replica's KV capacity.
+    """
+    from capplan.roofline import causal_pairs_one
+    from capplan.sim.stepcost import run_time, steps_within
+
+    n = int(arrival_s.shape[0])
+    arr = arrival_s.tolist()
+    P = prompt.tolist()
+    O = output.tolist()
+    C = cached.tolist()
+    ttft = [0.0] * n
+    finish = [0.0] * n
+    run = ReplicaRun(np.zeros(0), np.zeros(0))
+    if n == 0:
+        run.ttft_s, run.finish_s = np.zeros(0), np.zeros(0)
+        return run
+    co = engine.coeffs
+    budget_total = engine.max_batched_tokens
+    max_seqs = engine.max_num_seqs
+    chunked = engine.chunked_prefill
+    overhead = engine.request_overhead_s
+    W = co.window
+    windowed = W < 1e18 and (co.c_pair_w > 0 or co.m_read_w > 0)
+    Wl = W - 1.0
+    cap = engine.kv_capacity_tokens
+    reserve = KV_WATERMARK * cap  # KV an admission leaves free for the running batch's growth
+    kv_used = shared_prefix_tokens if (shared_prefix_tokens and max(C) > 0) else 0
+    if max(pp - cc for pp, cc in zip(P, C)) + kv_used > cap:
+        worst = max(range(n), key=lambda j: P[j] - C[j])
+        raise InputError(
+            f"a {P[worst]:,}-token prompt needs more KV than the replica holds ({cap - kv_used:,} positions free); "
+            "raise --tp or shorten the prompts"
+        )
+
+    # constants of a decode step (folded per-sequence coefficients)
+    d_c0, d_cs = co.decode_compute_base, co.decode_compute_per_sequence
+    d_m0, d_ms = co.decode_memory_base, co.decode_memory_per_sequence
+    d_f0, d_fs = co.decode_fixed_base, co.decode_fixed_per_sequence
+    c_pair, c_pair_w, m_read, m_read_w = co.c_pair, co.c_pair_w, co.m_read, co.m_read_w
+    routed, q = co.m_routed, co.q
+    step_time = co.step_time
+
+    waiting: deque = deque()  # records [idx, positions to prefill, positions in KV, first pass, decode steps left]
+    prefilling: deque = deque()  # the same records, admitted and partly prefilled
+    heap: list = []  # (end step, join order, idx) of decoding requests; stale entries are skipped
+    joined: dict = {}  # idx -> (context offset, KV held at join, join step, join order, end step)
+    order = 0
+    b = 0  # decoding sequences
+    off_sum = 0  # sum of context offsets: the batch's summed context is off_sum + b x step
+    step = 0  # decode steps run (a sequence's context grows by one per step)
+    t = 0.0
+    i = 0  # next arrival
+    busy = seq_s = 0.0
+    preempt = recomputed = 0
+    itl, itl_w = run.itl_s, run.itl_weight
+    remaining = n
+
+    while remaining:
+        while i < n and arr[i] <= t:  # arrivals up to now join the waiting queue
+            waiting.append([i, P[i] - C[i], C[i], True, O[i] - 1])
+            i += 1
+        while b and kv_used + b > cap:  # the next step's KV growth does not fit: preempt the newest
+            j, (off, held, jstep, _o, end) = max(joined.items(), key=lambda e: e[1][3])
+            del joined[j]
+            ctx = off + step
+            b -= 1
+            off_sum -= off
+            kv_used -= held + (step - jstep)
+            waiting.appendleft([j, ctx, 0, False, end - step])
+            preempt += 1
+            recomputed += ctx
+        nrun = b + len(prefilling)
+        admit = bool(waiting) and nrun < max_seqs and waiting[0][1] <= cap - kv_used - b - reserve
+        budget = (budget_total - b) if chunked else budget_total
+        if not (prefilling or admit) or budget <= 0:
+            if b == 0:
+                t = arr[i]  # idle until the next arrival
+                continue
+            # a run of pure decode steps: to the next completion, KV exhaustion, or an arrival that can start
+            while heap[0][2] not in joined or joined[heap[0][2]][3] != heap[0][1]:
+                heappop(heap)
+            k = heap[0][0] - step
+            fit = (cap - kv_used) // b
+            if fit < k:
+                k = fit
+            ctx_sum = off_sum + b * step
+            if windowed:
+                read_w = min(ctx_sum, b * Wl)
+                pairs_w = min(ctx_sum + b, b * W)
+                grow_w = b if ctx_sum < b * Wl else 0
+            else:
+                read_w = pairs_w = 0.0
+                grow_w = 0
+            compute_0 = d_c0 + d_cs * b + c_pair * (ctx_sum + b) + c_pair_w * pairs_w
+            memory_0 = d_m0 + d_ms * b + m_read * ctx_sum + m_read_w * read_w
+            if routed:
+                memory_0 += routed * (1.0 - q**b)
+            compute_g = c_pair * b + c_pair_w * grow_w
+            memory_g = m_read * b + m_read_w * grow_w
+            fixed = d_f0 + d_fs * b
+            line = (compute_0, compute_g, memory_0, memory_g, fixed)
+            if i < n and not waiting and nrun < max_seqs and k > 1:
+                kk = steps_within(line, k, arr[i] - t)
+                if kk < k:
+                    k = kk if kk > 0 else 1
+            last = k - 1
+            if (compute_0 >= memory_0) == (compute_0 + compute_g * last >= memory_0 + memory_g * last):
+                s0, g = (compute_0, compute_g) if compute_0 >= memory_0 else (memory_0, memory_g)
+                dt = k * (s0 + fixed) + g * k * last * 0.5
+            else:
+                dt = run_time(line, k)
+            t += dt
+            busy += dt
+            seq_s += b * dt
+            itl.append(dt / k)
+            itl_w.append(b * k)
+            step += k
+            kv_used += b * k
+        else:
+            # one step of prompt chunks: partial prefills first, then admissions, first come first served
+            chunks = []
+            for rec in prefilling:
+                if budget <= 0:
+                    break
+                nchunk = rec[1] if rec[1] <= budget else budget
+                chunks.append((rec, nchunk))
+                budget -= nchunk
+            while budget > 0 and waiting and b + len(prefilling) < max_seqs:
+                rec = waiting[0]
+                need = rec[1]
+                if need > cap - kv_used - b - reserve or (not chunked and need > budget and chunks):
+                    break
+                waiting.popleft()
+                prefilling.append(rec)
+                kv_used += need
+                nchunk = need if (need <= budget or not chunked) else budget
+                chunks.append((rec, nchunk))
+                budget -= nchunk
+            new = logits = 0
+            pairs = pairs_wc = read = read_wc = 0.0
+            for rec, nchunk in chunks:
+                done = rec[2]
+                new += nchunk
+                if nchunk == rec[1] and rec[3]:
+                    logits += 1
+                pairs += causal_pairs_one(done, nchunk)
+                read += done
+                if windowed:
+                    pairs_wc += causal_pairs_one(done, nchunk, W)
+                    read_wc += done if done < Wl else Wl
+            decoders = b if chunked else 0  # without chunking a prompt step holds no decodes
+            if decoders:
+                ctx_sum = off_sum + b * step
+                new += b
+                logits += b
+                pairs += ctx_sum + b
+                read += ctx_sum
+                if windowed:
+                    pairs_wc += min(ctx_sum + b, b * W)
+                    read_wc += min(ctx_sum, b * Wl)
+            dt = step_time(new, logits, pairs, pairs_wc, read, read_wc, decoders + len(chunks))
+            t += dt
+            busy += dt
+            seq_s += b * dt  # decoding sequences resident (stalled by a prompt step without chunking)
+            if decoders:
+                itl.append(dt)
+                itl_w.append(b)
+                step += 1
+                kv_used += b
+            for rec, nchunk in chunks:
+                rec[1] -= nchunk
+                rec[2] += nchunk
+                if rec[1]:
+                    continue
+                prefilling.remove(rec)
+                j = rec[0]
+                if rec[3]:
+                    ttft[j] = t - arr[j] + overhead
+                held = rec[2] - (C[j] if rec[3] else 0)
+                left = rec[4]
+                if left <= 0:
+                    finish[j] = t + overhead
+                    kv_used -= held
+                    remaining -= 1
+                    continue
+                order += 1
+                joined[j] = (rec[2] - step, held, step, order, step + left)
+                off_sum += rec[2] - step
+                b += 1
+                heappush(heap, (step + left, order, j))
+        while heap and heap[0][0] <= step:  # requests whose last decode step has run
+            end, o, j = heappop(heap)
+            rec = joined.get(j)
+            if rec is None or rec[3] != o:
+                continue
+            del joined[j]
+            off, held, jstep = rec[0], rec[1], rec[2]
+            b -= 1
+            off_sum -= off
+            kv_used -= held + (step - jstep)
+            finish[j] = t + overhead
+            remaining -= 1
+    run.ttft_s = np.asarray(ttft)
+    run.finish_s = np.asarray(finish)
+    run.busy_s = busy
+    run.sequence_s = seq_s
+    run.steps = step
+    run.preemptions = preempt
+    run.recomputed_tokens = recomputed
+    return run
