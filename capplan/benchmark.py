@@ -399,6 +399,9 @@ class QueueingResult:
     """Mean time of a step in which the decoding batch advances (mean ITL) [s]."""
     prefill_step_share: float
     """Share of steps that carry prompt chunks [fraction]."""
+    prefill_time_share: float
+    """Share of step time spent on prompts [fraction]: with chunked prefill the steps' excess over a
+    decode-only step, without it the prompt steps' time."""
     ttft_s: Latency
     """Time to first token, queueing and ``request_overhead_s`` included [s]."""
     tpot_s: Latency
@@ -798,7 +801,8 @@ def queueing_latency(
         none = Latency(None, {k: None for k in names})
         return QueueingResult(
             rate_per_s=rate, burstiness=burstiness, capacity_per_s=cap, limited_by=why, utilisation=rate / cap if cap else math.inf,
-            saturated=True, decode_batch=limit, batch_limit=limit, step_s=math.nan, prefill_step_share=math.nan,
+            saturated=True, decode_batch=limit, batch_limit=limit,
+            step_s=float(server.pricer.decode(limit, m.decode_ctx).step_time_s), prefill_step_share=0.0, prefill_time_share=0.0,
             ttft_s=none, tpot_s=none, itl_s=none, e2e_s=none, requests_per_s=cap, output_tokens_per_s=cap * m.mean_out,
             input_tokens_per_s=cap * m.mean_prompt,
         )
@@ -863,9 +867,51 @@ def queueing_latency(
     return QueueingResult(
         rate_per_s=rate, burstiness=burstiness, capacity_per_s=cap, limited_by=why, utilisation=rate / cap, saturated=False,
         decode_batch=op.b, batch_limit=limit, step_s=op.advance_s, prefill_step_share=chain.prefill_share,
+        prefill_time_share=_prefill_time_share(chain, steps, server.chunked_prefill),
         ttft_s=lat(ttft), tpot_s=lat(tpot[ok_d]) if ok_d.any() else Latency(0.0, {k: 0.0 for k in names}), itl_s=itl, e2e_s=lat(e2e),
         requests_per_s=rate, output_tokens_per_s=rate * m.mean_out, input_tokens_per_s=rate * m.mean_prompt,
     )
+
+
+def _prefill_time_share(chain: _Chain, steps: _Steps, chunked: bool) -> float:
+    """Share of step time spent on prompts (see :attr:`QueueingResult.prefill_time_share`)."""
+    total = chain.mean_step_s
+    if total <= 0:
+        return 0.0
+    if chunked:
+        return float(min(max(1.0 - steps.decode_s / total, 0.0), 1.0))
+    return float((chain.pi[1:] * chain.step_tau[1:]).sum() / total)
+
+
+def prefill_alone_s(server: Server, prompt_tokens: Any, cached_tokens: Any = 0.0) -> np.ndarray:
+    """Time to prefill each prompt on an idle replica, in chunks of the token budget [s] (vectorised).
+
+    ``prompt - cached`` positions are forwarded in ``ceil(new / budget)`` equal chunks (one step
+    without chunked prefill); the cached positions are attended to but not recomputed.
+
+    Examples
+    --------
+    >>> from capplan.hardware import load_hardware
+    >>> from capplan.modelspec import load_model_spec
+    >>> s = server_for(load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm"))
+    >>> a, b = prefill_alone_s(s, [1000.0, 1000.0], [0.0, 900.0])
+    >>> round(a * 1e3, 1), round(b * 1e3, 1)  # a 900-token cached prefix leaves a 100-token prefill
+    (18.0, 6.7)
+    """
+    from capplan.roofline import causal_pairs
+
+    P = np.atleast_1d(np.asarray(prompt_tokens, float))
+    C = np.minimum(np.broadcast_to(np.asarray(cached_tokens, float), P.shape), P - 1.0)
+    new = np.maximum(P - C, 1.0)
+    M = float(server.max_num_batched_tokens)
+    k = np.ceil(new / M) if server.chunked_prefill else np.ones_like(new)
+    W = server.pricer.window
+    t = server.pricer.step(
+        new_tokens=new / k, logits_tokens=1.0 / k, attention_pairs=causal_pairs(C, new) / k,
+        kv_read_tokens=C + new * (k - 1.0) / (2.0 * k), sequences=np.ones_like(new),
+        window_attention_pairs=causal_pairs(C, new, W) / k, window_kv_read_tokens=np.minimum(C + new * (k - 1.0) / (2.0 * k), W - 1),
+    ).step_time_s
+    return np.asarray(t, float) * k
 
 
 def _arrived_tokens(rng: np.random.Generator, sizes: np.ndarray, shape: float, theta: float, window: np.ndarray, kmax: int) -> np.ndarray:

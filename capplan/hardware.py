@@ -120,6 +120,11 @@ class HardwareProfile(BaseModel):
     inter_node_bandwidth_gbps: float = Field(gt=0)
     """Per-GPU, one-direction network bandwidth to other nodes [decimal GB/s]; 400 Gb/s NIC = 50."""
 
+    price_usd_per_gpu_hour: float | None = Field(default=None, gt=0, le=10_000)
+    """A public on-demand list price of one GPU-hour [USD/GPU-hour], for serving costs per token;
+    its ``sources`` entry names the price list and the date it was read. ``None``: no price
+    (give ``capplan plan --gpu-hour-price``)."""
+
     assumptions: Assumptions | None = None
     """Deprecated and ignored: achievable efficiencies now belong to engine profiles
     (``engine_profiles/``, ``--engine``), since they are properties of the serving engine, not of
@@ -239,8 +244,9 @@ def _numeric_keys(data: dict[str, object]) -> list[str]:
             "gpus_per_node",
             "intra_node_bandwidth_gbps",
             "inter_node_bandwidth_gbps",
+            "price_usd_per_gpu_hour",
         )
-        if f in data
+        if f in data and data[f] is not None
     ]
     peaks = data.get("peak_tflops")
     if isinstance(peaks, dict):

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from capplan.plan.explain import plan_assumptions, plan_explanation
 from capplan.plan.figures import rollout_efficiency, static_batching, step_figures
 from capplan.plan.replica import replica_setup
-from capplan.plan.serving import operating_times, size_serving
 from capplan.plan.sizing import StepModel, size_split, trainer_side
 from capplan.plan.work import filter_factor, prepare
 
 if TYPE_CHECKING:
     from capplan.plan.inputs import PlanInputs
+    from capplan.plan.serving import ServingPlan
     from capplan.workload import Workload
 
 TRAINER_SHARDING = "FSDP/ZeRO-3 (weights, gradients, optimizer state sharded over all trainer GPUs)"
@@ -113,7 +113,7 @@ class Plan:
     sizing: str
     """How the split was chosen, in words."""
     serving: dict[str, Any] | None = None
-    """Serving workloads: replicas, batches, TTFT, TPOT and latency (:class:`~capplan.plan.serving.ServingPlan`)."""
+    """Always ``None``: a serving workload's plan is a :class:`~capplan.plan.serving.ServingPlan`."""
     engine_profile: str = ""
     """The engine profile that priced the inference replicas (memory and step-time terms)."""
     calibration: str = ""
@@ -128,13 +128,13 @@ class Plan:
         return {k: v for k, v in self.__dict__.items() if k != "explain"}
 
 
-def plan_workload(workload: "Workload", inputs: "PlanInputs", conversations: int | None = None) -> Plan:
+def plan_workload(workload: "Workload", inputs: "PlanInputs", conversations: int | None = None) -> "Plan | ServingPlan":
     """Plan ``workload`` on ``inputs`` (see :mod:`capplan.plan` for what is answered).
 
-    The steps: sample the workload once (:func:`~capplan.plan.work.prepare`); price one replica
+    A ``serving`` workload gets its fleet plan (:func:`~capplan.plan.serving.plan_serving`). For
+    the others, the steps: sample the workload once (:func:`~capplan.plan.work.prepare`); price one replica
     (:func:`~capplan.plan.replica.replica_setup`); the trainer side
-    (:func:`~capplan.plan.sizing.trainer_side`); serving replicas
-    (:func:`~capplan.plan.serving.size_serving`); size the split
+    (:func:`~capplan.plan.sizing.trainer_side`); size the split
     (:func:`~capplan.plan.sizing.size_split`) and time it; derive the figures
     (:mod:`capplan.plan.figures`) and the explanation (:mod:`capplan.plan.explain`).
 
@@ -151,6 +151,10 @@ def plan_workload(workload: "Workload", inputs: "PlanInputs", conversations: int
     InputError
         Inconsistent GPU counts (not a multiple of ``tp``; a total too small for both sides).
     """
+    if workload.method == "serving":  # a serving fleet has a plan of its own
+        from capplan.plan.serving import plan_serving
+
+        return plan_serving(workload, inputs, conversations)
     from capplan.engine import default_engine
 
     engine = inputs.engine or default_engine()
@@ -161,26 +165,17 @@ def plan_workload(workload: "Workload", inputs: "PlanInputs", conversations: int
         inputs.gpu_mem_util, inputs.teacher, inputs.engine,
     )
     trainer = trainer_side(workload, inputs, prepared.trainer_flops)
-    serving = size_serving(workload, setup, work, prepared.sample) if workload.method == "serving" else None
 
     rollout = setup.rollout_model(work)
-    if serving is not None:  # serving caps the batch
-        rollout = replace(rollout, max_decode_batch=max(1.0, serving.batch_per_replica), binding=serving.binding_constraint)
     model = StepModel(rollout, trainer, inputs.tp, inputs.mode, workload.has_rollout)
-    split = size_split(inputs, model, work, workload.training.step_time_target_s, serving.replicas if serving else None)
+    split = size_split(inputs, model, work, workload.training.step_time_target_s, None)
     times = model.evaluate(split.inference_gpus, split.trainer_gpus)
-    if serving is not None:
-        times = operating_times(times, serving, setup, work)
 
     static = static_batching(work, times, setup)
     efficiency = rollout_efficiency(work, times, setup, inputs)
     figures = step_figures(work, times, split, trainer, setup, inputs, workload.has_rollout)
-    explain = plan_explanation(workload, inputs, prepared, setup, trainer, serving, times, split, static, figures)
-
-    # a served request's latency at the percentile, not a synchronous step
-    rollout_s, work_s, tail_s = (serving.latency_s, 0.0, serving.latency_s) if serving else (
-        times.rollout_time_s, times.work_time_s, times.tail_time_s
-    )
+    explain = plan_explanation(workload, inputs, prepared, setup, trainer, None, times, split, static, figures)
+    rollout_s, work_s, tail_s = times.rollout_time_s, times.work_time_s, times.tail_time_s
     tp = inputs.tp
     return Plan(
         workload=workload.name,
@@ -220,14 +215,14 @@ def plan_workload(workload: "Workload", inputs: "PlanInputs", conversations: int
         weight_sync_time_s=trainer.weight_sync_s,
         inference_gpus=split.inference_gpus,
         inference_replicas=split.inference_gpus // tp,
-        step_time_s=1.0 if serving else times.step_time_s,
+        step_time_s=times.step_time_s,
         trained_tokens_per_s=figures.trained_tokens_per_s,
         node_ratio=figures.node_ratio,
         trainer_idle_fraction=max(0.0, figures.trainer_idle_fraction),
         inference_idle_fraction=max(0.0, 1 - figures.inference_busy_fraction) if workload.has_rollout and trainer.has_trainer else 0.0,
         stale_fraction=figures.stale_fraction,
         sizing=split.sizing,
-        serving=serving.as_dict() if serving else None,
+        serving=None,
         engine_profile=engine.name,
         calibration=engine.calibration,
         assumptions=plan_assumptions(trainer),

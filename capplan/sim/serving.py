@@ -36,16 +36,19 @@ from collections import deque
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
+from capplan.engine import EngineProfile
 from capplan.errors import InputError
+from capplan.options import Options
+from capplan.units import MAX_CONTEXT_TOKENS, MAX_GPUS, MAX_SEQUENCES, KVDtype, WeightDtype
 
 if TYPE_CHECKING:
     from capplan.benchmark import Server
     from capplan.hardware import HardwareProfile
-    from capplan.modelspec import ModelSpec
     from capplan.sim.stepcost import StepCoefficients
     from capplan.workload import Workload
 
@@ -107,29 +110,6 @@ def arrival_gaps(rate_per_s: float, n: int, burstiness: float, rng: np.random.Ge
     return rng.gamma(burstiness, 1.0 / (rate_per_s * burstiness), size=n)
 
 
-def shared_prefix_hits(prompt_tokens: np.ndarray, shared_prefix_tokens: int, hit_rate: float) -> np.ndarray:
-    """Prompt positions each request reuses from a shared prefix [positions].
-
-    Request ``i`` hits when ``floor((i + 1) h) > floor(i h)`` (``h`` the hit rate): exactly
-    ``floor(n h)`` of the first ``n`` requests hit, evenly spread, with no random draw. A hit
-    reuses ``min(shared prefix, prompt - 1)`` positions (the last prompt position is always
-    computed: its logits give the first token).
-
-    Examples
-    --------
-    >>> shared_prefix_hits(np.array([100, 100, 100, 100]), 60, 0.5).tolist()
-    [0, 60, 0, 60]
-    >>> shared_prefix_hits(np.array([40, 100]), 60, 1.0).tolist()
-    [39, 60]
-    """
-    n = prompt_tokens.shape[0]
-    if shared_prefix_tokens <= 0 or hit_rate <= 0:
-        return np.zeros(n, dtype=np.int64)
-    i = np.arange(n, dtype=np.float64)
-    hit = np.floor((i + 1) * hit_rate + 1e-9) > np.floor(i * hit_rate + 1e-9)
-    return np.where(hit, np.minimum(shared_prefix_tokens, np.maximum(prompt_tokens - 1, 0)), 0).astype(np.int64)
-
-
 def workload_traffic(workload: "Workload", n: int, seed: int | None = None, rate_per_s: float | None = None) -> Traffic:
     """``n`` requests of a serving workload: lengths from its conversation, arrivals from its ``serving`` block.
 
@@ -138,7 +118,8 @@ def workload_traffic(workload: "Workload", n: int, seed: int | None = None, rate
     InputError
         The workload is not a serving workload with an arrival rate, or has more than one turn.
     """
-    from capplan.ledger import sample_conversations
+    from capplan.ledger import sample_conversations, shared_prefix_hits
+    from capplan.plan.serving import check_serving_workload
 
     check_serving_workload(workload)
     serving = workload.serving
@@ -157,24 +138,6 @@ def workload_traffic(workload: "Workload", n: int, seed: int | None = None, rate
     return Traffic(arrival, prompt.astype(np.int64), output.astype(np.int64), cached, f"{process} arrivals at {rate:g} req/s")
 
 
-def check_serving_workload(workload: "Workload") -> None:
-    """Refuse a workload the serving plan and simulator cannot express.
-
-    Raises
-    ------
-    InputError
-        Not method ``serving``, or a conversation of more than one turn.
-    """
-    if workload.method != "serving":
-        raise InputError(f"workload {workload.name}: method {workload.method} is not serving")
-    if workload.conversation.max_turns != 1:
-        raise InputError(
-            f"workload {workload.name}: conversation: a serving workload describes one request (one turn), "
-            f"got {workload.conversation.max_turns}; give a chat's history as prompt_tokens and its reuse as "
-            "serving.shared_prefix_tokens"
-        )
-
-
 def read_trace(path: str | Path, shared_prefix_tokens: int = 0, prefix_hit_rate: float = 0.0) -> Traffic:
     """Requests replayed from a trace file (CSV or JSONL) in one of :data:`TRACE_FORMATS`.
 
@@ -187,6 +150,8 @@ def read_trace(path: str | Path, shared_prefix_tokens: int = 0, prefix_hit_rate:
         below 1 or a time that is not a number.
     """
     import pandas as pd
+
+    from capplan.ledger import shared_prefix_hits
 
     p = Path(path)
     try:
@@ -523,3 +488,257 @@ def simulate_replica(engine: ServingEngine, arrival_s: np.ndarray, prompt: np.nd
     run.preemptions = preempt
     run.recomputed_tokens = recomputed
     return run
+
+
+# --------------------------------------------------------------------------------------------- a fleet
+
+
+class ServingSimConfig(Options, BaseModel):
+    """How to run a serving simulation (everything besides the workload and the hardware)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, arbitrary_types_allowed=True)
+    FLAGS: ClassVar[dict[str, str]] = {"inference_replicas": "--inference-replicas", "request_rate_per_s": "--request-rate"}
+
+    tp: int = Field(default=1, ge=1, le=MAX_GPUS)
+    """Tensor-parallel degree of each replica [GPUs]."""
+    inference_replicas: int = Field(default=1, ge=1, le=MAX_GPUS)
+    """Replicas the requests are dealt to, round robin [count]."""
+    requests: int = Field(default=20_000, ge=1, le=50_000_000)
+    """Requests to simulate (drawn from the workload; a trace replays all of its own) [requests]."""
+    request_rate_per_s: float | None = Field(default=None, gt=0, le=1e7)
+    """Arrival rate of the fleet [requests/s]; default ``serving.arrival_rate_per_s``."""
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
+    """Seed of the lengths and arrival draws; default ``sampling.seed`` of the workload."""
+    kv_dtype: KVDtype = "bf16"
+    """KV-cache element type (bf16, fp16, fp8, int8 or int4)."""
+    weight_dtype: WeightDtype = "bf16"
+    """Weight element type (bf16, fp16, fp8, int8 or int4)."""
+    gpu_mem_util: float | None = Field(default=None, gt=0, le=1)
+    """Fraction of each GPU's memory the engine may use [fraction]; default the engine profile's."""
+    max_num_seqs: int | None = Field(default=None, ge=1, le=MAX_SEQUENCES)
+    """Scheduler cap on running sequences per replica; default the engine profile's for the GPU class."""
+    max_batched_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT_TOKENS)
+    """Scheduler token budget per step; default the engine profile's for the GPU class."""
+    engine: EngineProfile | None = None
+    """Engine profile of the replicas (memory and step-time terms); ``None``: the default one."""
+
+
+SERVING_SUMMARY_KEYS: tuple[str, ...] = (
+    "requests",
+    "simulated_s",
+    "requests_per_s",
+    "output_tokens_per_s",
+    "input_tokens_per_s",
+    "goodput_requests_per_s",
+    "slo_attainment",
+    "replica_busy_fraction",
+    "mean_decode_batch",
+    "preemptions",
+    "recomputed_tokens",
+    "engine_steps",
+)
+"""Scalar figures of a serving simulation, in order (the JSON contract; units in ``docs/serving.md``)."""
+
+RECORD_COLUMNS: tuple[str, ...] = (
+    "request", "replica", "arrival_s", "input_tokens", "cached_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s", "met_slo",
+)
+"""Columns of the per-request records (``--records``): the first six replay as a ``capplan`` trace."""
+
+
+@dataclass
+class ServingSimResult:
+    """What a serving simulation measured (the JSON contract: :meth:`as_dict`; per-request
+    records in :attr:`records`)."""
+
+    workload: str
+    model: str
+    hardware: str
+    engine_profile: str
+    calibration: str
+    traffic: str
+    """Where the requests came from, in words."""
+    config: dict[str, Any]
+    """The run's settings."""
+    setup: dict[str, Any]
+    """Per-replica constants: KV capacity, scheduler limits."""
+    percentiles: list[float]
+    """Percentiles the latencies are reported at [percent]."""
+    summary: dict[str, float]
+    """:data:`SERVING_SUMMARY_KEYS`."""
+    latency: dict[str, dict[str, float]]
+    """``ttft_s``, ``tpot_s``, ``itl_s``, ``e2e_s`` -> ``mean`` and ``p50``... [s]."""
+    targets: dict[str, Any]
+    """The workload's targets, their percentile, and whether the run met each."""
+    records: dict[str, np.ndarray] = field(repr=False, default_factory=dict)
+    """Per-request columns (:data:`RECORD_COLUMNS`)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON contract: everything but the per-request records."""
+        return {
+            "workload": self.workload, "model": self.model, "hardware": self.hardware, "engine_profile": self.engine_profile,
+            "calibration": self.calibration, "traffic": self.traffic, "config": self.config, "setup": self.setup,
+            "percentiles": self.percentiles, "summary": self.summary, "latency": self.latency, "targets": self.targets,
+        }
+
+
+def simulate_serving(
+    workload: "Workload", hw: "HardwareProfile", config: ServingSimConfig, model: str | None = None, trace: str | Path | None = None
+) -> ServingSimResult:
+    """Simulate a serving workload on ``config.inference_replicas`` replicas (see the module notes).
+
+    Parameters
+    ----------
+    workload : Workload
+        A ``serving`` workload (one request per conversation).
+    hw : HardwareProfile
+        The replicas' hardware.
+    config : ServingSimConfig
+        Replicas, request count, seed and engine settings.
+    model : str, optional
+        Model preset or path; default the workload's.
+    trace : path, optional
+        Replay this trace (:func:`read_trace`) instead of drawing requests.
+
+    Raises
+    ------
+    InputError
+        Not a serving workload; no model; a prompt larger than a replica's KV cache.
+    DoesNotFitError
+        The model does not fit a replica at ``tp``.
+    """
+    from capplan.benchmark import server_for
+    from capplan.engine import default_engine
+    from capplan.modelspec import load_model_spec
+    from capplan.plan.serving import check_serving_workload
+
+    check_serving_workload(workload)
+    ref = model or workload.model
+    if ref is None:
+        raise InputError(f"workload {workload.name}: the workload names no model; add 'model:' to it or pass --model")
+    spec = load_model_spec(ref)
+    engine = config.engine or default_engine()
+    server = server_for(spec, hw, tp=config.tp, weight_dtype=config.weight_dtype, kv_dtype=config.kv_dtype, engine=engine,
+                        max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_batched_tokens,
+                        gpu_memory_utilization=config.gpu_mem_util)
+    eng = serving_engine(server)
+    s = workload.serving
+    shared = s.shared_prefix_tokens if s else 0
+    if trace is not None:
+        traffic = read_trace(trace, shared, s.prefix_hit_rate if s else 0.0)
+    else:
+        traffic = workload_traffic(workload, config.requests, config.seed, config.request_rate_per_s)
+    R = config.inference_replicas
+    n = traffic.n
+    ttft = np.zeros(n)
+    finish = np.zeros(n)
+    replica = np.arange(n) % R
+    busy = seq_s = 0.0
+    steps = preempt = recomputed = 0
+    itl: list[float] = []
+    itl_w: list[float] = []
+    for r in range(R):
+        idx = np.nonzero(replica == r)[0]
+        run = simulate_replica(eng, traffic.arrival_s[idx], traffic.prompt_tokens[idx], traffic.output_tokens[idx],
+                               traffic.cached_tokens[idx], shared)
+        ttft[idx], finish[idx] = run.ttft_s, run.finish_s
+        busy += run.busy_s
+        seq_s += run.sequence_s
+        steps += run.steps
+        preempt += run.preemptions
+        recomputed += run.recomputed_tokens
+        itl += run.itl_s
+        itl_w += run.itl_weight
+    out = traffic.output_tokens
+    e2e = finish - traffic.arrival_s
+    tpot = np.where(out > 1, (e2e - ttft) / np.maximum(out - 1, 1), 0.0)
+    pct = s.percentile if s else 95.0
+    percentiles = sorted(set(PERCENTILES) | {pct})
+    ttft_target = s.ttft_target_s if s else None
+    tpot_target = s.tpot_target_s if s else None
+    met = np.ones(n, dtype=bool)
+    if ttft_target is not None:
+        met &= ttft <= ttft_target
+    if tpot_target is not None:
+        met &= (tpot <= tpot_target) | (out <= 1)
+    duration = float(finish.max()) if n else 0.0
+
+    def lat(values: np.ndarray, weights: np.ndarray | None = None) -> dict[str, float]:
+        if values.size == 0:
+            return {"mean": 0.0, **{f"p{p:g}": 0.0 for p in percentiles}}
+        if weights is None:
+            return {"mean": float(values.mean()), **{f"p{p:g}": float(np.percentile(values, p)) for p in percentiles}}
+        order = np.argsort(values)
+        v, w = values[order], weights[order]
+        cum = np.cumsum(w) / w.sum()
+        return {"mean": float((v * w).sum() / w.sum()),
+                **{f"p{p:g}": float(v[min(int(np.searchsorted(cum, p / 100.0)), v.size - 1)]) for p in percentiles}}
+
+    decoded = out > 1
+    latency = {
+        "ttft_s": lat(ttft),
+        "tpot_s": lat(tpot[decoded]),
+        "itl_s": lat(np.asarray(itl), np.asarray(itl_w, dtype=float)) if itl else lat(np.zeros(0)),
+        "e2e_s": lat(e2e),
+    }
+    key = f"p{pct:g}"
+    targets = {
+        "percentile": pct,
+        "ttft_target_s": ttft_target,
+        "tpot_target_s": tpot_target,
+        "ttft_met": ttft_target is None or latency["ttft_s"][key] <= ttft_target,
+        "tpot_met": tpot_target is None or latency["tpot_s"][key] <= tpot_target,
+    }
+    summary = {
+        "requests": n,
+        "simulated_s": duration,
+        "requests_per_s": n / duration if duration else 0.0,
+        "output_tokens_per_s": float(out.sum()) / duration if duration else 0.0,
+        "input_tokens_per_s": float(traffic.prompt_tokens.sum()) / duration if duration else 0.0,
+        "goodput_requests_per_s": float(met.sum()) / duration if duration else 0.0,
+        "slo_attainment": float(met.mean()) if n else 0.0,
+        "replica_busy_fraction": busy / (R * duration) if duration else 0.0,
+        "mean_decode_batch": seq_s / busy if busy else 0.0,
+        "preemptions": preempt,
+        "recomputed_tokens": recomputed,
+        "engine_steps": steps,
+    }
+    records = {
+        "request": np.arange(n), "replica": replica, "arrival_s": traffic.arrival_s, "input_tokens": traffic.prompt_tokens,
+        "cached_tokens": traffic.cached_tokens, "output_tokens": out, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "met_slo": met,
+    }
+    cfg = {
+        "tp": config.tp, "inference_replicas": R, "requests": n, "seed": workload.sampling.seed if config.seed is None else config.seed,
+        "kv_dtype": config.kv_dtype, "weight_dtype": config.weight_dtype, "routing": "round robin",
+    }
+    setup = {
+        "kv_capacity_tokens": eng.kv_capacity_tokens, "max_num_seqs": eng.max_num_seqs, "max_num_batched_tokens": eng.max_batched_tokens,
+        "chunked_prefill": eng.chunked_prefill, "request_overhead_s": eng.request_overhead_s,
+    }
+    return ServingSimResult(
+        workload=workload.name, model=spec.name, hardware=hw.name, engine_profile=engine.name, calibration=engine.calibration,
+        traffic=traffic.source, config=cfg, setup=setup, percentiles=percentiles, summary=summary, latency=latency,
+        targets=targets, records=records,
+    )
+
+
+def write_records(result: ServingSimResult, path: str | Path, force: bool = False) -> Path:
+    """Write the per-request records as CSV (``.csv``) or JSONL (any other suffix), atomically.
+
+    Raises
+    ------
+    OutputExistsError
+        The file exists and ``force`` is false.
+    """
+    import json
+
+    from capplan.output import to_csv, write_atomic
+
+    rec = result.records
+    cols = [rec[c].tolist() for c in RECORD_COLUMNS]
+    rows = zip(*cols)
+    p = Path(path)
+    if p.suffix.lower() == ".csv":
+        text = to_csv(list(RECORD_COLUMNS), rows)
+    else:
+        text = "".join(json.dumps(dict(zip(RECORD_COLUMNS, row))) + "\n" for row in rows)
+    return write_atomic(p, text, force=force)
