@@ -383,12 +383,14 @@ class QueueingResult:
     """Requests arriving at the replica per second [requests/s]."""
     burstiness: float
     """Gamma shape of the replica's inter-arrival gaps (1: Poisson)."""
-    capacity_per_s: float
-    """Largest sustainable request rate of the replica [requests/s] (see :func:`serving_capacity`)."""
+    capacity_per_s: float | None
+    """Largest sustainable request rate of the replica [requests/s] (see :func:`serving_capacity`;
+    ``None`` when not computed)."""
     limited_by: str
-    """What sets the capacity: ``kv capacity``, ``max_num_seqs`` or ``prefill compute``."""
-    utilisation: float
-    """``rate / capacity`` [fraction]."""
+    """What sets the capacity (or stops this rate): ``kv capacity``, ``max_num_seqs`` or
+    ``prefill compute`` (empty when the capacity was not computed and the rate is sustainable)."""
+    utilisation: float | None
+    """``rate / capacity`` [fraction] (``None`` when the capacity was not computed)."""
     saturated: bool
     """The rate exceeds the capacity: queues grow without bound (latencies are ``None``)."""
     decode_batch: float
@@ -521,17 +523,28 @@ def stationary(T: np.ndarray) -> np.ndarray:
     """
     p = np.array(T, dtype=float)
     n = p.shape[0]
-    for k in range(n - 1, 0, -1):
-        s = p[k, :k].sum()
-        if s <= 0.0:  # state k is not left downward: nothing to fold
-            continue
-        p[:k, k] /= s
-        p[:k, :k] += np.outer(p[:k, k], p[k, :k])
-    pi = np.zeros(n)
-    pi[0] = 1.0
-    for j in range(1, n):
-        pi[j] = pi[:j] @ p[:j, j]
-    return pi / pi.sum()
+    with np.errstate(all="ignore"):
+        for k in range(n - 1, 0, -1):
+            s = p[k, :k].sum()
+            if s <= 1e-280:  # state k is (all but) never left downward: nothing to fold
+                p[:k, k] = 0.0
+                continue
+            p[:k, k] /= s
+            p[:k, :k] += np.outer(p[:k, k], p[k, :k])
+        pi = np.zeros(n)
+        pi[0] = 1.0
+        for j in range(1, n):
+            pi[j] = pi[:j] @ p[:j, j]
+        total = pi.sum()
+    if np.all(np.isfinite(pi)) and total > 0:
+        return pi / total
+    pi = np.full(n, 1.0 / n)  # degenerate input: power iteration
+    for _ in range(5000):
+        nxt = pi @ T
+        if np.abs(nxt - pi).sum() < 1e-13:
+            break
+        pi = nxt
+    return nxt / nxt.sum()
 
 
 class _Chain:
@@ -572,7 +585,8 @@ class _Chain:
             gen = np.zeros((m + 1, phi.size), dtype=complex)
             for k in range(nmax, -1, -1):
                 gen = gen * phi[None, :] + counts[:, k][:, None]
-        arrive = np.clip(np.fft.irfft(gen, nfft)[:, : G + 1], 0.0, None)  # (m+1, G+1): granules arriving in a step
+        arrive = np.fft.irfft(gen, nfft)[:, : G + 1]  # (m+1, G+1): granules arriving in a step
+        arrive[arrive < 1e-14] = 0.0  # FFT round-off
         T = np.zeros((G + 1, G + 1))
         for q in range(G + 1):
             s = served[q]
@@ -746,7 +760,7 @@ def serving_capacity(server: Server, mix: RequestMix, burstiness: float = 1.0) -
 
 def queueing_latency(
     server: Server, rate: float, mix: RequestMix, burstiness: float = 1.0, percentiles: tuple[float, ...] = (50.0, 90.0, 99.0),
-    capacity: tuple[float, str] | None = None,
+    capacity: tuple[float, str] | bool | None = True,
 ) -> QueueingResult:
     """Latency distribution of one replica under open-loop arrivals at ``rate`` (the queueing model).
 
@@ -763,8 +777,9 @@ def queueing_latency(
         round robin to ``R`` replicas gives each a shape of ``R``).
     percentiles : tuple of float
         Percentiles to report [percent].
-    capacity : (float, str), optional
-        :func:`serving_capacity` of the same inputs, if already known.
+    capacity : (float, str) or bool
+        :func:`serving_capacity` of the same inputs if already known; ``True`` (default) to
+        compute it, ``False`` to skip it (faster: only whether ``rate`` itself is sustainable).
 
     Notes
     -----
@@ -793,18 +808,27 @@ def queueing_latency(
     """
     _check(rate=rate)
     m = _Mix(mix)
-    cap, why = capacity if capacity is not None else serving_capacity(server, mix, burstiness)
+    if capacity is True:
+        cap, why = serving_capacity(server, mix, burstiness)
+    elif capacity is False or capacity is None:
+        cap, why = None, ""
+    else:
+        cap, why = capacity
     limit, _ = _batch_limit(server, m)
     names = [pct_name(p) for p in percentiles]
-    ok, _, op, gain = _sustainable(server, m, rate, burstiness)
-    if rate > cap or op is None:
+    ok, reason, op, gain = _sustainable(server, m, rate, burstiness)
+    if cap is None and not ok:
+        why = reason
+    if op is None or (cap is not None and rate > cap) or (cap is None and not ok):
         none = Latency(None, {k: None for k in names})
+        top = cap if cap is not None else rate
         return QueueingResult(
-            rate_per_s=rate, burstiness=burstiness, capacity_per_s=cap, limited_by=why, utilisation=rate / cap if cap else math.inf,
+            rate_per_s=rate, burstiness=burstiness, capacity_per_s=cap, limited_by=why,
+            utilisation=(rate / cap if cap else math.inf) if cap is not None else None,
             saturated=True, decode_batch=limit, batch_limit=limit,
             step_s=float(server.pricer.decode(limit, m.decode_ctx).step_time_s), prefill_step_share=0.0, prefill_time_share=0.0,
-            ttft_s=none, tpot_s=none, itl_s=none, e2e_s=none, requests_per_s=cap, output_tokens_per_s=cap * m.mean_out,
-            input_tokens_per_s=cap * m.mean_prompt,
+            ttft_s=none, tpot_s=none, itl_s=none, e2e_s=none, requests_per_s=top, output_tokens_per_s=top * m.mean_out,
+            input_tokens_per_s=top * m.mean_prompt,
         )
     chain, steps = op.chain, op.steps
     rng = np.random.default_rng(20240613)
@@ -865,12 +889,24 @@ def queueing_latency(
     itl = Latency(op.advance_s, {k: float(itl_values[order][min(int(np.searchsorted(cum, p / 100.0)), order.size - 1)])
                                  for k, p in zip(names, percentiles)})
     return QueueingResult(
-        rate_per_s=rate, burstiness=burstiness, capacity_per_s=cap, limited_by=why, utilisation=rate / cap, saturated=False,
+        rate_per_s=rate, burstiness=burstiness, capacity_per_s=cap, limited_by=why,
+        utilisation=rate / cap if cap is not None else None, saturated=False,
         decode_batch=op.b, batch_limit=limit, step_s=op.advance_s, prefill_step_share=chain.prefill_share,
         prefill_time_share=_prefill_time_share(chain, steps, server.chunked_prefill),
         ttft_s=lat(ttft), tpot_s=lat(tpot[ok_d]) if ok_d.any() else Latency(0.0, {k: 0.0 for k in names}), itl_s=itl, e2e_s=lat(e2e),
         requests_per_s=rate, output_tokens_per_s=rate * m.mean_out, input_tokens_per_s=rate * m.mean_prompt,
     )
+
+
+def open_loop_latency(server: Server, rate: float, input_tokens: float, output_tokens: float,
+                      percentiles: tuple[float, ...] = (50.0, 90.0, 99.0)) -> QueueingResult:
+    """Latency percentiles of requests of fixed lengths arriving at ``rate`` per second (Poisson),
+    from the queueing model (:func:`queueing_latency`, the capacity search skipped).
+
+    :func:`open_loop` gives the means a published benchmark reports; this gives its percentiles.
+    """
+    _check(rate=rate, input_tokens=input_tokens, output_tokens=output_tokens)
+    return queueing_latency(server, rate, RequestMix.fixed(input_tokens, output_tokens), 1.0, percentiles, capacity=False)
 
 
 def _prefill_time_share(chain: _Chain, steps: _Steps, chunked: bool) -> float:
