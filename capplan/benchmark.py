@@ -560,6 +560,8 @@ class _Chain:
         m = min(GRANULES_PER_STEP, max(4, MAX_QUEUE_STATES // backlog_steps))
         per_prompt = max(1, round(m * mix.mean_new / budget))  # a mean prompt is whole granules
         self.gtok = mix.mean_new / per_prompt
+        if budget / self.gtok > 4 * GRANULES_PER_STEP:  # prompts far below a step's budget: granules of budget / m
+            self.gtok, per_prompt = budget / m, 1
         m = max(1, int(round(budget / self.gtok)))
         if not steps.chunked:  # whole prompts only: a step takes as many mean prompts as fit, at least one
             m = max(per_prompt, (m // per_prompt) * per_prompt)
@@ -931,7 +933,7 @@ def prefill_alone_s(server: Server, prompt_tokens: Any, cached_tokens: Any = 0.0
     >>> from capplan.modelspec import load_model_spec
     >>> s = server_for(load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm"))
     >>> a, b = prefill_alone_s(s, [1000.0, 1000.0], [0.0, 900.0])
-    >>> round(a * 1e3, 1), round(b * 1e3, 1)  # a 900-token cached prefix leaves a 100-token prefill
+    >>> round(float(a) * 1e3, 1), round(float(b) * 1e3, 1)  # a 900-token cached prefix leaves a 100-token prefill
     (18.0, 6.7)
     """
     from capplan.roofline import causal_pairs

@@ -342,6 +342,8 @@ def count_positions(workload: Workload, conv: Conversations) -> tuple[dict[str, 
         )
         hit[:, 0] += shared
         prefill[:, 0] -= shared
+        claimed[:, 0] += shared  # reused by the first invocation, computed by an earlier request
+        computed[:, 0] += shared
 
     kept = ~(conv.truncated & workload.training.drop_truncated)
     loss = np.array([c in workload.training.loss_on for c in TOKEN_CLASSES])
