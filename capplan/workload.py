@@ -193,8 +193,11 @@ class Training(_Strict):
 
 
 class Serving(_Strict):
-    """Traffic, latency targets, shared prefix and price of a ``serving`` workload (one request
-    per conversation: its prompt, then one sampled answer)."""
+    """Traffic, latency targets, shared prefix and price of a ``serving`` workload.
+
+    A serving workload's conversation is one request: its prompt, then one sampled answer
+    (``docs/serving.md``).
+    """
 
     arrival_rate_per_s: float = Field(gt=0, le=1e7)
     """Mean request arrival rate of the whole fleet [requests/s]."""
