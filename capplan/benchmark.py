@@ -12,6 +12,13 @@ Four scenarios cover how published serving numbers are measured:
 * **open loop** -- requests arrive at ``rate`` per second (``--request-rate``): the number in the
   engine settles where arrivals balance completions (Little's law), and TTFT adds the wait for
   the scheduler.
+* **open loop with queueing** -- the same arrivals with the distribution of the latencies, for
+  requests of any length mix and Poisson or gamma arrivals (:func:`queueing_latency`, the
+  replica's sustainable rate :func:`serving_capacity`): the prefill queue as a Markov chain over
+  engine steps, TTFT, TPOT, ITL and latency percentiles. Serving plans use it
+  (:mod:`capplan.plan.serving`; ``docs/serving.md``); :func:`open_loop` keeps the closed form of
+  the means that the engine profiles' time terms were fitted through, and
+  :func:`open_loop_latency` gives its percentiles.
 
 The closed-loop model, in steady state with ``c`` requests in the engine, prompts of ``P`` and
 outputs of ``O`` tokens, and a scheduler token budget ``M``: each request spends ``k`` steps
@@ -670,14 +677,14 @@ def _operating_point(
         if f <= 1e-4 * max(b, 1.0):
             break
         h = max(0.02 * b, 0.05)
-        Fh, _op = F(b + h)
+        Fh, _ = F(b + h)
         gain = (Fh - Fb) / h
         if gain >= 1.0:  # F outgrows b here: step as far as the plain iteration would
             b_new = Fb
         else:
             b_new = b + f / (1.0 - gain)
         if b_new > b_cap:
-            Fc, opc = F(b_cap)
+            Fc, _ = F(b_cap)
             if Fc > b_cap:
                 return None, 1.0
             b_new = 0.5 * (b + b_cap)

@@ -345,25 +345,41 @@ def plan_serving(
 def _search(evaluate, failing, lam: float, max_util: float, capacities: dict, server: "Server", mix: "RequestMix",
             burst: float) -> tuple[int, str, str]:  # noqa: ANN001
     """The smallest replica count with nothing failing (``failing`` is monotone in it), the
-    binding constraint and a sentence on how it was chosen."""
+    binding constraint and a sentence on how it was chosen.
+
+    The search starts from the count the utilisation limit needs (a replica's capacity grows a
+    little with the count, its arrivals being more regular), walks a few counts down or up, and
+    bisects when the answer is further away.
+    """
     from capplan.benchmark import serving_capacity
 
-    capacities.setdefault(burst, serving_capacity(server, mix, burst))
-    start = max(1, math.ceil(lam / (max_util * capacities[burst][0])))  # capacity grows with R: an upper estimate
-    hi = start
-    while failing(evaluate(hi)):
-        if hi >= MAX_REPLICAS:
-            why = ", ".join(failing(evaluate(hi)))
-            return hi, why, f"no fleet of up to {MAX_REPLICAS:,} replicas meets: {why}"
-        hi = min(2 * hi, MAX_REPLICAS)
-    lo = 0
-    if hi == start and start > 1:
-        # look below: capacity at R > 1 is higher than the single-replica estimate
-        lo = max(0, start // 2)
-        while lo > 0 and not failing(evaluate(lo)):
-            hi, lo = lo, lo // 2
+    def capacity(k: float) -> float:
+        if k not in capacities:
+            capacities[k] = serving_capacity(server, mix, k)
+        return capacities[k][0]
+
+    guess = max(1, math.ceil(lam / (max_util * capacity(burst))))
+    guess = max(1, math.ceil(lam / (max_util * capacity(burst * guess))))
+    if failing(evaluate(guess)):
+        lo, hi = guess, guess + 1
+        for _ in range(3):  # a few steps up, then doubling
+            if not failing(evaluate(hi)):
+                break
+            lo, hi = hi, hi + 1
+        else:
+            while failing(evaluate(hi)):
+                if hi >= MAX_REPLICAS:
+                    why = ", ".join(failing(evaluate(hi)))
+                    return hi, why, f"no fleet of up to {MAX_REPLICAS:,} replicas meets: {why}"
+                lo, hi = hi, min(2 * hi, MAX_REPLICAS)
     else:
-        lo = hi // 2
+        lo, hi = guess - 1, guess
+        for _ in range(3):  # a few steps down, then bisection from 0
+            if lo < 1 or failing(evaluate(lo)):
+                break
+            lo, hi = lo - 1, lo
+        else:
+            lo = 0
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if failing(evaluate(mid)):
