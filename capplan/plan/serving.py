@@ -26,8 +26,6 @@ from typing import TYPE_CHECKING, Any
 from capplan.errors import InputError
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from capplan.benchmark import QueueingResult, RequestMix, Server
     from capplan.plan.inputs import PlanInputs
     from capplan.workload import Workload

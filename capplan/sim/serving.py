@@ -17,7 +17,8 @@ simulated on its own, step by step, as vLLM's V1 scheduler runs it:
   (:func:`capplan.sim.stepcost.run_time`), to the next arrival, completion or KV exhaustion;
 * when the decoding batch's KV growth does not fit, the most recently admitted decoding request
   is preempted: its KV is freed and it is recomputed (prefilled again) when readmitted
-  (admission leaves :data:`KV_WATERMARK` of the capacity free);
+  (admission leaves :data:`capplan.benchmark.KV_WATERMARK` of the capacity free, so a request
+  just admitted is not preempted at the next step);
 * a request whose prompt starts with the workload's shared prefix and hits the prefix cache
   (``serving.prefix_hit_rate``) prefills only the rest (all but the prompt's last position can
   be reused); the prefix's KV is held once per replica.
@@ -31,7 +32,6 @@ Sliding-window layers are priced with the batch's summed context capped at ``bat
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from capplan.benchmark import KV_WATERMARK
 from capplan.engine import EngineProfile
 from capplan.errors import InputError
 from capplan.options import Options
@@ -51,10 +52,6 @@ if TYPE_CHECKING:
     from capplan.hardware import HardwareProfile
     from capplan.sim.stepcost import StepCoefficients
     from capplan.workload import Workload
-
-KV_WATERMARK = 0.01
-"""Share of the KV capacity an admission must leave free (vLLM's block manager keeps 1% of blocks
-free when it admits a request), so a request just admitted is not preempted at the next step."""
 
 PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0)
 """Percentiles every latency is reported at [percent]."""
