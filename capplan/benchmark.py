@@ -12,6 +12,13 @@ Four scenarios cover how published serving numbers are measured:
 * **open loop** -- requests arrive at ``rate`` per second (``--request-rate``): the number in the
   engine settles where arrivals balance completions (Little's law), and TTFT adds the wait for
   the scheduler.
+* **open loop with queueing** -- the same arrivals with the distribution of the latencies, for
+  requests of any length mix and Poisson or gamma arrivals (:func:`queueing_latency`, the
+  replica's sustainable rate :func:`serving_capacity`): the prefill queue as a Markov chain over
+  engine steps, TTFT, TPOT, ITL and latency percentiles. Serving plans use it
+  (:mod:`capplan.plan.serving`; ``docs/serving.md``); :func:`open_loop` keeps the closed form of
+  the means that the engine profiles' time terms were fitted through, and
+  :func:`open_loop_latency` gives its percentiles.
 
 The closed-loop model, in steady state with ``c`` requests in the engine, prompts of ``P`` and
 outputs of ``O`` tokens, and a scheduler token budget ``M``: each request spends ``k`` steps
@@ -304,3 +311,667 @@ def _check(**values: float) -> None:
     for name, v in values.items():
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
             raise InputError(f"{name.replace('_', '-')} {v}: must be a finite number > 0")
+
+
+# --------------------------------------------------------------------------------------------- open loop with queueing
+
+GRANULES_PER_STEP = 16
+"""Resolution of the queueing model's prompt queue: about this many granules fill a step's prefill
+budget (a mean prompt is a whole number of granules)."""
+
+QUEUE_STEPS = 8
+"""Steps of prefill backlog the queueing model holds (at least six mean prompts' and two of the
+longest prompts' worth)."""
+
+TAIL_MASS = 1e-4
+"""More than this share of steps with the model's whole backlog queued means the prefill queue
+does not settle: the replica is saturated by prefill."""
+
+MAX_QUEUE_STATES = 192
+"""Largest number of queue states (granules) of the model's chain."""
+
+HEADROOM_SIGMAS = 3.0
+"""Standard deviations of the decode batch kept below the batch limit (KV capacity or
+``max_num_seqs``) for a rate to count as sustainable."""
+
+TAGGED_REQUESTS = 20_000
+"""Requests the latency percentiles are read from (drawn from the model's stationary state with a
+fixed seed, so the same inputs give the same answer)."""
+
+KV_WATERMARK = 0.01
+"""Share of the KV capacity kept free when a request is admitted (vLLM's block manager keeps 1%)."""
+
+FINE_GRID = 129
+"""Prefill token counts a step is priced at (interpolated between)."""
+
+
+@dataclass(frozen=True)
+class RequestMix:
+    """The lengths of the requests a replica serves: one entry per request of a sample."""
+
+    prompt_tokens: np.ndarray
+    """Prompt positions [positions] (>= 1)."""
+    output_tokens: np.ndarray
+    """Sampled tokens [tokens] (>= 1)."""
+    cached_tokens: np.ndarray
+    """Prompt positions served from the prefix cache [positions] (< prompt)."""
+    shared_prefix_tokens: int = 0
+    """A prefix all requests share, held once per replica when any request hits it [positions]."""
+
+    @classmethod
+    def fixed(cls, prompt_tokens: float, output_tokens: float, cached_tokens: float = 0.0) -> "RequestMix":
+        """Every request alike."""
+        return cls(np.array([float(prompt_tokens)]), np.array([float(output_tokens)]), np.array([float(cached_tokens)]))
+
+    @property
+    def new_tokens(self) -> np.ndarray:
+        """Prompt positions each request prefills [positions]."""
+        return np.maximum(np.asarray(self.prompt_tokens, float) - np.asarray(self.cached_tokens, float), 1.0)
+
+
+@dataclass(frozen=True)
+class Latency:
+    """One latency's mean and percentiles [s] (``None`` when the replica is saturated)."""
+
+    mean: float | None
+    """Mean [s]."""
+    percentiles: dict[str, float | None]
+    """Percentile name (``p50``, ``p90``, ``p99``, ...) -> value [s]."""
+
+    def at(self, percentile: float) -> float | None:
+        """The value at ``percentile`` [s] (it must be one the model was asked for)."""
+        return self.percentiles[pct_name(percentile)]
+
+    def as_dict(self) -> dict[str, float | None]:
+        return {"mean": self.mean, **self.percentiles}
+
+
+def pct_name(percentile: float) -> str:
+    """``95 -> 'p95'``, ``99.9 -> 'p99.9'``."""
+    return f"p{percentile:g}"
+
+
+@dataclass(frozen=True)
+class QueueingResult:
+    """One replica under open-loop arrivals: its batch, step time and latency distribution."""
+
+    rate_per_s: float
+    """Requests arriving at the replica per second [requests/s]."""
+    burstiness: float
+    """Gamma shape of the replica's inter-arrival gaps (1: Poisson)."""
+    capacity_per_s: float | None
+    """Largest sustainable request rate of the replica [requests/s] (see :func:`serving_capacity`;
+    ``None`` when not computed)."""
+    limited_by: str
+    """What sets the capacity (or stops this rate): ``kv capacity``, ``max_num_seqs`` or
+    ``prefill compute`` (empty when the capacity was not computed and the rate is sustainable)."""
+    utilisation: float | None
+    """``rate / capacity`` [fraction] (``None`` when the capacity was not computed)."""
+    saturated: bool
+    """The rate exceeds the capacity: queues grow without bound (latencies are ``None``)."""
+    decode_batch: float
+    """Mean sequences decoding in a step [sequences]."""
+    batch_limit: float
+    """The decode batch KV capacity and ``max_num_seqs`` allow [sequences]."""
+    step_s: float
+    """Mean time of a step in which the decoding batch advances (mean ITL) [s]."""
+    prefill_step_share: float
+    """Share of steps that carry prompt chunks [fraction]."""
+    prefill_time_share: float
+    """Share of step time spent on prompts [fraction]: with chunked prefill the steps' excess over a
+    decode-only step, without it the prompt steps' time."""
+    ttft_s: Latency
+    """Time to first token, queueing and ``request_overhead_s`` included [s]."""
+    tpot_s: Latency
+    """Per-request time per output token after the first, ``(latency - TTFT) / (output - 1)`` [s]."""
+    itl_s: Latency
+    """Inter-token latency over all tokens (the step times a decoding sequence waits) [s]."""
+    e2e_s: Latency
+    """Request latency: TTFT + (output - 1) x TPOT [s]."""
+    requests_per_s: float
+    """Completed requests per second (the arrival rate below capacity) [requests/s]."""
+    output_tokens_per_s: float
+    """Output tokens per second [tokens/s]."""
+    input_tokens_per_s: float
+    """Prompt tokens per second (cached ones included) [tokens/s]."""
+
+
+class _Mix:
+    """Moments of a :class:`RequestMix` the model uses, computed once."""
+
+    def __init__(self, mix: RequestMix) -> None:
+        from capplan.roofline import causal_pairs
+
+        P = np.atleast_1d(np.asarray(mix.prompt_tokens, float))
+        O = np.atleast_1d(np.asarray(mix.output_tokens, float))
+        C = np.atleast_1d(np.asarray(mix.cached_tokens, float))
+        self.P, self.O, self.C = P, np.maximum(O, 1.0), np.minimum(C, P - 1.0)
+        self.new = np.maximum(P - self.C, 1.0)
+        self.mean_new = float(self.new.mean())
+        self.long_new = float(np.percentile(self.new, 99.9))
+        self.mean_prompt = float(P.mean())
+        self.mean_out = float(self.O.mean())
+        d = self.O - 1.0
+        self.mean_decode = float(d.mean())
+        w = d.sum()
+        # the context of a decoding sequence, weighted by the steps it decodes
+        self.decode_ctx = float((d * (P + d / 2.0)).sum() / w) if w > 0 else float(P.mean())
+        self.kv_per_seq = float((d * (self.new + d / 2.0)).sum() / w) if w > 0 else self.mean_new
+        self.pairs_per_token = float(np.mean(causal_pairs(self.C, self.new))) / self.mean_new
+        self.cached_mean = float(self.C.mean())
+        self.shared = float(mix.shared_prefix_tokens) if float(self.C.max()) > 0 else 0.0
+        # Whitt's peakedness factor of an infinite-server queue: kappa = int G^c(x)^2 dx / E[S]
+        s = np.sort(d)
+        if s[-1] > 0:
+            n = s.size
+            surv = 1.0 - np.arange(n) / n  # G^c on [s_(i-1), s_(i)): (n - i) / n
+            widths = np.diff(np.concatenate([[0.0], s]))
+            self.kappa = float((surv**2 * widths).sum() / s.mean())
+        else:
+            self.kappa = 1.0
+
+
+class _Steps:
+    """Step times of one replica at decode batch ``b``, for any prefill token count in a step."""
+
+    def __init__(self, server: Server, mix: _Mix, b: float) -> None:
+        p = server.pricer
+        self.chunked = server.chunked_prefill
+        M = float(server.max_num_batched_tokens)
+        self.budget = max(M - b, 1.0) if self.chunked else M
+        x = np.linspace(0.0, self.budget, FINE_GRID)
+        prompts = x / mix.mean_new
+        W = p.window
+        ctx = mix.decode_ctx
+        dec = b if self.chunked else 0.0
+        pairs_w_tok = min(mix.pairs_per_token, W) if math.isfinite(W) else mix.pairs_per_token
+        t = p.step(
+            new_tokens=np.maximum(dec + x, 1.0), logits_tokens=dec + prompts,
+            attention_pairs=dec * (ctx + 1) + x * mix.pairs_per_token,
+            kv_read_tokens=dec * ctx + prompts * mix.cached_mean, sequences=dec + np.maximum(prompts, 1.0),
+            window_attention_pairs=dec * min(ctx + 1, W) + x * pairs_w_tok,
+            window_kv_read_tokens=dec * min(ctx, W - 1) + prompts * min(mix.cached_mean, W - 1),
+        ).step_time_s
+        t = np.asarray(t, float)
+        self.decode_s = float(p.decode(max(b, 1.0), ctx).step_time_s)
+        t[0] = self.decode_s
+        self.x, self.t = x, t
+
+    def __call__(self, tokens: Any) -> Any:
+        """Time of a step holding ``tokens`` prefill positions (and the decoding batch) [s]."""
+        return np.interp(tokens, self.x, self.t)
+
+
+def _count_pmf(rate: float, burstiness: float, window_s: np.ndarray, nmax: int) -> np.ndarray:
+    """P(n arrivals in a window), n = 0..nmax, for each window [rows], of a stationary renewal
+    process with gamma(``burstiness``) gaps at ``rate`` (Poisson for burstiness 1)."""
+    w = np.atleast_1d(np.asarray(window_s, float))[:, None]
+    n = np.arange(nmax + 1)[None, :]
+    if burstiness == 1.0:
+        mu = rate * w
+        log_fact = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, nmax + 1)))])[None, :]
+        return np.exp(n * np.log(np.maximum(mu, 1e-300)) - mu - log_fact)
+    from scipy.special import gammainc
+    # P(N >= n) = lambda int_0^w S(x) F_{n-1}(w - x) dx, S the gap survival, F_k the k-gap CDF
+    k, theta = burstiness, 1.0 / (rate * burstiness)
+    nodes = (np.arange(64) + 0.5) / 64.0
+    x = w * nodes[None, :]  # (windows, 64)
+    surv = 1.0 - gammainc(k, x / theta)
+    ge = np.ones((w.shape[0], nmax + 2))
+    for m in range(1, nmax + 2):
+        cdf = 1.0 if m == 1 else gammainc(k * (m - 1), (w - x) / theta)
+        ge[:, m] = rate * (surv * cdf).mean(axis=1) * w[:, 0]
+    ge = np.clip(ge, 0.0, 1.0)
+    ge = np.minimum.accumulate(ge, axis=1)
+    return ge[:, :-1] - ge[:, 1:]
+
+
+def stationary(T: np.ndarray) -> np.ndarray:
+    """Stationary distribution of the row-stochastic matrix ``T`` (Grassmann-Taksar-Heyman).
+
+    GTH elimination needs no subtraction, so it is accurate even for nearly decomposable chains,
+    and it runs in numpy without a threaded LAPACK call (small systems, many calls).
+
+    Examples
+    --------
+    >>> stationary(np.array([[0.5, 0.5], [0.25, 0.75]])).round(4).tolist()
+    [0.3333, 0.6667]
+    """
+    p = np.array(T, dtype=float)
+    n = p.shape[0]
+    with np.errstate(all="ignore"):
+        for k in range(n - 1, 0, -1):
+            s = p[k, :k].sum()
+            if s <= 1e-280:  # state k is (all but) never left downward: nothing to fold
+                p[:k, k] = 0.0
+                continue
+            p[:k, k] /= s
+            p[:k, :k] += np.outer(p[:k, k], p[k, :k])
+        pi = np.zeros(n)
+        pi[0] = 1.0
+        for j in range(1, n):
+            pi[j] = pi[:j] @ p[:j, j]
+        total = pi.sum()
+    if np.all(np.isfinite(pi)) and total > 0:
+        return pi / total
+    pi = np.full(n, 1.0 / n)  # degenerate input: power iteration
+    for _ in range(5000):
+        nxt = pi @ T
+        if np.abs(nxt - pi).sum() < 1e-13:
+            break
+        pi = nxt
+    return nxt / nxt.sum()
+
+
+class _Chain:
+    """The prefill queue as a Markov chain over steps: granules waiting at a step's start.
+
+    A step serves ``min(queue, m)`` granules (its token budget) and lasts ``tau(served)``; the
+    prompts arriving during it join the queue for the next step.
+    """
+
+    def __init__(self, steps: _Steps, mix: _Mix, rate: float, burstiness: float) -> None:
+        budget = steps.budget
+        backlog_steps = max(QUEUE_STEPS, math.ceil(6.0 * mix.mean_new / budget), math.ceil(2.0 * mix.long_new / budget))
+        m = min(GRANULES_PER_STEP, max(4, MAX_QUEUE_STATES // backlog_steps))
+        per_prompt = max(1, round(m * mix.mean_new / budget))  # a mean prompt is whole granules
+        self.gtok = mix.mean_new / per_prompt
+        if budget / self.gtok > 4 * GRANULES_PER_STEP:  # prompts far below a step's budget: granules of budget / m
+            self.gtok, per_prompt = budget / m, 1
+        m = max(1, int(round(budget / self.gtok)))
+        if not steps.chunked:  # whole prompts only: a step takes as many mean prompts as fit, at least one
+            m = max(per_prompt, (m // per_prompt) * per_prompt)
+        G = m * backlog_steps
+        self.m, self.G = m, G
+        x = mix.new / self.gtok
+        lo = np.floor(x).astype(int)
+        frac = x - lo
+        size = np.zeros(G + 2)
+        np.add.at(size, np.minimum(lo, G + 1), 1.0 - frac)
+        np.add.at(size, np.minimum(lo + 1, G + 1), frac)
+        size /= size.sum()
+        served = np.minimum(np.arange(G + 1), m)
+        self.tau = steps(np.arange(m + 1) * self.gtok)
+        nfft = 1 << int(math.ceil(math.log2(4 * (G + 2))))
+        phi = np.fft.rfft(size, nfft)
+        mean_arrivals = rate * self.tau
+        nmax = int(max(8, np.max(mean_arrivals) + 12 * math.sqrt(np.max(mean_arrivals) / min(burstiness, 1.0)) + 8))
+        if burstiness == 1.0:  # Poisson counts: the generating function in closed form
+            gen = np.exp(mean_arrivals[:, None] * (phi[None, :] - 1.0))
+        else:  # sum_n P(n arrivals) phi^n by Horner (no threaded BLAS call for a small product)
+            counts = _count_pmf(rate, burstiness, self.tau, nmax)  # (m+1, nmax+1)
+            gen = np.zeros((m + 1, phi.size), dtype=complex)
+            for k in range(nmax, -1, -1):
+                gen = gen * phi[None, :] + counts[:, k][:, None]
+        arrive = np.fft.irfft(gen, nfft)[:, : G + 1]  # (m+1, G+1): granules arriving in a step
+        arrive[arrive < 1e-14] = 0.0  # FFT round-off
+        T = np.zeros((G + 1, G + 1))
+        for q in range(G + 1):
+            s = served[q]
+            base = q - s
+            T[q, base:] = arrive[s, : G + 1 - base]
+            T[q, G] += max(0.0, 1.0 - T[q].sum())
+        pi = stationary(T)
+        self.T = T
+        pi = np.clip(pi, 0.0, None)
+        self.pi = pi / pi.sum()
+        self.served = served
+        self.step_tau = self.tau[served]
+        self.tail = float(self.pi[G - m + 1 :].sum())
+
+    @property
+    def mean_step_s(self) -> float:
+        return float(self.pi @ self.step_tau)
+
+    def step_variance(self) -> tuple[float, float]:
+        """Variance of a step's time [s^2] and the integrated autocorrelation time of the step
+        times, ``1 + 2 sum_k rho_k`` [steps]."""
+        dev = self.step_tau - self.mean_step_s
+        var = float(self.pi @ dev**2)
+        if var <= 0:
+            return 0.0, 1.0
+        T = self.T
+        v = dev.copy()
+        total = 0.0
+        for _ in range(400):
+            v = T @ v
+            rho = float(self.pi @ (dev * v)) / var
+            total += rho
+            if abs(rho) < 1e-4:
+                break
+        return var, max(1.0 + 2.0 * total, 1.0)
+
+    @property
+    def prefill_share(self) -> float:
+        return float(self.pi[1:].sum())
+
+
+class _Operating:
+    """The replica's operating point at one rate: decode batch, step times and the prefill chain."""
+
+    def __init__(self, server: Server, mix: _Mix, rate: float, burstiness: float, b: float) -> None:
+        self.b = b
+        self.steps = _Steps(server, mix, b)
+        self.chain = _Chain(self.steps, mix, rate, burstiness)
+        if server.chunked_prefill:
+            self.advance_s = self.chain.mean_step_s  # every step advances the decoding batch
+        else:  # only decode steps do; prompt steps stall it
+            self.advance_s = self.chain.mean_step_s / max(self.chain.pi[0], 1e-9)
+
+
+def _operating_point(
+    server: Server, mix: _Mix, rate: float, burstiness: float, b_cap: float, guess: float | None = None
+) -> tuple[_Operating | None, float]:
+    """Solve ``b = rate x E[O - 1] x (step time at b)`` (Little's law) for the decode batch.
+
+    The right side grows with ``b``; the smallest root is found by Newton steps on
+    ``f(b) = F(b) - b`` from below (``f > 0`` there), with the slope ``g = F'(b)`` (the loop gain)
+    from a finite difference.
+
+    Returns the operating point (``None`` when no batch below ``b_cap`` balances the arrivals)
+    and the loop gain ``g`` at it.
+    """
+    def F(b: float) -> tuple[float, _Operating]:
+        op = _Operating(server, mix, rate, burstiness, b)
+        return rate * mix.mean_decode * op.advance_s, op
+
+    b = 0.0 if guess is None else max(0.0, guess)
+    Fb, op = F(b)
+    if Fb < b:  # the guess lies above the root: restart from below
+        b = 0.0
+        Fb, op = F(b)
+    gain = 0.0
+    for _ in range(60):
+        f = Fb - b
+        if f <= 1e-4 * max(b, 1.0):
+            break
+        h = max(0.02 * b, 0.05)
+        Fh, _ = F(b + h)
+        gain = (Fh - Fb) / h
+        if gain >= 1.0:  # F outgrows b here: step as far as the plain iteration would
+            b_new = Fb
+        else:
+            b_new = b + f / (1.0 - gain)
+        if b_new > b_cap:
+            Fc, _ = F(b_cap)
+            if Fc > b_cap:
+                return None, 1.0
+            b_new = 0.5 * (b + b_cap)
+        b_next_F, op_next = F(b_new)
+        if b_next_F < b_new:  # overshot the root: back to the plain iteration from b
+            b_new = Fb
+            b_next_F, op_next = F(b_new)
+            if b_next_F < b_new:
+                b, Fb, op = b_new, b_next_F, op_next
+                break
+        b, Fb, op = b_new, b_next_F, op_next
+    return op, float(min(max(gain, 0.0), 0.999))
+
+
+def _batch_limit(server: Server, mix: _Mix) -> tuple[float, str]:
+    """Decoding sequences the replica can hold: ``max_num_seqs`` or KV capacity over the KV a
+    decoding request holds on average (its new prompt positions and half its output)."""
+    by_kv = max(server.kv_capacity_tokens * (1.0 - KV_WATERMARK) - mix.shared, 0.0) / max(mix.kv_per_seq, 1.0)
+    if by_kv < server.max_num_seqs:
+        return max(by_kv, 1.0), "kv capacity"
+    return float(server.max_num_seqs), "max_num_seqs"
+
+
+def _sustainable(
+    server: Server, mix: _Mix, rate: float, burstiness: float, guess: float | None = None
+) -> tuple[bool, str, _Operating | None, float]:
+    """Whether ``rate`` is sustainable, and if not what stops it (see :func:`serving_capacity`)."""
+    limit, limit_name = _batch_limit(server, mix)
+    op, gain = _operating_point(server, mix, rate, burstiness, 4.0 * limit + 64.0, guess)
+    if op is None:
+        return False, limit_name, None, 1.0
+    if op.chain.tail > TAIL_MASS:
+        return False, "prefill compute", op, gain
+    peak = (1.0 + (1.0 / burstiness - 1.0) * mix.kappa) * op.b / (1.0 - gain)
+    if op.b + HEADROOM_SIGMAS * math.sqrt(max(peak, 0.0)) > limit:
+        return False, limit_name, op, gain
+    return True, "", op, gain
+
+
+def serving_capacity(server: Server, mix: RequestMix, burstiness: float = 1.0) -> tuple[float, str]:
+    """The largest request rate one replica sustains, and what limits it.
+
+    A rate is sustainable when (1) the decode batch that balances it exists (Little's law with
+    step times that grow with the batch), (2) the prefill queue settles (the step chain's
+    stationary state holds less than :data:`TAIL_MASS` of its steps at its largest backlog), and (3) the batch stays :data:`HEADROOM_SIGMAS` standard deviations below the batch
+    limit (KV capacity or ``max_num_seqs``). The batch's variance is ``z b / (1 - g)``: an
+    infinite-server queue's (Whitt's peakedness ``z = 1 + (c_a^2 - 1) kappa``, ``c_a^2 = 1 /
+    burstiness``), amplified by the loop gain ``g`` of step times growing with the batch (the
+    linear-noise approximation of a birth-death process). Past that point a replica's batch runs
+    into its KV limit and preempts, and the recomputation lowers its throughput further.
+
+    Returns
+    -------
+    rate : float
+        Requests per second [requests/s] (to 0.2%).
+    limited_by : str
+        ``kv capacity``, ``max_num_seqs`` or ``prefill compute``.
+    """
+    m = _Mix(mix)
+    # an upper bound: the offline batch at the limit, every step a decode step
+    limit, _ = _batch_limit(server, m)
+    top = limit / max(m.mean_decode * float(server.pricer.decode(limit, m.decode_ctx).step_time_s), 1e-9)
+    top = max(top, 1.0 / max(prefill_s(server, m.mean_new), 1e-9))
+    lo, hi = 0.0, top * 1.5
+    why = "prefill compute"
+    guess = None
+    while True:  # make sure hi is unsustainable
+        ok, reason, op, _ = _sustainable(server, m, hi, burstiness)
+        if not ok:
+            why = reason
+            break
+        lo, hi, guess = hi, hi * 2, op.b if op else None
+    while hi - lo > 5e-3 * hi:
+        mid = 0.5 * (lo + hi)
+        ok, reason, op, _ = _sustainable(server, m, mid, burstiness, guess)
+        if ok:
+            lo, guess = mid, (op.b if op else guess)
+        else:
+            hi, why = mid, reason
+    return lo, why
+
+
+def queueing_latency(
+    server: Server, rate: float, mix: RequestMix, burstiness: float = 1.0, percentiles: tuple[float, ...] = (50.0, 90.0, 99.0),
+    capacity: tuple[float, str] | bool | None = True,
+) -> QueueingResult:
+    """Latency distribution of one replica under open-loop arrivals at ``rate`` (the queueing model).
+
+    Parameters
+    ----------
+    server : Server
+        The replica.
+    rate : float
+        Requests arriving per second [requests/s].
+    mix : RequestMix
+        A sample of the requests' lengths.
+    burstiness : float
+        Gamma shape of the gaps between arrivals (1 is Poisson; a fleet's Poisson stream dealt
+        round robin to ``R`` replicas gives each a shape of ``R``).
+    percentiles : tuple of float
+        Percentiles to report [percent].
+    capacity : (float, str) or bool
+        :func:`serving_capacity` of the same inputs if already known; ``True`` (default) to
+        compute it, ``False`` to skip it (faster: only whether ``rate`` itself is sustainable).
+
+    Notes
+    -----
+    **Batch.** Little's law, ``b = rate x E[O - 1] x t``, with ``t`` the mean step time at batch
+    ``b`` (every step advances every decoding sequence by one token), solved for ``b``.
+
+    **Prefill queue.** Prompts wait in a first-come-first-served queue of tokens. Each step
+    carries up to ``max_num_batched_tokens - b`` of them beside the decodes and lasts the step
+    price of that mix; the prompts that arrive during a step join the queue for the next one.
+    The queue at a step's start is a Markov chain (granules of ``budget / 16`` tokens, up to
+    :data:`QUEUE_STEPS` steps of backlog); its stationary state gives the mean step time (and so
+    the batch) and the backlog an arrival finds.
+
+    **TTFT.** An arrival falls in a step with probability proportional to the step's length,
+    waits for its end, for the backlog and the prompts that arrived before it in that step, then
+    for the step that holds its last chunk; that step also carries the prompts that arrived
+    after it in the same step (they are prefilled together). With no decoding sequence and no
+    backlog (probability ``exp(-b)``), the replica is idle and starts the prompt at once. The
+    percentiles are read from :data:`TAGGED_REQUESTS` arrivals drawn from this stationary state
+    with a fixed seed; the engine's ``request_overhead_s`` is added.
+
+    **TPOT and ITL.** ITL is the step time a token waits: the chain's step times, each step
+    weighted once. A request's TPOT is the mean over its ``O - 1`` steps: the mean step time, plus
+    the batch's drift over its life (variance ``2/3`` of the batch's, times the step time's
+    slope in the batch) and the step-to-step spread over ``O - 1`` steps (normal).
+    """
+    _check(rate=rate)
+    m = _Mix(mix)
+    if capacity is True:
+        cap, why = serving_capacity(server, mix, burstiness)
+    elif capacity is False or capacity is None:
+        cap, why = None, ""
+    else:
+        cap, why = capacity
+    limit, _ = _batch_limit(server, m)
+    names = [pct_name(p) for p in percentiles]
+    ok, reason, op, gain = _sustainable(server, m, rate, burstiness)
+    if cap is None and not ok:
+        why = reason
+    if op is None or (cap is not None and rate > cap) or (cap is None and not ok):
+        none = Latency(None, {k: None for k in names})
+        top = cap if cap is not None else rate
+        return QueueingResult(
+            rate_per_s=rate, burstiness=burstiness, capacity_per_s=cap, limited_by=why,
+            utilisation=(rate / cap if cap else math.inf) if cap is not None else None,
+            saturated=True, decode_batch=limit, batch_limit=limit,
+            step_s=float(server.pricer.decode(limit, m.decode_ctx).step_time_s), prefill_step_share=0.0, prefill_time_share=0.0,
+            ttft_s=none, tpot_s=none, itl_s=none, e2e_s=none, requests_per_s=top, output_tokens_per_s=top * m.mean_out,
+            input_tokens_per_s=top * m.mean_prompt,
+        )
+    chain, steps = op.chain, op.steps
+    rng = np.random.default_rng(20240613)
+    N = TAGGED_REQUESTS
+    # the step an arrival falls in: length-biased, and where in it
+    weights = chain.pi * chain.step_tau
+    q = rng.choice(chain.G + 1, size=N, p=weights / weights.sum())
+    tau_now = chain.step_tau[q]
+    u = rng.random(N)
+    backlog = (q - chain.served[q]) * chain.gtok
+    idle = (q == 0) & (rng.random(N) < math.exp(-op.b))
+    # prompts arriving in the same step before and after it (renewal gaps from the arrival)
+    k_shape, theta = burstiness, 1.0 / (rate * burstiness)
+    kmax = int(max(4, rate * float(tau_now.max()) * 3 + 10))
+    before = _arrived_tokens(rng, m.new, k_shape, theta, u * tau_now, kmax)
+    after = _arrived_tokens(rng, m.new, k_shape, theta, (1.0 - u) * tau_now, kmax)
+    pick = rng.integers(0, m.new.size, size=N)
+    own = m.new[pick]
+    ahead = np.where(idle, 0.0, backlog + before)
+    budget = chain.m * chain.gtok  # prompt tokens a step takes (whole prompts without chunking)
+    full = steps(budget)
+    residual = np.where(idle, 0.0, (1.0 - u) * tau_now)
+    total = ahead + own
+    j = np.maximum(np.ceil(total / budget - 1e-9), 1.0)
+    # the last step: the request's remainder, and what queued behind it, up to the budget
+    rem = total - (j - 1.0) * budget
+    behind = np.where(j > 1, after + rate * (j - 1.0) * full * m.mean_new, np.where(idle, 0.0, after))
+    last = steps(np.minimum(budget, rem + behind))
+    ttft = residual + (j - 1.0) * full + last + server.request_overhead_s
+    # TPOT: the mean step time, the batch's drift over a request's life, and the excess of its
+    # steps over a decode-only step (correlated steps, so over O - 1 steps the variance shrinks
+    # by the integrated autocorrelation time; skewed, so a gamma)
+    d = m.O[pick] - 1.0
+    peak = (1.0 + (1.0 / burstiness - 1.0) * m.kappa) * op.b / (1.0 - gain)
+    h = max(0.02 * op.b, 0.05)
+    up = _Operating(server, m, rate, burstiness, op.b + h)
+    slope = (up.advance_s - op.advance_s) / h
+    step_var, iat = chain.step_variance()
+    excess = max(op.advance_s - steps.decode_s, 0.0)
+    n_steps = np.maximum(d, 1.0)
+    var = np.maximum(step_var * iat / n_steps, 1e-30)
+    if excess > 0:
+        noise = rng.gamma(excess**2 / var, var / excess) - excess
+    else:
+        noise = np.zeros(N)
+    drift = slope * math.sqrt(peak * 2.0 / 3.0) * rng.standard_normal(N)
+    tpot = np.maximum(op.advance_s + drift + noise, 0.5 * steps.decode_s)
+    tpot = np.where(d > 0, tpot, 0.0)
+    e2e = ttft + d * tpot
+    ok_d = d > 0
+
+    def lat(values: np.ndarray) -> Latency:
+        return Latency(float(values.mean()), {k: float(np.percentile(values, p)) for k, p in zip(names, percentiles)})
+
+    itl_values, itl_w = chain.step_tau, chain.pi
+    order = np.argsort(itl_values)
+    cum = np.cumsum(itl_w[order]) / itl_w.sum()
+    itl = Latency(op.advance_s, {k: float(itl_values[order][min(int(np.searchsorted(cum, p / 100.0)), order.size - 1)])
+                                 for k, p in zip(names, percentiles)})
+    return QueueingResult(
+        rate_per_s=rate, burstiness=burstiness, capacity_per_s=cap, limited_by=why,
+        utilisation=rate / cap if cap is not None else None, saturated=False,
+        decode_batch=op.b, batch_limit=limit, step_s=op.advance_s, prefill_step_share=chain.prefill_share,
+        prefill_time_share=_prefill_time_share(chain, steps, server.chunked_prefill),
+        ttft_s=lat(ttft), tpot_s=lat(tpot[ok_d]) if ok_d.any() else Latency(0.0, {k: 0.0 for k in names}), itl_s=itl, e2e_s=lat(e2e),
+        requests_per_s=rate, output_tokens_per_s=rate * m.mean_out, input_tokens_per_s=rate * m.mean_prompt,
+    )
+
+
+def open_loop_latency(server: Server, rate: float, input_tokens: float, output_tokens: float,
+                      percentiles: tuple[float, ...] = (50.0, 90.0, 99.0)) -> QueueingResult:
+    """Latency percentiles of requests of fixed lengths arriving at ``rate`` per second (Poisson),
+    from the queueing model (:func:`queueing_latency`, the capacity search skipped).
+
+    :func:`open_loop` gives the means a published benchmark reports; this gives its percentiles.
+    """
+    _check(rate=rate, input_tokens=input_tokens, output_tokens=output_tokens)
+    return queueing_latency(server, rate, RequestMix.fixed(input_tokens, output_tokens), 1.0, percentiles, capacity=False)
+
+
+def _prefill_time_share(chain: _Chain, steps: _Steps, chunked: bool) -> float:
+    """Share of step time spent on prompts (see :attr:`QueueingResult.prefill_time_share`)."""
+    total = chain.mean_step_s
+    if total <= 0:
+        return 0.0
+    if chunked:
+        return float(min(max(1.0 - steps.decode_s / total, 0.0), 1.0))
+    return float((chain.pi[1:] * chain.step_tau[1:]).sum() / total)
+
+
+def prefill_alone_s(server: Server, prompt_tokens: Any, cached_tokens: Any = 0.0) -> np.ndarray:
+    """Time to prefill each prompt on an idle replica, in chunks of the token budget [s] (vectorised).
+
+    ``prompt - cached`` positions are forwarded in ``ceil(new / budget)`` equal chunks (one step
+    without chunked prefill); the cached positions are attended to but not recomputed.
+
+    Examples
+    --------
+    >>> from capplan.hardware import load_hardware
+    >>> from capplan.modelspec import load_model_spec
+    >>> s = server_for(load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm"))
+    >>> a, b = prefill_alone_s(s, [1000.0, 1000.0], [0.0, 900.0])
+    >>> round(float(a) * 1e3, 1), round(float(b) * 1e3, 1)  # a 900-token cached prefix leaves a 100-token prefill
+    (18.0, 6.7)
+    """
+    from capplan.roofline import causal_pairs
+
+    P = np.atleast_1d(np.asarray(prompt_tokens, float))
+    C = np.minimum(np.broadcast_to(np.asarray(cached_tokens, float), P.shape), P - 1.0)
+    new = np.maximum(P - C, 1.0)
+    M = float(server.max_num_batched_tokens)
+    k = np.ceil(new / M) if server.chunked_prefill else np.ones_like(new)
+    W = server.pricer.window
+    t = server.pricer.step(
+        new_tokens=new / k, logits_tokens=1.0 / k, attention_pairs=causal_pairs(C, new) / k,
+        kv_read_tokens=C + new * (k - 1.0) / (2.0 * k), sequences=np.ones_like(new),
+        window_attention_pairs=causal_pairs(C, new, W) / k, window_kv_read_tokens=np.minimum(C + new * (k - 1.0) / (2.0 * k), W - 1),
+    ).step_time_s
+    return np.asarray(t, float) * k
+
+
+def _arrived_tokens(rng: np.random.Generator, sizes: np.ndarray, shape: float, theta: float, window: np.ndarray, kmax: int) -> np.ndarray:
+    """Prompt tokens arriving within ``window`` of an arrival (gaps gamma(shape, theta)), one draw per window."""
+    gaps = rng.gamma(shape, theta, size=(window.size, kmax))
+    count = (np.cumsum(gaps, axis=1) <= window[:, None]).sum(axis=1)
+    draws = sizes[rng.integers(0, sizes.size, size=(window.size, kmax))]
+    mask = np.arange(kmax)[None, :] < count[:, None]
+    return (draws * mask).sum(axis=1)

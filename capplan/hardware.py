@@ -140,6 +140,11 @@ class HardwareProfile(BaseModel):
     """Host (CPU) DRAM of one typical server of this kind [the vendor's "GB"/"TB" figure x 1000
     for TB, as printed]; ``null`` when not recorded. Bounds the CPU tier of an offloaded KV cache."""
 
+    price_usd_per_gpu_hour: float | None = Field(default=None, gt=0, le=10_000)
+    """A public on-demand list price of one GPU-hour [USD/GPU-hour], for serving costs per token;
+    its ``sources`` entry names the price list and the date it was read. ``None``: no price
+    (give ``capplan plan --gpu-hour-price``)."""
+
     assumptions: Assumptions | None = None
     """Deprecated and ignored: achievable efficiencies now belong to engine profiles
     (``engine_profiles/``, ``--engine``), since they are properties of the serving engine, not of
@@ -350,6 +355,7 @@ def _numeric_keys(data: dict[str, object]) -> list[str]:
             "inter_node_bandwidth_gbps",
             "host_link_bandwidth_gbps",
             "host_mem_gb_per_node",
+            "price_usd_per_gpu_hour",
         )
         if data.get(f) is not None
     ]

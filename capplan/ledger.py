@@ -16,7 +16,10 @@ Counters (each split by token class ``prompt`` / ``action`` / ``tool`` and ``tot
     last token sampled in a turn is never forwarded before that request ends). The samples of a
     GRPO group share their prompt when the engine caches prefixes (``cache.share_group_prompt``):
     the group's first sample prefills it and the others count it as a hit, so the prompt is
-    prefilled once per group.
+    prefilled once per group. A serving
+    workload's shared prefix (``serving.shared_prefix_tokens``) was computed by an earlier
+    request: it is a hit for the share ``serving.prefix_hit_rate`` of requests
+    (:func:`shared_prefix_hits`).
 ``decode_forwarded``
     Positions forwarded by decode steps: every sampled token but the last of each invocation
     (the first sampled token comes from the prefill's logits).
@@ -261,6 +264,33 @@ def _overlap_by_class(conv: Conversations, hits: "np.ndarray", j: int) -> "np.nd
     return out
 
 
+def shared_prefix_hits(prompt_tokens: "np.ndarray", shared_prefix_tokens: int, hit_rate: float) -> "np.ndarray":
+    """Prompt positions each request reuses from a prefix all requests share [positions].
+
+    Request ``i`` hits when ``floor((i + 1) h) > floor(i h)`` (``h`` the hit rate): exactly
+    ``floor(n h)`` of the first ``n`` requests hit, evenly spread, without a random draw. A hit
+    reuses ``min(shared prefix, prompt - 1)`` positions: the prompt's last position is always
+    computed, since its logits give the first token.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> shared_prefix_hits(np.array([100, 100, 100, 100]), 60, 0.5).tolist()
+    [0, 60, 0, 60]
+    >>> shared_prefix_hits(np.array([40, 100]), 60, 1.0).tolist()
+    [39, 60]
+    """
+    import numpy as np
+
+    n = prompt_tokens.shape[0]
+    if shared_prefix_tokens <= 0 or hit_rate <= 0:
+        return np.zeros(n, dtype=np.int64)
+    i = np.arange(n, dtype=np.float64)
+    hit = np.floor((i + 1) * hit_rate + 1e-9) > np.floor(i * hit_rate + 1e-9)
+    reuse = np.minimum(shared_prefix_tokens, np.maximum(prompt_tokens - 1, 0))
+    return np.where(hit, reuse, 0).astype(np.int64)
+
+
 def count_positions(workload: Workload, conv: Conversations) -> tuple[dict[str, "np.ndarray"], dict[str, Any]]:
     """Per-conversation counters and the raw quantities the checks compare them with.
 
@@ -337,6 +367,15 @@ def count_positions(workload: Workload, conv: Conversations) -> tuple[dict[str, 
             decode[:, 1] += np.where(act, np.maximum(conv.actions[:, j] - 1, 0), 0)
             cum_a = cum_a + conv.actions[:, j]
             cum_o = cum_o + conv.tools[:, j]
+
+    if workload.serving is not None and workload.serving.shared_prefix_tokens and rollout:
+        shared = shared_prefix_hits(
+            np.where(invoked[:, 0], conv.inputs[:, 0], 0), workload.serving.shared_prefix_tokens, workload.serving.prefix_hit_rate
+        )
+        hit[:, 0] += shared
+        prefill[:, 0] -= shared
+        claimed[:, 0] += shared  # reused by the first invocation, computed by an earlier request
+        computed[:, 0] += shared
 
     kept = ~(conv.truncated & workload.training.drop_truncated)
     loss = np.array([c in workload.training.loss_on for c in TOKEN_CLASSES])

@@ -248,16 +248,43 @@ class Training(_Strict):
 
 
 class Serving(_Strict):
-    """Targets of a ``serving`` workload."""
+    """Traffic, latency targets, shared prefix and price of a ``serving`` workload.
 
-    arrival_rate_per_s: float = Field(gt=0, le=MAX_SEQUENCES)
-    """Mean request arrival rate [requests/s]."""
-    ttft_target_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
-    """Time-to-first-token target at ``percentile`` [s]."""
-    tpot_target_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
-    """Time-per-output-token target at ``percentile`` [s]."""
+    A serving workload's conversation is one request: its prompt, then one sampled answer
+    (``docs/serving.md``).
+    """
+
+    arrival_rate_per_s: float = Field(gt=0, le=1e7)
+    """Mean request arrival rate of the whole fleet [requests/s]."""
+    arrival_process: Literal["poisson", "gamma"] = "poisson"
+    """How requests arrive: ``poisson`` (exponential gaps between requests) or ``gamma`` (gaps
+    drawn from a gamma distribution of shape ``burstiness``, as ``vllm bench serve --burstiness``
+    does)."""
+    burstiness: float = Field(default=1.0, gt=0, le=1000)
+    """Gamma shape of the gaps between requests (``arrival_process: gamma`` only): 1 is Poisson,
+    below 1 burstier (squared coefficient of variation ``1 / burstiness``), above 1 more regular."""
+    ttft_target_s: float | None = Field(default=None, gt=0, le=3600)
+    """Time-to-first-token target at ``percentile``, queueing included [s]."""
+    tpot_target_s: float | None = Field(default=None, gt=0, le=60)
+    """Time-per-output-token target at ``percentile`` [s]: a request's ``(latency - TTFT) /
+    (output tokens - 1)``, as ``vllm bench serve`` reports TPOT."""
     percentile: float = Field(default=95.0, gt=0, lt=100)
-    """Percentile the targets apply to [0-100]: 99 means p99 (a fraction such as 0.99 is refused)."""
+    """Percentile of requests the targets apply to [0-100]: 99 means p99 (a fraction such as 0.99
+    is refused)."""
+    max_utilisation: float = Field(default=0.9, gt=0, lt=1)
+    """Highest utilisation a replica is planned at, whatever the targets allow [fraction 0-1]:
+    its request rate over the largest rate it can sustain (KV memory, ``max_num_seqs`` or
+    prefill compute)."""
+    shared_prefix_tokens: int = Field(default=0, ge=0, le=10_000_000)
+    """Positions at the start of every prompt that all requests share (a system prompt, few-shot
+    examples, a retrieved document set) [tokens]; part of ``prompt_tokens``."""
+    prefix_hit_rate: float = Field(default=1.0, ge=0, le=1)
+    """Fraction of requests that find ``shared_prefix_tokens`` in their replica's prefix cache
+    [fraction 0-1]: a hit skips the prefix's prefill (all but the last prompt position is
+    reusable) and its KV is stored once per replica."""
+    price_usd_per_gpu_hour: float | None = Field(default=None, gt=0, le=10_000)
+    """Price of one GPU-hour for the cost per million tokens [USD/GPU-hour]; default the hardware
+    profile's ``price_usd_per_gpu_hour`` (``capplan plan --gpu-hour-price`` overrides both)."""
 
     @model_validator(mode="after")
     def _percent_scale(self) -> "Serving":
@@ -267,6 +294,12 @@ class Serving(_Strict):
                 f"{self.percentile:g} looks like a fraction; percentiles are on a 0-100 scale "
                 f"(write {self.percentile * 100:g} for p{self.percentile * 100:g})",
             )
+        return self
+
+    @model_validator(mode="after")
+    def _arrivals(self) -> "Serving":
+        if self.arrival_process == "poisson" and self.burstiness != 1.0:
+            raise FieldError(("burstiness",), "only allowed with arrival_process: gamma (Poisson arrivals have burstiness 1)")
         return self
 
 

@@ -32,6 +32,7 @@ MODEL_OF = {
     "agentic-tool-rl": "qwen3-8b",
     "chat-serving": "llama-3.1-8b",
     "distillation": "qwen3-8b",
+    "rag-serving": "llama-3.1-8b",
     "reasoning-rl-olmo3-32b": "olmo-3-32b",
     "reasoning-rl-olmo3-7b": "olmo-3-7b",
     "seed-replay": "llama-3.1-8b",
@@ -102,6 +103,8 @@ def _cases() -> list[tuple[str, list[str], str | None]]:
         out.append((f"simulate-{w}-trajectories.jsonl", [*base, "--trajectories", "{out}"], "trajectories"))
     out.append(("simulate-agentic-async-k1.json", ["simulate", "agentic-tool-rl", "-H", "h100-sxm", "--inference-replicas", "4", "--steps", "3", "--mode", "async", "--max-staleness", "1", "--format", "json"], None))
     out.append(("simulate-agentic-sweep.json", ["simulate", "agentic-tool-rl", "-H", "h100-sxm", "--inference-replicas", "4", "--steps", "2", "--sweep-staleness", "0,1", "--format", "json"], None))
+    out.append(("simulate-chat-serving.json", ["simulate", "chat-serving", "-H", "h100-sxm", "--inference-replicas", "1", "--requests", "3000", "--format", "json"], None))
+    out.append(("simulate-rag-serving-records.csv", ["simulate", "rag-serving", "-H", "h100-sxm", "--inference-replicas", "2", "--requests", "500", "--records", "{out}"], "records.csv"))
     out.append(("simulate-distillation-static.json", ["simulate", "distillation", "-H", "h100-sxm", "--inference-replicas", "2", "--steps", "1", "--static-batching", "--format", "json"], None))
     for f in sorted((REPO / FIXTURES).glob("*.jsonl")):
         mapping = f.stem if f.stem in ("verl", "openrlhf", "areal") else "capplan"

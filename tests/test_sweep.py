@@ -73,8 +73,10 @@ def test_sweep_cli(runner, tmp_path):
 def test_sweep_cli_errors(runner):
     from capplan.cli.app import app
 
+    r = runner.invoke(app, ["sweep", "seed-replay", "-m", "llama-3.1-8b", "-H", "h200", "--objective", "cost"])
+    assert r.exit_code == 2 and "--gpu-hour-price" in r.stderr  # h200's profile carries no price
     r = runner.invoke(app, ["sweep", "seed-replay", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--objective", "cost"])
-    assert r.exit_code == 2 and "--gpu-hour-price" in r.stderr
+    assert r.exit_code == 0 and "price_usd_per_gpu_hour" in r.stdout  # h100-sxm's does, and the output says so
     r = runner.invoke(app, ["sweep", "seed-replay", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--tp", "one"])
     assert r.exit_code == 2 and "expected integers" in r.stderr
 

@@ -1,7 +1,8 @@
 """capplan's prediction of one corpus row: the same library calls a user's plan makes.
 
 Serving rows go through :mod:`capplan.benchmark` (a static batch, closed-loop clients, an offline
-run or open-loop arrivals) with the engine profile of the row's engine; KV rows through
+run or open-loop arrivals; a p99 latency of open-loop arrivals through the queueing model) with
+the engine profile of the row's engine; KV rows through
 :func:`capplan.kv.compute_kv` with the settings the log shows. A row capplan cannot express (a
 model or GPU without a profile, a dtype or parallel layout it does not model) is returned as
 unsupported with the reason, never predicted with a silently different setup.
@@ -315,9 +316,48 @@ def _server(model: str, hardware: str, engine: Any, settings: tuple) -> Any:
     return hit[1]
 
 
+def predict_percentile(row: "CorpusRow", engine: "EngineProfile | None") -> Prediction:
+    """Predict a ``_p99`` latency row of an open-loop run with the queueing model
+    (:func:`capplan.benchmark.open_loop_latency`); other p99 rows are unsupported.
+
+    Kept apart from :func:`prepare_serving`, so the engine-term fits stay on the means."""
+    from capplan import benchmark
+
+    name = engine.name if engine else ""
+    try:
+        if row.excluded:
+            raise Unsupported(f"excluded: {row.excluded}")
+        family = engine_family(row.get("engine"))
+        spec_name, hw_name = row.get("model") or "?", row.get("hardware") or "?"
+        _model(spec_name), _hardware(hw_name)
+        settings, assumed = serving_setup(row, family)
+        rate, P, O = row.number("request_rate"), row.number("input_tokens"), row.number("output_tokens")
+        if row.get("scenario") != "request_rate" or rate is None or rate == float("inf"):
+            raise Unsupported("a p99 latency of a closed-loop or offline run: the queueing model covers open-loop arrivals")
+        if P is None or O is None:
+            raise Unsupported("input/output lengths not stated")
+        if row.metric not in ("ttft_ms", "e2e_latency_s", "itl_ms", "tpot_ms"):
+            raise Unsupported(f"metric {row.metric} is not predicted at a percentile")
+        server = _server(spec_name, hw_name, engine, tuple(sorted(settings.items())))
+        instances = max(1.0, (row.number("num_gpus") or settings["tp"]) / settings["tp"])
+        q = benchmark.open_loop_latency(server, rate / instances, round(P), round(O), (99.0,))
+        if q.saturated:
+            raise Unsupported("arrivals exceed what the instance can serve: latency grows with the run's length")
+        value = {"ttft_ms": q.ttft_s.at(99.0), "e2e_latency_s": q.e2e_s.at(99.0)}.get(row.metric, q.tpot_s.at(99.0))
+        assert value is not None
+        value = value if row.metric == "e2e_latency_s" else value * 1e3
+    except Unsupported as exc:
+        return Prediction(None, str(exc), name)
+    except CapplanError as exc:
+        return Prediction(None, f"capplan refused the setup: {exc}", name)
+    return Prediction(value, "", name, assumed + ["fixed input/output lengths, Poisson arrivals (queueing model)"])
+
+
 def predict_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prediction:
     """Predict a serving row (see the module notes)."""
     name = engine.name if engine else ""
+    if row.id.endswith("_p99"):
+        return predict_percentile(row, engine)
     try:
         if feature_settings().get(row.id, {}).get("phase"):
             value, assumed = predict_phase(row, engine)

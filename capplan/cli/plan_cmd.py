@@ -35,6 +35,7 @@ from capplan.cli.common import (
 
 if TYPE_CHECKING:
     from capplan.plan import Plan
+    from capplan.plan.serving import ServingPlan
 
 
 commands = CommandSet()
@@ -178,6 +179,147 @@ def plans_csv(plans: list["Plan"]) -> str:
     return to_csv([c for c, _ in CSV_COLUMNS], [[get(p) for _, get in CSV_COLUMNS] for p in plans])
 
 
+def _pct_key(p: "ServingPlan") -> str:
+    return f"p{p.percentile:g}"
+
+
+def _ms(v: float | None) -> str:
+    return "saturated" if v is None else f"{v * 1e3:,.1f}"
+
+
+def _ms3(d: dict[str, float | None]) -> str:
+    return " / ".join(_ms(d.get(k)) for k in ("p50", "p90", "p99"))
+
+
+def _target(p: "ServingPlan", d: dict[str, float | None], target: float | None, met: bool) -> str:
+    value = _ms(d.get(_pct_key(p)))
+    if target is None:
+        return f"{value} (no target)"
+    return f"{value} ({'meets' if met else 'MISSES'} {target * 1e3:,.1f})"
+
+
+def _usd(v: float | None, digits: int = 3) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+#: Rows of the serving table: (label with unit, getter); ``None`` getters are section headings.
+SERVING_ROWS: list[tuple[str, Any]] = [
+    ("Fleet", None),
+    ("replicas x tp = GPUs", lambda p: f"{p.replicas:,} x {p.tp} = {p.gpus:,}"),
+    ("binding constraint", lambda p: p.binding_constraint),
+    ("arrival rate [req/s]: fleet / replica", lambda p: f"{p.arrival_rate_per_s:,.4g} / {p.per_replica_rate_per_s:,.4g}"),
+    ("replica capacity [req/s] (limited by)", lambda p: f"{p.capacity_per_replica_per_s:,.4g} ({p.capacity_limited_by})"),
+    ("utilisation (limit)", lambda p: f"{p.utilisation:.1%} ({p.max_utilisation:.0%})"),
+    ("decode batch per replica [sequences] (limit)", lambda p: f"{p.decode_batch:,.1f} ({p.batch_limit:,.0f})"),
+    ("Latency, queueing included", None),
+    ("TTFT p50 / p90 / p99 [ms]", lambda p: _ms3(p.ttft_s)),
+    ("TTFT at the target percentile [ms] (target)", lambda p: f"{_pct_key(p)}: " + _target(p, p.ttft_s, p.ttft_target_s, p.ttft_met)),
+    ("TPOT p50 / p90 / p99 [ms]", lambda p: _ms3(p.tpot_s)),
+    ("TPOT at the target percentile [ms] (target)", lambda p: f"{_pct_key(p)}: " + _target(p, p.tpot_s, p.tpot_target_s, p.tpot_met)),
+    ("ITL p50 / p90 / p99 [ms]", lambda p: _ms3(p.itl_s)),
+    ("latency p50 / p99 [s]", lambda p: " / ".join("saturated" if p.e2e_s.get(k) is None else f"{p.e2e_s[k]:,.2f}" for k in ("p50", "p99"))),
+    ("targets met", lambda p: "yes" if p.targets_met else "NO"),
+    ("Throughput and cost", None),
+    ("output / input tokens/s per GPU", lambda p: f"{p.output_tokens_per_s_per_gpu:,.0f} / {p.input_tokens_per_s_per_gpu:,.0f}"),
+    ("prompt positions from the prefix cache", lambda p: f"{p.cached_prompt_fraction:.1%}"),
+    ("price [USD/GPU-hour]", lambda p: _usd(p.price_usd_per_gpu_hour, 2)),
+    ("cost per 1M output / input tokens [USD]", lambda p: f"{_usd(p.cost_usd_per_million_output_tokens)} / {_usd(p.cost_usd_per_million_input_tokens)}"),
+]
+
+#: CSV columns of serving plans: one row per workload, units in the names, numbers as numbers.
+SERVING_CSV_COLUMNS: list[tuple[str, Any]] = [
+    ("workload", lambda p: p.workload),
+    ("method", lambda p: p.method),
+    ("model", lambda p: p.model),
+    ("hardware", lambda p: p.hardware),
+    ("tp", lambda p: p.tp),
+    ("kv_dtype", lambda p: p.kv_dtype),
+    ("weight_dtype", lambda p: p.weight_dtype),
+    ("engine_profile", lambda p: p.engine_profile),
+    ("arrival_rate_per_s", lambda p: p.arrival_rate_per_s),
+    ("burstiness", lambda p: p.burstiness),
+    ("percentile", lambda p: p.percentile),
+    ("replicas", lambda p: p.replicas),
+    ("gpus", lambda p: p.gpus),
+    ("binding_constraint", lambda p: p.binding_constraint),
+    ("per_replica_rate_per_s", lambda p: p.per_replica_rate_per_s),
+    ("capacity_per_replica_per_s", lambda p: p.capacity_per_replica_per_s),
+    ("capacity_limited_by", lambda p: p.capacity_limited_by),
+    ("utilisation_fraction", lambda p: p.utilisation),
+    ("decode_batch_sequences", lambda p: p.decode_batch),
+    ("batch_limit_sequences", lambda p: p.batch_limit),
+    *[(f"{name}_{k}_s", (lambda name, k: lambda p: getattr(p, f"{name}_s").get(k))(name, k))
+      for name in ("ttft", "tpot", "itl", "e2e") for k in ("mean", "p50", "p90", "p99")],
+    ("ttft_at_percentile_s", lambda p: p.ttft_s.get(_pct_key(p))),
+    ("tpot_at_percentile_s", lambda p: p.tpot_s.get(_pct_key(p))),
+    ("ttft_target_s", lambda p: p.ttft_target_s),
+    ("tpot_target_s", lambda p: p.tpot_target_s),
+    ("ttft_met", lambda p: p.ttft_met),
+    ("tpot_met", lambda p: p.tpot_met),
+    ("utilisation_met", lambda p: p.utilisation_met),
+    ("targets_met", lambda p: p.targets_met),
+    ("output_tokens_per_s_per_gpu", lambda p: p.output_tokens_per_s_per_gpu),
+    ("input_tokens_per_s_per_gpu", lambda p: p.input_tokens_per_s_per_gpu),
+    ("cached_prompt_fraction", lambda p: p.cached_prompt_fraction),
+    ("price_usd_per_gpu_hour", lambda p: p.price_usd_per_gpu_hour),
+    ("cost_usd_per_million_output_tokens", lambda p: p.cost_usd_per_million_output_tokens),
+    ("cost_usd_per_million_input_tokens", lambda p: p.cost_usd_per_million_input_tokens),
+    ("sizing", lambda p: p.sizing),
+]
+
+
+def serving_csv(plans: list["ServingPlan"]) -> str:
+    """One row per serving workload (:data:`SERVING_CSV_COLUMNS`); spreadsheet-safe."""
+    from capplan.output import to_csv
+
+    return to_csv([c for c, _ in SERVING_CSV_COLUMNS], [[get(p) for _, get in SERVING_CSV_COLUMNS] for p in plans])
+
+
+def render_serving(plans: list["ServingPlan"], explain: bool) -> None:
+    """Print serving plans as one table (a column per workload), their notes and, with ``explain``, the formulas."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    out = console()
+    first = plans[0]
+    out.print(
+        f"capplan plan (serving) on {first.hardware} (tp {first.tp}, KV {first.kv_dtype}, weights {first.weight_dtype}); "
+        f"engine profile {escape(first.engine_profile)} ({escape(first.calibration)}). Requests dealt to replicas round robin; "
+        "latencies from the queueing model."
+    )
+    table = Table(title="Serving plan, one column per workload", title_justify="left")
+    table.add_column("", no_wrap=True)
+    for p in plans:
+        table.add_column(f"{escape(p.workload)}\n({escape(p.model)}, targets at p{p.percentile:g})", justify="right")
+    for label, get in SERVING_ROWS:
+        if get is None:
+            table.add_row(f"[bold]{escape(label)}[/bold]", *([""] * len(plans)))
+            continue
+        table.add_row(escape(label), *(escape(str(get(p))) for p in plans))
+    out.print(table)
+    for p in plans:
+        out.print(f"{escape(p.workload)}: {escape(p.sizing)}.")
+        for reason in p.reasons:
+            out.print(f"{escape(p.workload)}: [bold]target not met[/bold]: {escape(reason)}.")
+        out.print(f"{escape(p.workload)}: price: {escape(p.price_source)}")
+    out.print("Assumptions: " + escape("; ".join(dict.fromkeys(a for p in plans for a in p.assumptions))) + ".")
+    if explain:
+        for p in plans:
+            out.print(f"\n[bold]{escape(p.workload)}: formulas with the numbers substituted[/bold]")
+            for line in p.explain:
+                out.print("  " + escape(line))
+
+
+def _exit_on_unmet_targets(plans: list["ServingPlan"]) -> None:
+    """Exit 3, naming why, when a serving plan misses a target (its outputs are already written)."""
+    unmet = [p for p in plans if not p.targets_met]
+    for p in unmet:
+        for reason in p.reasons:
+            typer.echo(f"Error: {p.workload}: {reason}", err=True)
+    if unmet:
+        raise typer.Exit(3)
+
+
 def _cell(v: Any) -> str:
     if isinstance(v, str):
         return v
@@ -259,7 +401,9 @@ def render(plans: list["Plan"], explain: bool) -> None:
         "--max-staleness). Give both GPU counts to evaluate a split, one to size the other for "
         "balance, neither to size both, or --total-gpus to find the split (and, with --mode auto, "
         "the mode) that maximises trained tokens/s. Warns about KV thrash, a tail beyond the "
-        "staleness bound and a split far from balance.\n\n"
+        "staleness bound and a split far from balance. A serving workload gets a fleet plan instead: the fewest replicas "
+        "that meet its arrival rate and its TTFT/TPOT targets at a percentile, queueing included, with cost per million "
+        "tokens; a target no fleet meets (or --inference-gpus too few) exits 3, after writing the outputs.\n\n"
         "Examples:\n\n"
         "\b\n"
         "  capplan plan reasoning-rl-olmo3-7b --hardware h100-sxm\n"
@@ -271,6 +415,7 @@ def render(plans: list["Plan"], explain: bool) -> None:
     ),
 )
 def plan(
+    ctx: typer.Context,
     workloads: Annotated[list[str], typer.Argument(help="Workload files or bundled names.")],
     hardware: Annotated[str, typer.Option("--hardware", "-H", help="Inference hardware profile (name or path).")],
     tp: TPOpt = 1,
@@ -282,7 +427,8 @@ def plan(
     ] = None,
     trainer_gpus: Annotated[int | None, typer.Option("--trainer-gpus", help="Trainer GPUs (default: sized).", min=1)] = None,
     inference_gpus: Annotated[
-        int | None, typer.Option("--inference-gpus", help="Inference GPUs (default: sized).", min=1)
+        int | None,
+        typer.Option("--inference-gpus", help="Inference GPUs (default: sized); for a serving workload, the fleet to evaluate.", min=1),
     ] = None,
     total_gpus: Annotated[
         int | None, typer.Option("--total-gpus", help="Fixed total: choose the split maximising trained tokens/s.", min=1)
@@ -329,11 +475,21 @@ def plan(
         int,
         typer.Option("--max-grid-cells", help="Most splits --total-gpus may evaluate (one per replica count; raise it deliberately).", min=1),
     ] = MAX_SPLITS,
+    gpu_hour_price: Annotated[
+        float | None,
+        typer.Option(
+            "--gpu-hour-price", help="Price of one GPU-hour in USD for a serving plan's cost per million tokens "
+            "(default: the workload's serving.price_usd_per_gpu_hour, else the hardware profile's).", min=0.0001, max=10000,
+        ),
+    ] = None,
     explain: Annotated[bool, typer.Option("--explain", help="Print every formula with the numbers substituted.")] = False,
     format: FormatOpt = Format.table,
     output_dir: Annotated[
         Path | None,
-        typer.Option("--output-dir", help="Write plan.json and plan.csv here (atomically; never overwriting without --force).", file_okay=False),
+        typer.Option(
+            "--output-dir", help="Write plan.json, and plan.csv (training workloads) and plan-serving.csv (serving workloads), "
+            "here (atomically; never overwriting without --force).", file_okay=False,
+        ),
     ] = None,
     force: ForceOpt = False,
 ) -> None:
@@ -341,12 +497,15 @@ def plan(
     from capplan.output import ensure_new, to_json, write_atomic
     from capplan.plan import PlanInputs, plan_workload
     from capplan.plan.inputs import load_policy, load_teacher
+    from capplan.plan.serving import plan_serving
+
+    from capplan.cli.method_flags import PLAN_FLAGS, given, method_flag_error
 
     from capplan.workload import check_sample_size
 
     if total_gpus and (trainer_gpus or inference_gpus):
-        given = "--trainer-gpus" if trainer_gpus else "--inference-gpus"
-        raise fail(f"--total-gpus with {given}: give --total-gpus alone (capplan chooses the split) or the GPU counts without it")
+        counts = "--trainer-gpus" if trainer_gpus else "--inference-gpus"
+        raise fail(f"--total-gpus with {counts}: give --total-gpus alone (capplan chooses the split) or the GPU counts without it")
     if total_gpus and total_gpus // tp > max_grid_cells:
         raise fail(
             f"--total-gpus {total_gpus:,} at tp {tp} means {total_gpus // tp:,} splits to evaluate, above --max-grid-cells "
@@ -354,6 +513,7 @@ def plan(
         )
     if pp != 1:
         raise fail(f"--pipeline-parallel-size {pp}: plan models replicas of one pipeline stage (1); capplan kv gives pipeline-parallel memory")
+    flags = given(ctx, PLAN_FLAGS)
     hw = call(lambda: load_hardware(hardware))
     thw = call(lambda: load_hardware(trainer_hardware)) if trainer_hardware else hw
     engine_profile = engine_settings(
@@ -364,6 +524,9 @@ def plan(
         workload, spec = call(lambda: load_policy(name, model))
         workload = workload_settings(workload, prefix_caching=prefix_caching, max_model_len=max_model_len)
         call(lambda: check_sample_size(workload, conversations))
+        wrong = method_flag_error(workload.name, workload.method, flags, PLAN_FLAGS)
+        if wrong:
+            raise fail(wrong)
         teacher = call(lambda: load_teacher(workload))
         inputs = call(
             lambda: PlanInputs(
@@ -375,10 +538,21 @@ def plan(
                 trainer_mfu=trainer_mfu, rollout_slowdown=rollout_slowdown, step_overhead_s=step_overhead,
             )
         )
-        plans.append(call(lambda: plan_workload(workload, inputs, conversations=conversations)))
+        if workload.method == "serving":
+            plans.append(call(lambda: plan_serving(workload, inputs, conversations, gpu_hour_price)))
+        else:
+            plans.append(call(lambda: plan_workload(workload, inputs, conversations=conversations)))
     docs = [p.as_dict() for p in plans]
+    serving = [p for p in plans if p.method == "serving"]
+    training = [p for p in plans if p.method != "serving"]
+    if format is Format.csv and serving and training:
+        raise fail("serving and training workloads have different CSV columns: plan them in separate runs (or use --output-dir)")
     if output_dir is not None:
-        targets = {output_dir / "plan.json": to_json(docs), output_dir / "plan.csv": plans_csv(plans)}
+        targets = {output_dir / "plan.json": to_json(docs)}
+        if training:
+            targets[output_dir / "plan.csv"] = plans_csv(training)
+        if serving:
+            targets[output_dir / "plan-serving.csv"] = serving_csv(serving)
         for path in targets:
             call(lambda: ensure_new(path, force))  # nothing is written unless every file may be
         for path, text in targets.items():
@@ -387,6 +561,10 @@ def plan(
     if format is Format.json:
         emit(to_json(docs), None, False)
     elif format is Format.csv:
-        emit(plans_csv(plans), None, False)
+        emit(serving_csv(serving) if serving else plans_csv(training), None, False)
     else:
-        render(plans, explain)
+        if training:
+            render(training, explain)
+        if serving:
+            render_serving(serving, explain)
+    _exit_on_unmet_targets(serving)

@@ -86,10 +86,17 @@ class Sampling(str, Enum):
         "  capplan simulate reasoning-rl-olmo3-7b -H h100-sxm --inference-replicas 56 --trainer-gpus 16 \\\n"
         "      --mode async --inflight-updates --output sim.json --timeline sim.png\n"
         "  capplan simulate agentic-tool-rl -H h100-sxm --inference-replicas 8 --sweep-staleness 0,1,2,4\n"
-        "  capplan simulate seed-replay-auto -m llama-3.1-8b -H h100-sxm --steps 2 --trajectories t.jsonl"
+        "  capplan simulate seed-replay-auto -m llama-3.1-8b -H h100-sxm --steps 2 --trajectories t.jsonl\n"
+        "  capplan simulate chat-serving -H h100-sxm --requests 100000 --records requests.csv\n"
+        "  capplan simulate rag-serving -H h100-sxm --inference-replicas 4 --trace trace.jsonl\n\n"
+        "A serving workload runs the serving simulator instead: requests arriving (Poisson or gamma at the workload's "
+        "rate, or replayed from --trace) are dealt round robin to --inference-replicas replicas (default: the serving "
+        "plan's) that batch them continuously with chunked prefill; it prints TTFT, TPOT, ITL and latency percentiles "
+        "and goodput (requests meeting the workload's targets per second)."
     ),
 )
 def simulate(
+    ctx: typer.Context,
     workload: Annotated[str, typer.Argument(help="Workload file or bundled name.")],
     hardware: Annotated[str, typer.Option("--hardware", "-H", help="Inference hardware profile name or path.")],
     model: Annotated[
@@ -197,8 +204,27 @@ def simulate(
             dir_okay=False,
         ),
     ] = None,
+    requests: Annotated[
+        int | None, typer.Option("--requests", help="Serving: requests to simulate (default 20,000).", min=1, max=50_000_000)
+    ] = None,
+    request_rate: Annotated[
+        float | None,
+        typer.Option("--request-rate", help="Serving: the fleet's arrival rate in requests/s (default: the workload's).", min=1e-9),
+    ] = None,
+    trace: Annotated[
+        Path | None,
+        typer.Option(
+            "--trace", help="Serving: replay this trace instead of drawing requests (CSV or JSONL with arrival times and "
+            "input/output lengths: capplan records, Mooncake, BurstGPT or Azure LLM trace columns).", exists=True, dir_okay=False,
+        ),
+    ] = None,
+    records: Annotated[
+        Path | None,
+        typer.Option("--records", help="Serving: write one record per request (.csv, else JSONL): times, lengths, SLO met.", dir_okay=False),
+    ] = None,
     force: ForceOpt = False,
 ) -> None:
+    from capplan.cli.method_flags import SIMULATE_SERVING_FLAGS, given
     from capplan.hardware import load_hardware
     from capplan.sim import SimConfig
     from capplan.workload import load_workload
@@ -210,6 +236,14 @@ def simulate(
         raise fail(f"--pipeline-parallel-size {pp}: simulate models replicas of one pipeline stage (1); capplan kv gives pipeline-parallel memory")
     if output is not None and output.suffix.lower() in (".csv", ".parquet", ".png", ".svg"):
         raise fail(f"--output {output}: simulate writes its result as JSON; give a .json file (plots go to --timeline)")
+    w = workload_settings(call(lambda: load_workload(workload)), prefix_caching=prefix_caching, max_model_len=max_model_len)
+    if w.method == "serving":
+        _simulate_serving(ctx, w, hardware, model, tp, inference_replicas, seed, kv_dtype, weight_dtype, max_num_seqs,
+                          max_batched_tokens, engine, format, output, requests, request_rate, trace, records, force)
+        return
+    serving_only = given(ctx, SIMULATE_SERVING_FLAGS)
+    if serving_only:
+        raise fail(f"{next(iter(serving_only.values()))} does not apply to {w.name} (method {w.method}): it drives a serving simulation")
     bounds = None
     if sweep_staleness is not None:
         bounds = parse_ints(sweep_staleness, "--sweep-staleness", minimum=0)
@@ -228,7 +262,6 @@ def simulate(
         except ImportError:
             raise fail(f"--timeline needs matplotlib, which is not installed; install it with: {PLOT_HINT}") from None
 
-    w = workload_settings(call(lambda: load_workload(workload)), prefix_caching=prefix_caching, max_model_len=max_model_len)
     hw = call(lambda: load_hardware(hardware))
     thw = call(lambda: load_hardware(trainer_hardware)) if trainer_hardware is not None else None
     cfg = call(lambda: SimConfig(
@@ -285,6 +318,114 @@ def _sweep(w, hw, thw, cfg, bounds, model, format, output, timeline, force) -> N
     if timeline is not None:
         path = call(lambda: plot_sweep(results, timeline, force=force))
         typer.echo(f"wrote {path}", err=True)
+
+
+def _simulate_serving(ctx, w, hardware, model, tp, inference_replicas, seed, kv_dtype, weight_dtype, max_num_seqs,  # noqa: ANN001
+                      max_batched_tokens, engine, format, output, requests, request_rate, trace, records, force) -> None:
+    """``capplan simulate`` on a serving workload (:func:`capplan.sim.serving.simulate_serving`)."""
+    from capplan.cli.method_flags import SIMULATE_RL_FLAGS, given
+    from capplan.hardware import load_hardware
+    from capplan.output import to_json
+    from capplan.sim.serving import ServingSimConfig, simulate_serving, write_records
+
+    rl_only = given(ctx, SIMULATE_RL_FLAGS)
+    if rl_only:
+        raise fail(f"{next(iter(rl_only.values()))} does not apply to {w.name} (method serving): it drives the trainer side "
+                   "of an RL simulation")
+    if format is Format.csv:
+        raise fail("--format csv is not available for simulate; use table or json (--records writes per-request CSV)")
+    for path in (output, records):
+        if path is not None and path.exists() and not force:
+            raise fail(f"{path}: file exists; pass --force to overwrite it")
+    hw = call(lambda: load_hardware(hardware))
+    profile = load_engine_option(engine)
+    replicas = inference_replicas
+    if not given(ctx, ["inference_replicas"]) and trace is None:
+        replicas = _planned_replicas(w, hw, model, tp, kv_dtype, weight_dtype, profile)
+        typer.echo(f"simulating {replicas} replica(s), the serving plan's fleet (give --inference-replicas for another)", err=True)
+    cfg = call(lambda: ServingSimConfig(
+        tp=tp, inference_replicas=replicas, requests=requests if requests is not None else 20_000, request_rate_per_s=request_rate,
+        seed=seed, kv_dtype=dtype_name(kv_dtype), weight_dtype=dtype_name(weight_dtype), max_num_seqs=max_num_seqs,
+        max_batched_tokens=max_batched_tokens, engine=profile,
+    ))
+    result = call(lambda: simulate_serving(w, hw, cfg, model=model, trace=trace))
+    if format is Format.json:
+        emit(to_json(result.as_dict()), None, force)
+    else:
+        render_serving(result)
+    if output is not None:
+        emit(to_json(result.as_dict()), output, force)
+    if records is not None:
+        path = call(lambda: write_records(result, records, force=force))
+        typer.echo(f"wrote {path}", err=True)
+
+
+def _planned_replicas(w, hw, model, tp, kv_dtype, weight_dtype, profile) -> int:  # noqa: ANN001
+    """The serving plan's replica count for the simulation's settings."""
+    from capplan.modelspec import load_model_spec
+    from capplan.plan import PlanInputs
+    from capplan.plan.serving import plan_serving
+
+    ref = model or w.model
+    if ref is None:
+        raise fail(f"{w.name}: the workload names no model; add 'model:' to it or pass --model")
+    spec = call(lambda: load_model_spec(ref))
+    inputs = call(lambda: PlanInputs(hardware=hw, model=spec, tp=tp, kv_dtype=dtype_name(kv_dtype),
+                                     weight_dtype=dtype_name(weight_dtype), engine=profile))
+    return call(lambda: plan_serving(w, inputs, conversations=min(w.sampling.conversations, 20_000))).replicas
+
+
+def render_serving(result: Any) -> None:
+    """Print a serving simulation: the run, the latency percentiles, throughput and goodput."""
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    c, s, st, t = result.config, result.summary, result.setup, result.targets
+    con = console()
+    con.print(escape(
+        f"{result.workload}: {result.model} on {c['inference_replicas']} x {result.hardware} (tp {c['tp']}), requests dealt "
+        f"{c['routing']}; {result.traffic}; {s['requests']:,} requests over {s['simulated_s']:,.1f} simulated s; seed {c['seed']}; "
+        f"engine profile {result.engine_profile} ({result.calibration})"
+    ))
+    con.print(
+        f"Per replica: KV {st['kv_capacity_tokens']:,} tokens, max {st['max_num_seqs']:,} sequences, "
+        f"{st['max_num_batched_tokens']:,} tokens per step, {'chunked prefill' if st['chunked_prefill'] else 'whole-prompt prefill'}, "
+        f"request overhead {st['request_overhead_s'] * 1e3:,.1f} ms."
+    )
+    keys = ["mean", *[f"p{p:g}" for p in result.percentiles]]
+    lt = Table(title="Latency", title_justify="left", box=box.SIMPLE_HEAD)
+    lt.add_column("")
+    for k in keys:
+        lt.add_column(k, justify="right")
+    for name, label, scale, unit in (("ttft_s", "TTFT", 1e3, "ms"), ("tpot_s", "TPOT", 1e3, "ms"), ("itl_s", "ITL", 1e3, "ms"),
+                                     ("e2e_s", "latency", 1.0, "s")):
+        row = result.latency[name]
+        lt.add_row(escape(f"{label} [{unit}]"), *(f"{row[k] * scale:,.{1 if scale > 1 else 2}f}" for k in keys))
+    con.print(lt)
+    tt = Table(title="Throughput", title_justify="left", box=box.SIMPLE_HEAD, show_header=False)
+    tt.add_column("")
+    tt.add_column("", justify="right")
+    for a, b in (
+        ("completed requests/s", f"{s['requests_per_s']:,.3f}"),
+        ("output / input tokens/s", f"{s['output_tokens_per_s']:,.0f} / {s['input_tokens_per_s']:,.0f}"),
+        ("goodput: requests/s meeting the targets", f"{s['goodput_requests_per_s']:,.3f} ({s['slo_attainment']:.1%})"),
+        ("replicas stepping (busy)", f"{s['replica_busy_fraction']:.1%}"),
+        ("mean decode batch", f"{s['mean_decode_batch']:,.1f}"),
+        ("preemptions (recomputed tokens)", f"{s['preemptions']:,} ({s['recomputed_tokens']:,})"),
+        ("engine steps", f"{s['engine_steps']:,}"),
+    ):
+        tt.add_row(escape(a), b)
+    con.print(tt)
+    key = f"p{t['percentile']:g}"
+    parts = []
+    for name, label in (("ttft", "TTFT"), ("tpot", "TPOT")):
+        target = t[f"{name}_target_s"]
+        if target is not None:
+            got = result.latency[f"{name}_s"][key]
+            parts.append(f"{label} {key} {got * 1e3:,.1f} ms {'meets' if t[f'{name}_met'] else 'MISSES'} its {target * 1e3:,.1f} ms target")
+    if parts:
+        con.print("Targets: " + "; ".join(parts) + ".")
 
 
 class _Progress:

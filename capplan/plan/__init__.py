@@ -17,8 +17,9 @@ For one workload on an inference hardware profile (and a trainer profile), a pla
   sync (:mod:`capplan.trainer`).
 * **Split**: evaluates given GPU counts, or sizes the missing side for balance, and reports the
   inference-to-trainer node ratio for sync or async (bounded staleness) operation.
-* **Serving** (method ``serving``): replicas needed to meet the arrival rate and TTFT/TPOT
-  targets, with the binding constraint named.
+* **Serving** (method ``serving``): a fleet plan of its own (:class:`~capplan.plan.serving.ServingPlan`):
+  the fewest replicas that meet the arrival rate and the TTFT/TPOT targets at a percentile,
+  queueing included, the binding constraint, and the cost per million tokens.
 
 Every figure's formula, with its numbers, is recorded in :attr:`Plan.explain`.
 
@@ -28,7 +29,7 @@ The steps, one module each, in the order :func:`plan_workload` runs them:
 * :mod:`~capplan.plan.work`: sample the workload once, the work of one trained step;
 * :mod:`~capplan.plan.replica`: one replica's KV, concurrency and step prices;
 * :mod:`~capplan.plan.rollout`: the rollout model (work, shrinking-batch tail, static batching);
-* :mod:`~capplan.plan.serving`: replicas for a serving workload's rate and latency targets;
+* :mod:`~capplan.plan.serving`: a serving workload's fleet, its latency percentiles and costs;
 * :mod:`~capplan.plan.sizing`: step time of a split, and the split search;
 * :mod:`~capplan.plan.figures`: throughput, utilisation, idle and staleness figures;
 * :mod:`~capplan.plan.explain`: the formulas with their numbers;

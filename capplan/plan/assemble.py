@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 from capplan.plan.explain import plan_assumptions, plan_explanation
 from capplan.plan.figures import rollout_efficiency, static_batching, step_figures
 from capplan.plan.replica import replica_setup
-from capplan.plan.serving import operating_times, size_serving
 from capplan.plan.sizing import StepModel, size_split, trainer_side
 from capplan.plan.work import filter_factor, prepare
 
 if TYPE_CHECKING:
     from capplan.plan.inputs import PlanInputs
+    from capplan.plan.serving import ServingPlan
     from capplan.workload import Workload
 
 TRAINER_SHARDING = "FSDP/ZeRO-3 (weights, gradients, optimizer state sharded over all trainer GPUs)"
@@ -74,7 +74,7 @@ class Plan:
     mfu: float
     """Model-FLOPs utilisation of the rollout work [fraction 0-1]."""
     rollout_time_s: float
-    """Rollout wall time of a synchronous step (serving: the percentile latency) [s]."""
+    """Rollout wall time of a synchronous step [s]."""
     rollout_time_work_s: float
     """Total rollout work at full batch over the replicas [s]."""
     rollout_time_tail_s: float
@@ -100,7 +100,7 @@ class Plan:
     inference_replicas: int
     """Inference replicas of ``tp`` GPUs [replicas]."""
     step_time_s: float
-    """Wall time of one trained step (serving: 1 s of traffic) [s]."""
+    """Wall time of one trained step [s]."""
     trained_tokens_per_s: float
     """Positions with loss per second [tokens/s]."""
     node_ratio: float
@@ -157,7 +157,7 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     """KV thrash, a longest rollout beyond the staleness bound, a split far from balance."""
     serving: dict[str, Any] | None = None
-    """Serving workloads: replicas, batches, TTFT, TPOT and latency (:class:`~capplan.plan.serving.ServingPlan`)."""
+    """Always ``None``: a serving workload's plan is a :class:`~capplan.plan.serving.ServingPlan`."""
     engine_profile: str = ""
     """The engine profile that priced the inference replicas (memory and step-time terms)."""
     calibration: str = ""
@@ -172,13 +172,13 @@ class Plan:
         return {k: v for k, v in self.__dict__.items() if k != "explain"}
 
 
-def plan_workload(workload: "Workload", inputs: "PlanInputs", conversations: int | None = None) -> Plan:
+def plan_workload(workload: "Workload", inputs: "PlanInputs", conversations: int | None = None) -> "Plan | ServingPlan":
     """Plan ``workload`` on ``inputs`` (see :mod:`capplan.plan` for what is answered).
 
-    The steps: sample the workload once (:func:`~capplan.plan.work.prepare`); price one replica
+    A ``serving`` workload gets its fleet plan (:func:`~capplan.plan.serving.plan_serving`). For
+    the others, the steps: sample the workload once (:func:`~capplan.plan.work.prepare`); price one replica
     (:func:`~capplan.plan.replica.replica_setup`); the trainer side
-    (:func:`~capplan.plan.sizing.trainer_side`); serving replicas
-    (:func:`~capplan.plan.serving.size_serving`); size the split
+    (:func:`~capplan.plan.sizing.trainer_side`); size the split
     (:func:`~capplan.plan.sizing.size_split`) and time it; derive the figures
     (:mod:`capplan.plan.figures`) and the explanation (:mod:`capplan.plan.explain`).
 
@@ -195,6 +195,10 @@ def plan_workload(workload: "Workload", inputs: "PlanInputs", conversations: int
     InputError
         Inconsistent GPU counts (not a multiple of ``tp``; a total too small for both sides).
     """
+    if workload.method == "serving":  # a serving fleet has a plan of its own
+        from capplan.plan.serving import plan_serving
+
+        return plan_serving(workload, inputs, conversations)
     from capplan.engine import default_engine
 
     engine = inputs.engine or default_engine()
@@ -205,8 +209,6 @@ def plan_workload(workload: "Workload", inputs: "PlanInputs", conversations: int
         workload, prepared, inputs.model, inputs.hardware, inputs.tp, inputs.kv_dtype, inputs.weight_dtype,
         inputs.gpu_mem_util, inputs.teacher, inputs.engine, time_scale=slowdown,
     )
-    serving = size_serving(workload, setup, work, prepared.sample) if workload.method == "serving" else None
-
     both = workload.has_trainer and workload.has_rollout
     if inputs.mode != "auto":
         modes = [inputs.mode]
@@ -221,10 +223,8 @@ def plan_workload(workload: "Workload", inputs: "PlanInputs", conversations: int
         k = inputs.max_staleness if mode == "async" else 0
         rollout = setup.rollout_model(work, weight_load_s=trainer.weight_sync_s + trainer.overhead_s if mode == "async" else 0.0,
                                       inflight_updates=inputs.inflight_updates)
-        if serving is not None:  # serving caps the batch
-            rollout = replace(rollout, max_decode_batch=max(1.0, serving.batch_per_replica), binding=serving.binding_constraint)
         model = StepModel(rollout, trainer, inputs.tp, mode, workload.has_rollout, k, inputs.async_ingest == "batches")
-        split = size_split(inputs, model, work, workload.training.step_time_target_s, serving.replicas if serving else None)
+        split = size_split(inputs, model, work, workload.training.step_time_target_s, None)
         times = model.evaluate(split.inference_gpus, split.trainer_gpus)
         rate = work.trained_positions * times.trained_share / times.step_time_s if times.step_time_s > 0 else 0.0
         candidates.append((rate, mode, trainer, split, times))
@@ -243,18 +243,12 @@ def plan_workload(workload: "Workload", inputs: "PlanInputs", conversations: int
         split = replace(split, sizing=f"{split.sizing}; mode {mode} chosen as the most trained tokens/s (others: {others} tokens/s)",
                         decided_by=f"the most trained tokens/s over every split and mode ({mode}{bound}; its step set by the "
                                    f"{times.bound_by})")
-    if serving is not None:
-        times = operating_times(times, serving, setup, work)
 
     static = static_batching(work, times, setup)
     efficiency = rollout_efficiency(work, times, setup, inputs)
     figures = step_figures(work, times, split, trainer, setup, inputs, workload.has_rollout)
-    explain = plan_explanation(workload, inputs, prepared, setup, trainer, serving, times, split, static, figures)
-
-    # a served request's latency at the percentile, not a synchronous step
-    rollout_s, work_s, tail_s = (serving.latency_s, 0.0, serving.latency_s) if serving else (
-        times.rollout_time_s, times.work_time_s, times.tail_time_s
-    )
+    explain = plan_explanation(workload, inputs, prepared, setup, trainer, None, times, split, static, figures)
+    rollout_s, work_s, tail_s = times.rollout_time_s, times.work_time_s, times.tail_time_s
     tp = inputs.tp
     ledger_per_step = {k: dict(v) for k, v in prepared.ledger.per_step.items()}
     if workload.has_rollout:
@@ -301,7 +295,7 @@ def plan_workload(workload: "Workload", inputs: "PlanInputs", conversations: int
         weight_sync_time_s=trainer.weight_sync_s,
         inference_gpus=split.inference_gpus,
         inference_replicas=split.inference_gpus // tp if workload.has_rollout else 0,
-        step_time_s=1.0 if serving else times.step_time_s,
+        step_time_s=times.step_time_s,
         trained_tokens_per_s=figures.trained_tokens_per_s,
         node_ratio=figures.node_ratio,
         trainer_idle_fraction=max(0.0, figures.trainer_idle_fraction),
@@ -327,7 +321,7 @@ def plan_workload(workload: "Workload", inputs: "PlanInputs", conversations: int
         generation_samples_per_s=work.conversations / generation if generation > 0 else 0.0,
         mode_choice=choice,
         warnings=list(figures.warnings),
-        serving=serving.as_dict() if serving else None,
+        serving=None,
         engine_profile=engine.name,
         calibration=engine.calibration,
         assumptions=plan_assumptions(trainer) + ([

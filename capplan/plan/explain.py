@@ -34,19 +34,6 @@ def trainer_flops_line(workload: "Workload", prepared: "Prepared") -> str:
     )
 
 
-def serving_line(serving: "ServingPlan") -> str:
-    """The serving batch, per-replica capacity, operating batch, TPOT and TTFT."""
-    limits = ", ".join(f"{name} {value:,.0f}" for name, value in serving.batch_limits.items())
-    batch, tpot_ms = serving.batch_per_replica, serving.tpot_s * 1e3
-    return (
-        f"serving: batch per replica = min({limits}) = {batch:,.0f} ({serving.binding_constraint}); "
-        f"per-replica capacity = 1 / ({serving.prefill_s_per_request * 1e3:.1f} ms prefill + {serving.sampled_tokens_mean:,.0f} tokens "
-        f"x {serving.tpot_s * 1e3:.2f} ms / {batch:,.0f}) = {serving.per_replica_requests_per_s:,.2f} req/s; "
-        f"operating batch {serving.operating_batch_per_replica:,.0f} (smallest that keeps up), TPOT {tpot_ms:.1f} ms; "
-        f"TTFT p{serving.percentile:g} (prompt {serving.prompt_tokens_at_percentile:,.0f}) = {serving.ttft_s * 1e3:.0f} ms"
-    )
-
-
 def rollout_lines(work: "StepWork", setup: "ReplicaSetup", times: "SplitTimes", static: "StaticBatching", tp: int) -> list[str]:
     """KV capacity, decode batch, decode and prefill GPU-seconds, rollout time, static batching, scoring."""
     kv, concurrency = setup.kv, setup.concurrency
@@ -148,8 +135,6 @@ def plan_explanation(
     lines = [conversations_line(workload, prepared.work)]
     if trainer.has_trainer:
         lines.append(trainer_flops_line(workload, prepared))
-    if serving is not None:
-        lines.append(serving_line(serving))
     if workload.has_rollout:
         lines += rollout_lines(prepared.work, setup, times, static, inputs.tp)
     if trainer.has_trainer:

@@ -188,6 +188,8 @@ class RecordChecker:
             self.rollout = True
             scorers = 0
         self.action_only = self.allowed == {"action"}
+        # a serving workload's shared prefix was computed by earlier requests: a first turn may reuse it
+        self.shared_prefix = workload.serving.shared_prefix_tokens if workload is not None and workload.serving else 0
         self.failures: list[Failure] = []
         self.failure_counts: dict[str, int] = {name: 0 for name in RECORD_CHECKS}
         self.records = 0
@@ -508,9 +510,8 @@ class RecordChecker:
         :func:`_split_by_counting` recounts one that is not.
         """
         turns = len(spans)
-        previous_end = in_spans = before = computed = nonempty = 0
-        if self.group_prompt:
-            computed = prompt
+        previous_end = in_spans = before = nonempty = 0
+        computed = max(prompt if self.group_prompt else 0, self.shared_prefix)
         input_total = input_prompt = input_action = hit_prompt = hit_action = hit_tool = 0
         for j in range(turns):
             if derived:

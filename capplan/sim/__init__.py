@@ -9,7 +9,8 @@
 * :mod:`capplan.sim.controller`: dispatch, the trainer, rejections and weight pushes;
 * :mod:`capplan.sim.loop`: the event loop, tool calls and time-series samples;
 * :mod:`capplan.sim.result`: :class:`SimResult`, the JSON contract;
-* :mod:`capplan.sim.output`: the trajectory log (JSONL).
+* :mod:`capplan.sim.output`: the trajectory log (JSONL);
+* :mod:`capplan.sim.serving`: the serving simulator (a serving workload's requests on replicas).
 
 Figures are in :mod:`capplan.plots`.
 """

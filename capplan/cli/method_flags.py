@@ -1,0 +1,68 @@
+"""Which command-line flags apply to which workload methods: a flag given for a workload whose method it does not apply to is an error naming both, never silently ignored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+RL_METHODS = frozenset({"distillation", "outcome-rl", "multi-turn-rl"})
+"""Methods with both a rollout engine and a trainer."""
+
+TRAINER_METHODS = frozenset({"sft", *RL_METHODS})
+"""Methods with a trainer."""
+
+ROLLOUT_METHODS = frozenset({"serving", *RL_METHODS})
+"""Methods with an inference engine."""
+
+PLAN_FLAGS: dict[str, tuple[frozenset[str], str]] = {
+    "trainer_hardware": (TRAINER_METHODS, "a serving fleet has no trainer"),
+    "trainer_gpus": (TRAINER_METHODS, "a serving fleet has no trainer"),
+    "total_gpus": (TRAINER_METHODS, "it splits GPUs between inference and a trainer; size a serving fleet with --inference-gpus"),
+    "mode": (RL_METHODS, "sync and async order rollout and training, and the workload does not have both"),
+    "max_staleness": (RL_METHODS, "staleness bounds an asynchronous trainer's inputs, and the workload does not have both sides"),
+    "async_ingest": (RL_METHODS, "it orders an asynchronous trainer's inputs, and the workload does not have both sides"),
+    "inflight_updates": (RL_METHODS, "weight updates reach a rollout engine from a trainer, and the workload does not have both"),
+    "weight_sync": (RL_METHODS, "weights are pushed from a trainer to rollout engines, and the workload does not have both"),
+    "rollout_slowdown": (RL_METHODS, "it is the RL framework's slowdown of rollout engines, and the workload does not have both sides"),
+    "step_overhead": (RL_METHODS, "it is the RL framework's time per trainer step, and the workload does not have both sides"),
+    "trainer_mfu": (TRAINER_METHODS, "the workload has no trainer"),
+    "max_grid_cells": (TRAINER_METHODS, "it bounds the splits --total-gpus evaluates"),
+    "inference_gpus": (ROLLOUT_METHODS, "the workload has no inference engine"),
+    "gpu_hour_price": (frozenset({"serving"}), "costs per token are planned for serving fleets"),
+}
+"""``capplan plan``: parameter name -> (methods it applies to, why it does not apply to the others)."""
+
+SIMULATE_RL_FLAGS = (
+    "trainer_hardware", "env_workers", "trainer_gpus", "mode", "max_staleness", "max_inflight_groups", "sampling", "oversample",
+    "static_batching", "inflight_updates", "steps", "sweep_staleness", "trajectories", "timeline",
+)
+"""``capplan simulate`` parameters that only a workload with a rollout engine and a trainer takes."""
+
+SIMULATE_SERVING_FLAGS = ("requests", "request_rate", "trace", "records")
+"""``capplan simulate`` parameters that only a serving workload takes."""
+
+
+def given(ctx: typer.Context, names: Any) -> dict[str, str]:
+    """The parameters among ``names`` the user gave on the command line (or in the environment),
+    by parameter name -> the flag as spelled in ``--help`` (its first long form)."""
+    out = {}
+    params = {p.name: p for p in ctx.command.params}
+    for name in names:
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT"):
+            opts = [o for o in params[name].opts if o.startswith("--")] if name in params else []
+            out[name] = opts[0] if opts else f"--{name.replace('_', '-')}"
+    return out
+
+
+def method_flag_error(workload: str, method: str, flags: dict[str, str], table: dict[str, tuple[frozenset[str], str]]) -> str | None:
+    """The error for the first given flag that does not apply to ``method`` (``None`` if all do).
+
+    >>> method_flag_error("chat-serving", "serving", {"mode": "--mode"}, PLAN_FLAGS)
+    '--mode does not apply to chat-serving (method serving): sync and async order rollout and training, and the workload does not have both'
+    """
+    for name, flag in flags.items():
+        if name in table and method not in table[name][0]:
+            return f"{flag} does not apply to {workload} (method {method}): {table[name][1]}"
+    return None
