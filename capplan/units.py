@@ -27,6 +27,19 @@ KVDtype = Literal["bf16", "fp16", "fp8", "int8", "int4"]
 WeightDtype = Literal["bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4"]
 KVScale = Literal["tensor", "token_head"]
 
+DTYPE_SPELLINGS = {"auto": "bf16", "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
+"""vLLM's dtype spellings and the capplan dtype each means (``auto``: the checkpoint's 16-bit dtype)."""
+
+
+def dtype_name(value: str) -> str:
+    """capplan's dtype name for a capplan or vLLM spelling (unknown names pass through, to be
+    refused with the allowed list by the option model).
+
+    >>> dtype_name("bfloat16"), dtype_name("FP8_E4M3"), dtype_name("nvfp4")
+    ('bf16', 'fp8', 'nvfp4')
+    """
+    return DTYPE_SPELLINGS.get(value.strip().lower(), value.strip().lower())
+
 FP4_DTYPES: frozenset[str] = frozenset({"nvfp4", "mxfp4"})
 """Weight dtypes whose GEMMs need an FP4 tensor unit (``peak_tflops.fp4``) to run at full rate."""
 

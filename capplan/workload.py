@@ -11,14 +11,14 @@ See ``capplan schema workload`` for the JSON Schema and ``workloads/*.yaml`` for
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from capplan.distributions import Distribution, Fixed
 from capplan.errors import InputError
 from capplan.resources import resolve
-from capplan.units import MAX_CONTEXT_TOKENS, MAX_SEQUENCES
+from capplan.units import MAX_CONTEXT_TOKENS, MAX_GPUS, MAX_SEQUENCES, KVDtype, WeightDtype, dtype_name
 from capplan.yamlio import FieldError, load_model
 
 Method = Literal["sft", "distillation", "outcome-rl", "multi-turn-rl", "serving"]
@@ -365,6 +365,60 @@ class Speculative(_Strict):
         return pts[-1].acceptance_rate
 
 
+def _dtype(value: object, allowed: object, what: str) -> object:
+    """``value`` in capplan's spelling (vLLM's accepted), or a message listing ``allowed``."""
+    if not isinstance(value, str):
+        return value
+    name = dtype_name(value)
+    names = get_args(allowed)
+    if name not in names:
+        raise ValueError(f"{value!r} is not a {what}; allowed {', '.join(names)} (or vLLM's auto, bfloat16, float16, half, fp8_e4m3, fp8_e5m2)")
+    return name
+
+
+class EngineSettings(_Strict):
+    """The engine the workload runs on, under vLLM's engine-argument names (``vllm serve --help``).
+
+    Every key is optional; a command-line flag of the same name wins over the file, and an
+    absent key takes the command's default.
+    """
+
+    profile: str | None = Field(default=None, min_length=1)
+    """Engine profile: a bundled name (``vllm-0.19``, ``sglang``, ``trtllm``, ...) or a YAML file
+    from ``capplan calibrate`` (the ``--engine`` flag)."""
+    tensor_parallel_size: int | None = Field(default=None, ge=1, le=MAX_GPUS)
+    """GPUs per engine replica, tensor-parallel [GPUs] (``--tensor-parallel-size``)."""
+    pipeline_parallel_size: int | None = Field(default=None, ge=1, le=MAX_GPUS)
+    """Pipeline stages per replica (``--pipeline-parallel-size``)."""
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    """Fraction of each GPU's memory the engine may use [fraction 0-1] (``--gpu-memory-utilization``)."""
+    kv_cache_dtype: str | None = None
+    """KV-cache dtype: bf16, fp16, fp8, int8 or int4 (``--kv-cache-dtype``)."""
+    dtype: str | None = None
+    """Weight dtype: bf16, fp16, fp8, int8, int4, nvfp4 or mxfp4 (``--dtype``)."""
+    max_model_len: int | None = Field(default=None, ge=1, le=MAX_CONTEXT_TOKENS)
+    """Longest context a sequence may reach [tokens] (``--max-model-len``)."""
+    max_num_seqs: int | None = Field(default=None, ge=1, le=MAX_SEQUENCES)
+    """Most sequences in one engine step [sequences] (``--max-num-seqs``)."""
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT_TOKENS)
+    """Most tokens in one engine step [tokens] (``--max-num-batched-tokens``)."""
+    block_size: int | None = Field(default=None, ge=1, le=MAX_CONTEXT_TOKENS)
+    """KV block size [tokens] (``--block-size``)."""
+    enable_prefix_caching: bool | None = None
+    """Automatic prefix caching: true sets ``cache.reuse`` to auto, false to none
+    (``--enable-prefix-caching``)."""
+
+    @field_validator("kv_cache_dtype", mode="before")
+    @classmethod
+    def _kv_dtype(cls, v: object) -> object:
+        return _dtype(v, KVDtype, "KV-cache dtype")
+
+    @field_validator("dtype", mode="before")
+    @classmethod
+    def _weight_dtype(cls, v: object) -> object:
+        return _dtype(v, WeightDtype, "weight dtype")
+
+
 class Sampling(_Strict):
     """Monte Carlo settings for workloads with distributions."""
 
@@ -399,6 +453,9 @@ class Workload(_Strict):
     """Arrival rate and latency targets (method ``serving`` only)."""
     speculative: Speculative | None = None
     """Speculative decoding of the rollout or serving engine (methods with a rollout engine only)."""
+    engine: EngineSettings | None = None
+    """Engine settings under vLLM's names (tensor_parallel_size, max_num_seqs, ...): the defaults
+    of the matching flags (methods with a rollout engine only)."""
     sampling: Sampling = Field(default_factory=Sampling)
     """Monte Carlo sample size and seed for figures drawn from distributions."""
 
@@ -416,6 +473,8 @@ class Workload(_Strict):
             raise FieldError(("serving",), f"only allowed with method: serving (this workload is {self.method})")
         if self.speculative is not None and self.method not in ROLLOUT_METHODS:
             raise FieldError(("speculative",), f"needs a rollout or serving engine; method {self.method} samples nothing")
+        if self.engine is not None and self.method not in ROLLOUT_METHODS:
+            raise FieldError(("engine",), f"needs a rollout or serving engine; method {self.method} samples nothing")
         if self.cache.reused_prefix_tokens is not None:
             reuse = self.cache.reused_prefix_tokens
             where = ("cache", "reused_prefix_tokens")

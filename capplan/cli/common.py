@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable, TypeVar
 
 import typer
 
+from capplan.units import dtype_name  # noqa: F401  (re-exported: the commands spell dtypes through it)
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -121,6 +123,40 @@ PrefixCachingOpt = Annotated[
 ]
 
 
+ENGINE_KEYS: dict[str, str] = {
+    "tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "gpu_memory_utilization": "gpu_memory_utilization",
+    "kv_dtype": "kv_cache_dtype", "weight_dtype": "dtype", "max_model_len": "max_model_len", "max_num_seqs": "max_num_seqs",
+    "max_num_batched_tokens": "max_num_batched_tokens", "max_batched_tokens": "max_num_batched_tokens",
+    "block_size": "block_size", "prefix_caching": "enable_prefix_caching", "engine": "profile",
+    "gpu_mem_util": "gpu_memory_utilization", "context": "max_model_len",
+}
+"""Command parameter -> the key of a workload's ``engine:`` block that supplies its default."""
+
+
+def engine_defaults(ctx: typer.Context, workload: "Any", **values: Any) -> dict[str, Any]:
+    """``values`` (command parameters named as in :data:`ENGINE_KEYS`) with each one the user did
+    not give on the command line replaced by the workload's ``engine:`` key, when it sets one:
+    a flag wins over the file, the file over the command's default."""
+    block = getattr(workload, "engine", None)
+    if block is None:
+        return values
+    out = dict(values)
+    for name in values:
+        source = ctx.get_parameter_source(name)
+        from_file = getattr(block, ENGINE_KEYS[name])
+        if from_file is not None and (source is None or source.name not in ("COMMANDLINE", "ENVIRONMENT")):
+            out[name] = from_file
+            if name == "engine":
+                from capplan.engine import load_engine
+                from capplan.errors import InputError, NotFoundError
+
+                try:
+                    load_engine(from_file)
+                except (InputError, NotFoundError) as err:
+                    raise fail(f"workload {workload.name}, engine.profile: {err}") from None
+    return out
+
+
 def warn(message: str) -> None:
     """Print ``Warning: message`` (one line, user text escaped) on standard error."""
     from capplan.output import printable
@@ -196,16 +232,6 @@ def load_engine_option(name: str | None) -> "Any":
     from capplan.engine import default_engine, load_engine
 
     return call(lambda: load_engine(name)) if name is not None else default_engine()
-
-
-DTYPE_SPELLINGS = {"auto": "bf16", "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
-"""vLLM's dtype spellings and the capplan dtype each means (``auto``: the checkpoint's 16-bit dtype)."""
-
-
-def dtype_name(value: str) -> str:
-    """capplan's dtype name for a capplan or vLLM spelling (unknown names pass through, to be
-    refused with the allowed list by the option model)."""
-    return DTYPE_SPELLINGS.get(value.strip().lower(), value.strip().lower())
 
 
 def console(stderr: bool = False) -> "Console":

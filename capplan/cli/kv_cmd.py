@@ -35,6 +35,7 @@ from capplan.cli.common import (
     safe,
     warn,
     workload_settings,
+    engine_defaults,
 )
 
 if TYPE_CHECKING:
@@ -102,6 +103,7 @@ commands = CommandSet()
     ),
 )
 def kv(
+    cli: typer.Context,
     model: Annotated[str, typer.Option("--model", "-m", help="Model preset name or path to a model YAML.")],
     hardware: Annotated[str, typer.Option("--hardware", "-H", help="Hardware profile name or path.")],
     tp: TPListOpt = None,
@@ -158,6 +160,21 @@ def kv(
     format = pick_format(format, output)
     if prefix_caching is not None and workload is None:
         raise fail("--enable-prefix-caching/--no-enable-prefix-caching applies to a --workload's reuse; the KV budget does not depend on it")
+    w = None
+    if workload is not None:
+        from capplan.workload import load_workload
+
+        w = call(lambda: load_workload(workload))
+        e = engine_defaults(
+            cli, w, tp=tp, pp=pp, kv_dtype=kv_dtype, weight_dtype=weight_dtype, context=context, gpu_mem_util=gpu_mem_util,
+            block_size=block_size, max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, engine=engine,
+            prefix_caching=prefix_caching,
+        )
+        tp = [str(e["tp"])] if isinstance(e["tp"], int) else e["tp"]
+        context = [str(e["context"])] if isinstance(e["context"], int) else e["context"]
+        pp, kv_dtype, weight_dtype, gpu_mem_util = e["pp"], e["kv_dtype"], e["weight_dtype"], e["gpu_mem_util"]
+        block_size, max_batched_tokens, max_num_seqs = e["block_size"], e["max_batched_tokens"], e["max_num_seqs"]
+        engine, prefix_caching = e["engine"], e["prefix_caching"]
     spec = call(lambda: load_model_spec(model))
     hw = call(lambda: load_hardware(hardware))
     tps = parse_ints(tp, "--tensor-parallel-size") or [1]
@@ -205,9 +222,7 @@ def kv(
     conc = None
     if workload is not None:
         from capplan.concurrency import workload_concurrency
-        from capplan.workload import load_workload
 
-        w = call(lambda: load_workload(workload))
         if prefix_caching is not None:
             w = workload_settings(w, prefix_caching=prefix_caching)
         conc = [call(lambda: workload_concurrency(spec, hw, r, w, max_num_seqs=r.max_num_seqs)) for r in rows]

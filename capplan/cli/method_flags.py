@@ -29,6 +29,7 @@ PLAN_FLAGS: dict[str, tuple[frozenset[str], str]] = {
     "trainer_mfu": (TRAINER_METHODS, "the workload has no trainer"),
     "max_grid_cells": (TRAINER_METHODS, "it bounds the splits --total-gpus evaluates"),
     "inference_gpus": (ROLLOUT_METHODS, "the workload has no inference engine"),
+    "inference_replicas": (ROLLOUT_METHODS, "the workload has no inference engine"),
     "gpu_hour_price": (frozenset({"serving"}), "costs per token are planned for serving fleets"),
 }
 """``capplan plan``: parameter name -> (methods it applies to, why it does not apply to the others)."""

@@ -17,6 +17,7 @@ from capplan.cli.common import (
     dtype_name,
     DtypeOpt,
     emit,
+    engine_defaults,
     EngineOpt,
     fail,
     ForceOpt,
@@ -430,6 +431,11 @@ def plan(
         int | None,
         typer.Option("--inference-gpus", help="Inference GPUs (default: sized); for a serving workload, the fleet to evaluate.", min=1),
     ] = None,
+    inference_replicas: Annotated[
+        int | None,
+        typer.Option("--inference-replicas", help="Inference replicas, as capplan simulate counts them: --inference-gpus "
+                     "divided by --tensor-parallel-size (give one of the two).", min=1),
+    ] = None,
     total_gpus: Annotated[
         int | None, typer.Option("--total-gpus", help="Fixed total: choose the split maximising trained tokens/s.", min=1)
     ] = None,
@@ -503,26 +509,35 @@ def plan(
 
     from capplan.workload import check_sample_size
 
-    if total_gpus and (trainer_gpus or inference_gpus):
-        counts = "--trainer-gpus" if trainer_gpus else "--inference-gpus"
+    if inference_gpus and inference_replicas:
+        raise fail("--inference-gpus with --inference-replicas: give one (GPUs = replicas x --tensor-parallel-size)")
+    if total_gpus and (trainer_gpus or inference_gpus or inference_replicas):
+        counts = "--trainer-gpus" if trainer_gpus else "--inference-gpus" if inference_gpus else "--inference-replicas"
         raise fail(f"--total-gpus with {counts}: give --total-gpus alone (capplan chooses the split) or the GPU counts without it")
-    if total_gpus and total_gpus // tp > max_grid_cells:
-        raise fail(
-            f"--total-gpus {total_gpus:,} at tp {tp} means {total_gpus // tp:,} splits to evaluate, above --max-grid-cells "
-            f"{max_grid_cells:,}: raise --tensor-parallel-size, give --inference-gpus and --trainer-gpus, or raise --max-grid-cells"
-        )
-    if pp != 1:
-        raise fail(f"--pipeline-parallel-size {pp}: plan models replicas of one pipeline stage (1); capplan kv gives pipeline-parallel memory")
     flags = given(ctx, PLAN_FLAGS)
     hw = call(lambda: load_hardware(hardware))
     thw = call(lambda: load_hardware(trainer_hardware)) if trainer_hardware else hw
-    engine_profile = engine_settings(
-        load_engine_option(engine), block_size=block_size, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-    )
     plans = []
     for name in workloads:
         workload, spec = call(lambda: load_policy(name, model))
-        workload = workload_settings(workload, prefix_caching=prefix_caching, max_model_len=max_model_len)
+        e = engine_defaults(
+            ctx, workload, tp=tp, pp=pp, kv_dtype=kv_dtype, weight_dtype=weight_dtype, gpu_memory_utilization=gpu_memory_utilization,
+            engine=engine, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, block_size=block_size,
+            max_model_len=max_model_len, prefix_caching=prefix_caching,
+        )
+        if total_gpus and total_gpus // e["tp"] > max_grid_cells:
+            raise fail(
+                f"--total-gpus {total_gpus:,} at tp {e['tp']} means {total_gpus // e['tp']:,} splits to evaluate, above --max-grid-cells "
+                f"{max_grid_cells:,}: raise --tensor-parallel-size, give --inference-gpus and --trainer-gpus, or raise --max-grid-cells"
+            )
+        if e["pp"] != 1:
+            raise fail(f"--pipeline-parallel-size {e['pp']}: plan models replicas of one pipeline stage (1); capplan kv gives "
+                       "pipeline-parallel memory")
+        engine_profile = engine_settings(
+            load_engine_option(e["engine"]), block_size=e["block_size"], max_num_seqs=e["max_num_seqs"],
+            max_num_batched_tokens=e["max_num_batched_tokens"],
+        )
+        workload = workload_settings(workload, prefix_caching=e["prefix_caching"], max_model_len=e["max_model_len"])
         call(lambda: check_sample_size(workload, conversations))
         wrong = method_flag_error(workload.name, workload.method, flags, PLAN_FLAGS)
         if wrong:
@@ -530,9 +545,10 @@ def plan(
         teacher = call(lambda: load_teacher(workload))
         inputs = call(
             lambda: PlanInputs(
-                hardware=hw, model=spec, trainer_hardware=thw, teacher=teacher, tp=tp, kv_dtype=dtype_name(kv_dtype),
-                weight_dtype=dtype_name(weight_dtype), gpu_mem_util=gpu_memory_utilization, engine=engine_profile,
-                trainer_gpus=trainer_gpus, inference_gpus=inference_gpus, total_gpus=total_gpus,
+                hardware=hw, model=spec, trainer_hardware=thw, teacher=teacher, tp=e["tp"], kv_dtype=dtype_name(e["kv_dtype"]),
+                weight_dtype=dtype_name(e["weight_dtype"]), gpu_mem_util=e["gpu_memory_utilization"], engine=engine_profile,
+                trainer_gpus=trainer_gpus, total_gpus=total_gpus,
+                inference_gpus=inference_replicas * e["tp"] if inference_replicas else inference_gpus,
                 mode=mode.value, max_staleness=max_staleness, async_ingest=async_ingest.value,  # type: ignore[arg-type]
                 inflight_updates=inflight_updates, weight_sync=weight_sync.value,  # type: ignore[arg-type]
                 trainer_mfu=trainer_mfu, rollout_slowdown=rollout_slowdown, step_overhead_s=step_overhead,

@@ -27,6 +27,7 @@ from capplan.cli.common import (
     console,
     dtype_name,
     emit,
+    engine_defaults,
     engine_settings,
     fail,
     load_engine_option,
@@ -109,6 +110,11 @@ def simulate(
     inference_replicas: Annotated[
         int, typer.Option("--inference-replicas", help="Inference engine replicas.", min=1)
     ] = 1,
+    inference_gpus: Annotated[
+        int | None,
+        typer.Option("--inference-gpus", help="Inference GPUs, as capplan plan counts them: --inference-replicas times "
+                     "--tensor-parallel-size (give one of the two).", min=1),
+    ] = None,
     env_workers: Annotated[
         int | None,
         typer.Option("--env-workers", help="Environment workers running tool calls (default: one per call).", min=1),
@@ -232,11 +238,26 @@ def simulate(
     if format not in ("table", "json"):
         raise fail(f"--format {format} is not available for simulate; use table or json")
     format = Format(format)
-    if pp != 1:
-        raise fail(f"--pipeline-parallel-size {pp}: simulate models replicas of one pipeline stage (1); capplan kv gives pipeline-parallel memory")
     if output is not None and output.suffix.lower() in (".csv", ".parquet", ".png", ".svg"):
         raise fail(f"--output {output}: simulate writes its result as JSON; give a .json file (plots go to --timeline)")
-    w = workload_settings(call(lambda: load_workload(workload)), prefix_caching=prefix_caching, max_model_len=max_model_len)
+    w = call(lambda: load_workload(workload))
+    e = engine_defaults(
+        ctx, w, tp=tp, pp=pp, kv_dtype=kv_dtype, weight_dtype=weight_dtype, gpu_memory_utilization=gpu_memory_utilization,
+        engine=engine, max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens, block_size=block_size,
+        max_model_len=max_model_len, prefix_caching=prefix_caching,
+    )
+    tp, pp, kv_dtype, weight_dtype = e["tp"], e["pp"], e["kv_dtype"], e["weight_dtype"]
+    gpu_memory_utilization, engine, max_num_seqs = e["gpu_memory_utilization"], e["engine"], e["max_num_seqs"]
+    max_batched_tokens, block_size = e["max_batched_tokens"], e["block_size"]
+    if pp != 1:
+        raise fail(f"--pipeline-parallel-size {pp}: simulate models replicas of one pipeline stage (1); capplan kv gives pipeline-parallel memory")
+    w = workload_settings(w, prefix_caching=e["prefix_caching"], max_model_len=e["max_model_len"])
+    if inference_gpus is not None:
+        if given(ctx, ["inference_replicas"]):
+            raise fail("--inference-gpus with --inference-replicas: give one (GPUs = replicas x --tensor-parallel-size)")
+        if inference_gpus % tp:
+            raise fail(f"--inference-gpus {inference_gpus} is not a multiple of --tensor-parallel-size {tp}")
+        inference_replicas = inference_gpus // tp
     if w.method == "serving":
         _simulate_serving(ctx, w, hardware, model, tp, inference_replicas, seed, kv_dtype, weight_dtype, max_num_seqs,
                           max_batched_tokens, engine, format, output, requests, request_rate, trace, records, force)
@@ -340,7 +361,7 @@ def _simulate_serving(ctx, w, hardware, model, tp, inference_replicas, seed, kv_
     hw = call(lambda: load_hardware(hardware))
     profile = load_engine_option(engine)
     replicas = inference_replicas
-    if not given(ctx, ["inference_replicas"]) and trace is None:
+    if not given(ctx, ["inference_replicas", "inference_gpus"]) and trace is None:
         replicas = _planned_replicas(w, hw, model, tp, kv_dtype, weight_dtype, profile)
         typer.echo(f"simulating {replicas} replica(s), the serving plan's fleet (give --inference-replicas for another)", err=True)
     cfg = call(lambda: ServingSimConfig(
