@@ -124,7 +124,15 @@ class Accumulator:
             return
         rows = np.array(self.rows, dtype=np.int64)
         self.rows.clear()
+        self.fold(rows)
+
+    def fold(self, rows: "np.ndarray") -> None:
+        """Fold an (n, 20) array of rows into the sums, maxima and histograms."""
+        import numpy as np
+
         count = rows.shape[0]
+        if not count:
+            return
         self.counted += count
         flags = rows[:, ROW_FLAGS]
         kept = (flags & FLAG_KEPT) != 0

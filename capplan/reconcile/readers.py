@@ -70,8 +70,8 @@ def decode_line(raw: bytes) -> Any:
         return NotJSON(f"not valid JSON ({exc.__class__.__name__}: {str(exc)[:80]})")
 
 
-def parquet_rows(path: Path, batch_rows: int = PARQUET_BATCH_ROWS) -> tuple[Iterator[dict[str, Any]], Callable[[], int]]:
-    """Rows of a Parquet file as dicts, read one record batch at a time, and a byte-position estimate.
+def open_parquet(path: Path) -> Any:
+    """A ``pyarrow.parquet.ParquetFile`` that reads one column chunk at a time, unbuffered.
 
     Raises
     ------
@@ -86,9 +86,20 @@ def parquet_rows(path: Path, batch_rows: int = PARQUET_BATCH_ROWS) -> tuple[Iter
             "(or convert the file to JSONL)"
         ) from None
     try:
-        parquet_file = pq.ParquetFile(path)
+        return pq.ParquetFile(path, pre_buffer=False, buffer_size=0)
     except Exception as exc:  # pyarrow raises several types for a corrupt file
         raise InputError(f"{path}: unreadable Parquet file: {exc}") from None
+
+
+def parquet_rows(path: Path, batch_rows: int = PARQUET_BATCH_ROWS) -> tuple[Iterator[dict[str, Any]], Callable[[], int]]:
+    """Rows of a Parquet file as dicts, read one record batch at a time, and a byte-position estimate.
+
+    Raises
+    ------
+    InputError
+        pyarrow is not installed, or the file is not readable Parquet.
+    """
+    parquet_file = open_parquet(path)
     total_rows = max(parquet_file.metadata.num_rows, 1)
     size_bytes = path.stat().st_size
     done = [0]
