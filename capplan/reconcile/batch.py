@@ -218,7 +218,10 @@ def _turns(
 
     # the invocations: logged spans, or the runs of action positions
     derived = ~cols.has_turns
-    run_record, run_start, run_end = _derived_spans(cols.origin, offsets, derived)
+    if derived.any():
+        run_record, run_start, run_end = _derived_spans(cols.origin, offsets, derived)
+    else:
+        run_record = run_start = run_end = np.zeros(0, dtype=np.int64)
     logged_counts = np.diff(cols.turn_offsets)
     logged_record = np.repeat(np.arange(n), logged_counts)
     record = np.concatenate([logged_record, run_record])
@@ -454,6 +457,8 @@ class BatchCounter:
 
 BATCH_RECORDS = 8192
 """Records checked together [records]."""
+BLOCK_BYTES = 1 << 22
+"""Bytes read from a JSONL file at a time (split into lines in one call) [bytes]."""
 
 
 def count_batches(
@@ -485,25 +490,35 @@ def _report(progress: Callable[[int, int], None] | None, before: int, after: int
 
 def _count_jsonl(log: "TrajectoryLog", counter: BatchCounter, progress: Callable[[int, int], None] | None, size: int) -> int:
     import gzip
-    from itertools import islice
 
     import numpy as np
 
     from capplan.errors import InputError
     from capplan.reconcile.columns import LineRecord, decode_lines, from_line_records
-    from capplan.reconcile.readers import decode_line, open_lines
+    from capplan.reconcile.readers import decode_line, open_blocks
 
-    lines, tell, log._close = open_lines(log.path)
+    handle, tell, log._close = open_blocks(log.path)
     number = 0
     placeholder = LineRecord(origin="", loss_mask="")
+    rest = b""
+    pending: list[bytes] = []
     while True:
-        chunk: list[bytes] = []
-        try:
-            chunk.extend(islice(lines, BATCH_RECORDS))
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
-            raise InputError(f"{log.path}: unreadable after line {number + len(chunk)}: {exc}") from None
-        if not chunk:
+        while len(pending) < BATCH_RECORDS:
+            try:
+                block = handle.read(BLOCK_BYTES)
+            except (OSError, EOFError, gzip.BadGzipFile) as exc:
+                raise InputError(f"{log.path}: unreadable after line {number + len(pending)}: {exc}") from None
+            if not block:
+                if rest:
+                    pending.append(rest)
+                    rest = b""
+                break
+            lines = (rest + block).split(b"\n")
+            rest = lines.pop()
+            pending.extend(lines)
+        if not pending:
             return number
+        chunk, pending = pending[:BATCH_RECORDS], pending[BATCH_RECORDS:]
         decoded = decode_lines(chunk)
         unread = [i for i, value in enumerate(decoded) if value is None]
         for i in unread:

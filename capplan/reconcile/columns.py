@@ -49,8 +49,8 @@ class LineRecord(msgspec.Struct, gc=False):
 
     A line that does not decode into this type (a list-valued mask, a bool where an integer
     belongs, a negative version, an unknown stop reason, NaN...) goes to the record-by-record
-    checker, and so does a line that may carry a mapping-only key (``_n_tokens``, ``_lp_offset``,
-    ``_stop_logged``; see :func:`decode_lines`).
+    checker. Mapping-only keys (``_n_tokens``, ``_lp_offset``, ``_stop_logged``) are read as raw
+    values only so that a record carrying one is sent there too.
     """
 
     origin: str
@@ -65,6 +65,9 @@ class LineRecord(msgspec.Struct, gc=False):
     trainer_version: NonNegative | None = None
     stop_reason: Literal["stop", "length", "tool_calls", "abort"] | None = None
     tool_wait_s: Annotated[float, msgspec.Meta(ge=0, le=1e9)] | None = None
+    n_tokens: msgspec.Raw = msgspec.field(default=_EMPTY, name="_n_tokens")
+    lp_offset: msgspec.Raw = msgspec.field(default=_EMPTY, name="_lp_offset")
+    stop_logged: msgspec.Raw = msgspec.field(default=_EMPTY, name="_stop_logged")
 
 
 LINE_DECODER = msgspec.json.Decoder(LineRecord)
@@ -228,6 +231,43 @@ def _raw_lists(raws: list[Any]) -> RawLists:
     return RawLists(present, is_list, offsets, chars, classes, depth, record)
 
 
+_DIGITS_TO_ONE = bytes.maketrans(b"0123456789", b"1111111111")
+_NOT_DIGIT_TO_SPACE = bytes(c if 48 <= c <= 57 else 32 for c in range(256))
+
+
+def _simple_int_lists(raws: list[Any], nested: bool) -> tuple["np.ndarray", ...] | None:
+    """:func:`parse_int_lists` for the common case, with bytes methods over the whole batch: every
+    value absent or a compact array of integers below 10^18 (of ``[a,b]`` pairs when ``nested``).
+    ``None`` when the batch is not that simple."""
+    import numpy as np
+
+    n = len(raws)
+    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=n)
+    if np.any(lengths == 4):  # possibly null
+        return None
+    buf = b"".join(raws)
+    if b"1" * 19 in buf.translate(_DIGITS_TO_ONE):
+        return None
+    # valid JSON has a number on each side of every comma, so without digits a pair is "[,]"
+    if nested:
+        rest = buf.translate(None, b"0123456789").replace(b"[,]", b"P").replace(b"P,", b"").replace(b"[P]", b"")
+        if rest.replace(b"[]", b""):
+            return None
+    elif buf.translate(None, b"0123456789,").replace(b"[]", b""):
+        return None
+    offsets = _offsets(lengths)
+    chars = np.frombuffer(buf, dtype=np.uint8)
+    present = lengths > 0
+    values = np.fromstring(buf.translate(_NOT_DIGIT_TO_SPACE), dtype=np.int64, sep=" ")  # noqa: NPY201 (text mode)
+    if nested:
+        opens = np.flatnonzero(chars == ord("["))
+        counts = np.diff(np.searchsorted(opens, offsets)) - present  # the outer bracket is no pair
+    else:
+        commas = np.flatnonzero(chars == ord(","))
+        counts = np.diff(np.searchsorted(commas, offsets)) + (lengths > 2)
+    return present, np.ones(n, dtype=bool), _offsets(counts), values
+
+
 def parse_int_lists(raws: list[bytes], nested: bool) -> tuple["np.ndarray", "np.ndarray", "np.ndarray", "np.ndarray"]:
     """Non-negative integers of raw JSON arrays, all records at once.
 
@@ -247,6 +287,9 @@ def parse_int_lists(raws: list[bytes], nested: bool) -> tuple["np.ndarray", "np.
     """
     import numpy as np
 
+    simple = _simple_int_lists(raws, nested)
+    if simple is not None:
+        return simple  # type: ignore[return-value]
     raw = _raw_lists(raws)
     classes, depth, record = raw.classes, raw.depth, raw.record
     n = len(raws)
@@ -304,8 +347,8 @@ def parse_int_lists(raws: list[bytes], nested: bool) -> tuple["np.ndarray", "np.
     return raw.present, exact, offsets, values
 
 
-_NUMBER_CHARS = b"0123456789-+.eE,[] \t\r\n"
-_INTEGER_CHARS = b"0123456789-,[] \t\r\n"
+_NUMBER_CHARS = b"0123456789-+.eE,"
+_INTEGER_CHARS = b"0123456789-,"
 _SHAPE = bytes.maketrans(b"0123456789eE+-", b"1111111111eess")
 """Digits to ``1``, exponent letters to ``e``, signs to ``s`` (for searching number shapes)."""
 
@@ -344,18 +387,22 @@ def count_numbers(raws: list[Any], integers: bool) -> tuple["np.ndarray", "np.nd
     nonempty = lengths > 0
     first[nonempty] = chars[offsets[:-1][nonempty]]
     is_list = nonempty & (first == ord("["))
-    nulls = int(np.count_nonzero(nonempty & ~is_list))
+    is_null = nonempty & ~is_list
     lists = int(np.count_nonzero(is_list))
-    simple = (
-        buf.translate(None, _INTEGER_CHARS if integers else _NUMBER_CHARS) == b"null" * nulls
-        and nulls == int(np.count_nonzero(nonempty & (lengths == 4) & (first == ord("n"))))
-        and buf.count(b"[") == lists
-        and buf.count(b"]") == lists
-        and not any(space in buf for space in (b" ", b"\t", b"\r", b"\n"))
-    )
+    if is_null.any():
+        expected = b"".join([b"[]" if listed else (b"null" if null else b"") for listed, null in zip(is_list, is_null)])
+    else:
+        expected = b"[]" * lists
+    # every character a digit, sign, comma or number letter, one bracket pair per array, no spaces
+    simple = buf.translate(None, _INTEGER_CHARS if integers else _NUMBER_CHARS) == expected
     if simple and not integers:
         shape = buf.translate(_SHAPE)
-        simple = b"1" * 26 not in shape and b"e111" not in shape and b"es111" not in shape
+        simple = b"1" * 26 not in shape
+        if simple and b"e" in shape:
+            padded = np.frombuffer(shape + b"0000", dtype=np.uint8)
+            exponent = np.flatnonzero(padded == ord("e"))
+            first = exponent + 1 + (padded[exponent + 1] == ord("s"))
+            simple = not np.any((padded[first] == ord("1")) & (padded[first + 1] == ord("1")) & (padded[first + 2] == ord("1")))
     if not simple:
         return _count_numbers_exactly(raws, integers)
     commas = np.flatnonzero(chars == ord(","))
@@ -422,8 +469,7 @@ def _count_numbers_exactly(raws: list[Any], integers: bool) -> tuple["np.ndarray
 
 
 def decode_lines(lines: list[bytes]) -> list[LineRecord | None]:
-    """Each line as a :class:`LineRecord`, or ``None`` where it does not decode into one or may
-    carry a key the fast path does not read (one starting with ``_``, possibly escaped)."""
+    """Each line as a :class:`LineRecord`, or ``None`` where it does not decode into one."""
     decode = LINE_DECODER.decode
     out: list[LineRecord | None]
     try:
@@ -435,11 +481,6 @@ def decode_lines(lines: list[bytes]) -> list[LineRecord | None]:
                 out.append(decode(line))
             except (msgspec.DecodeError, UnicodeDecodeError):
                 out.append(None)
-    joined = b"".join(lines)
-    if b'"_' in joined or b"\\u" in joined:
-        for i, line in enumerate(lines):
-            if b'"_' in line or b"\\u" in line:
-                out[i] = None
     return out
 
 
@@ -449,8 +490,10 @@ def _fill(values: list[Any], missing: Any) -> list[Any]:
 
 def from_line_records(records: list[LineRecord]) -> Columns:
     """The columns of decoded JSONL records (every one a :class:`LineRecord`)."""
+    from itertools import repeat
+    from operator import attrgetter, is_not
+
     import numpy as np
-    from operator import attrgetter
 
     n = len(records)
     def field(name: str) -> list[Any]:
@@ -462,15 +505,17 @@ def from_line_records(records: list[LineRecord]) -> Columns:
     )
     policy, trainer, stops, waits = field("policy_version"), field("trainer_version"), field("stop_reason"), field("tool_wait_s")
     exact = np.ones(n, dtype=bool)
+    for name in ("n_tokens", "lp_offset", "stop_logged"):
+        exact &= np.fromiter(map(len, field(name)), dtype=np.int64, count=n) == 0
     origin_lengths = np.fromiter(map(len, origins), dtype=np.int64, count=n)
     loss_lengths = np.fromiter(map(len, losses), dtype=np.int64, count=n)
     origin = _origin_lut()[np.frombuffer("".join(origins).encode("latin-1", "replace"), dtype=np.uint8)]
     loss = _loss_lut()[np.frombuffer("".join(losses).encode("latin-1", "replace"), dtype=np.uint8)]
-    has_counts = np.fromiter((c is not None for c in counts), dtype=bool, count=n)
+    has_counts = np.fromiter(map(is_not, counts, repeat(None)), dtype=bool, count=n)
     count_values = np.zeros((n, 3), dtype=np.int64)
-    if has_counts.any():
-        given = [c for c in counts if c is not None]
-        count_values[has_counts] = np.array([(c.prompt, c.action, c.tool) for c in given], dtype=np.int64)
+    given = [c for c in counts if c is not None]
+    for k, name in enumerate(("prompt", "action", "tool")):
+        count_values[has_counts, k] = np.fromiter(map(attrgetter(name), given), dtype=np.int64, count=len(given))
     token_count, token_exact = count_numbers(list(token_ids), integers=True)
     has_turns, turns_exact, turn_offsets, turn_values = parse_int_lists(list(turns), nested=True)
     has_cached, cached_exact, cached_offsets, cached_values = parse_int_lists(list(cached), nested=False)

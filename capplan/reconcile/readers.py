@@ -36,6 +36,20 @@ def open_lines(path: Path) -> tuple[Iterator[bytes], Callable[[], int], Callable
     return iter(fh), raw.tell, close
 
 
+def open_blocks(path: Path) -> tuple[Any, Callable[[], int], Callable[[], None]]:
+    """A JSONL file (gzip detected by its magic bytes) to ``read`` in blocks, a byte-position
+    probe of the file on disk, a closer."""
+    raw = open(path, "rb")  # noqa: SIM115 (closed by the returned closer)
+    head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
+    fh: Any = gzip.GzipFile(fileobj=raw, mode="rb") if head == b"\x1f\x8b" else raw
+
+    def close() -> None:
+        fh.close()
+        raw.close()
+
+    return fh, raw.tell, close
+
+
 class NotJSON:
     """A line that does not decode, with the reason."""
 
