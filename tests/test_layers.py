@@ -1,6 +1,6 @@
 """The import direction between layers: each layer uses only the layers above it.
 
-    infrastructure  errors, units, options, yamlio, resources, output, records, plots
+    infrastructure  errors, units, options, yamlio, resources, output, records, plots, scale
     inputs          distributions, workload, hardware, modelspec, hf_import, engine
     calculations    ledger, kv, roofline, benchmark, trainer, concurrency, workload_map
     orchestration   plan, sim, reconcile, accuracy, calibrate (and the alias modules)
@@ -20,7 +20,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "capplan"
 
 LAYERS: list[tuple[str, set[str]]] = [
-    ("infrastructure", {"errors", "units", "options", "yamlio", "resources", "output", "records", "plots", "__init__"}),
+    ("infrastructure", {"errors", "units", "options", "yamlio", "resources", "output", "records", "plots", "scale", "__init__"}),
     ("inputs", {"distributions", "workload", "hardware", "modelspec", "hf_import", "engine"}),
     ("calculations", {"ledger", "kv", "roofline", "trainer", "concurrency", "workload_map", "benchmark"}),
     ("orchestration", {"plan", "sim", "reconcile", "accuracy", "calibrate", "simulate", "sweep"}),
