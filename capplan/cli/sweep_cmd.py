@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from capplan.cli.registry import CommandSet
-from capplan.cli.common import EngineOpt, ForceOpt, call, console, dtype_name, emit, fail, load_engine_option, parse_ints, parse_names
+from capplan.cli.common import EngineOpt, ForceOpt, call, console, dtype_name, fail, load_engine_option, parse_ints, parse_names
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,13 +25,13 @@ class Objective(str, Enum):
     cost = "cost"
 
 
-def grid_text(grid: "pd.DataFrame", output: Path) -> str:
-    """The full grid as JSON (an ``output`` ending in ``.json``) or spreadsheet-safe CSV."""
-    from capplan.output import to_csv, to_json
+def write_grid(grid: "pd.DataFrame", output: Path, force: bool) -> None:
+    """Write the full grid by the extension of ``output``: ``.parquet``, ``.json`` or spreadsheet-safe
+    CSV, streamed in chunks (``capplan.output.write_frame``)."""
+    from capplan.output import write_frame
 
-    if output.suffix == ".json":
-        return to_json(grid.astype(object).where(grid.notna(), None).to_dict(orient="records"))
-    return to_csv(list(grid.columns), grid.itertuples(index=False))
+    path = call(lambda: write_frame(grid, output, force=force))
+    typer.echo(f"wrote {path}", err=True)
 
 
 def render(grid: "pd.DataFrame", top_rows: "pd.DataFrame", subject: str, objective: str, priced: bool) -> None:
@@ -109,7 +109,10 @@ def sweep_cmd(
     objective: Annotated[Objective, typer.Option("--objective", help="Rank by per-gpu, throughput or cost.")] = Objective.per_gpu,
     top: Annotated[int, typer.Option("--top", help="Rows to show.", min=1)] = 10,
     conversations: Annotated[int | None, typer.Option("--conversations", help="Monte Carlo sample size.", min=1)] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the full grid as CSV (or .json).", dir_okay=False)] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write the full grid as CSV, or by extension .parquet or .json.", dir_okay=False),
+    ] = None,
     force: ForceOpt = False,
 ) -> None:
     import sys
@@ -153,5 +156,5 @@ def sweep_cmd(
         if progress is not None:
             progress.stop()
     if output is not None:
-        emit(grid_text(grid, output), output, force)
+        write_grid(grid, output, force)
     render(grid, best(grid, objective.value, top), f"{loaded_workload.name} on {spec.name}", objective.value, gpu_hour_price is not None)

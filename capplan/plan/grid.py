@@ -1,6 +1,7 @@
 """The sweep: every hardware x tp x dtype x GPU-split plan at once, evaluated as one grid.
 
-The workload is sampled once. For each replica configuration (hardware, tp, dtypes) the KV
+The workload is sampled once (the plan's sample and the concurrency model's; see
+:func:`capplan.plan.replica.shared_sample`). For each replica configuration (hardware, tp, dtypes) the KV
 capacity, concurrency and step costs are set up once (:func:`capplan.plan.replica.replica_setup`)
 and the rollout timing is evaluated for every inference size in one vectorised call
 (:meth:`capplan.plan.rollout.RolloutModel.times`); trainer times broadcast against it. So a
@@ -10,7 +11,7 @@ sweep row is the same arithmetic as ``capplan plan`` with both GPU counts given 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from capplan.errors import CapplanError
 from capplan.plan.inputs import check_mode
@@ -108,16 +109,17 @@ def sweep(
     import numpy as np
     import pandas as pd
 
-    from capplan.plan.replica import replica_setup
+    from capplan.plan.replica import replica_setup, shared_sample
     from capplan.plan.sizing import step_time_s
     from capplan.plan.work import prepare
     from capplan.trainer import MICRO_BATCH_TOKENS, TRAIN_MFU, min_trainer_gpus, trainer_step_time_s, weight_sync_time_s
 
     check_mode(mode)
     prepared = prepare(workload, spec, conversations)
+    shared = shared_sample(workload, prepared)  # the workload is sampled once per sweep, not per cell
     work = prepared.work
     trained = work.trained_positions
-    frames: list[pd.DataFrame] = []
+    parts: list[tuple[dict[str, Any], int]] = []  # per configuration: its columns and row count
     configs = [(h, t, k, w) for h in hardware for t in tps for k in kv_dtypes for w in weight_dtypes]
     has_trainer = workload.has_trainer
     for done, (hw, tp, kv_dtype, weight_dtype) in enumerate(configs, 1):
@@ -138,17 +140,18 @@ def sweep(
         try:
             if has_trainer and trainer_min == 0:
                 min_trainer_gpus(spec, trainer_hw, MICRO_BATCH_TOKENS)  # raises the explanation
-            setup = replica_setup(workload, prepared, spec, hw, tp, kv_dtype, weight_dtype, gpu_mem_util, engine=engine)
+            setup = replica_setup(workload, prepared, spec, hw, tp, kv_dtype, weight_dtype, gpu_mem_util, engine=engine, shared=shared)
         except CapplanError as exc:
-            frames.append(
-                pd.DataFrame(
+            parts.append(
+                (
                     {
                         **base,
                         "inference_gpus": inference_grid.ravel().astype(int),
                         "trainer_gpus": trainer_grid.ravel().astype(int),
                         "feasible": False,
                         "reason": str(exc),
-                    }
+                    },
+                    inference_grid.size,
                 )
             )
             if on_config:
@@ -166,12 +169,14 @@ def sweep(
         trained_per_s = np.where(step > 0, trained / np.where(step > 0, step, 1.0), 0.0)
         multiple = inference_grid % tp == 0
         feasible = multiple & ((trainer_grid >= trainer_min) | (not has_trainer))
-        reason = np.where(~multiple, f"inference GPUs not a multiple of tp {tp}", np.where(feasible, "", f"trainer needs >= {trainer_min} GPUs"))
-        binding = np.where(times.arrival_binds, "arrival of work", setup.binding)[:, None]
+        reasons = np.array(["", f"inference GPUs not a multiple of tp {tp}", f"trainer needs >= {trainer_min} GPUs"], dtype=object)
+        reason = reasons[np.where(~multiple, 1, np.where(feasible, 0, 2))]  # one object per distinct text
+        bindings = np.array([setup.binding, "arrival of work"], dtype=object)
+        binding = bindings[times.arrival_binds.astype(int)][:, None]
         cost = step * total * gpu_hour_price / 3600 if gpu_hour_price else np.full(inference_grid.shape, np.nan)
         trainer_busy = trainer_time + (sync_s if mode == "async" else 0.0)
-        frames.append(
-            pd.DataFrame(
+        parts.append(
+            (
                 {
                     **base,
                     "inference_gpus": inference_grid.ravel().astype(int),
@@ -198,16 +203,56 @@ def sweep(
                     ).ravel(),
                     "cost_per_step_usd": cost.ravel(),
                     "cost_per_million_trained_tokens_usd": (cost / max(trained, 1e-12) * 1e6).ravel(),
-                }
+                },
+                inference_grid.size,
             )
         )
         if on_config:
             on_config(done, len(configs))
-    grid = pd.concat(frames, ignore_index=True)
-    for column in COLUMNS:
-        if column not in grid:
-            grid[column] = np.nan
-    return grid[COLUMNS]
+    return _assemble(parts)
+
+
+TEXT_COLUMNS = ("hardware", "kv_dtype", "weight_dtype", "reason", "binding_constraint")
+"""Columns of :data:`COLUMNS` holding text (categorical, categories in sorted order)."""
+
+
+def _assemble(parts: list[tuple[dict[str, Any], int]]) -> "pd.DataFrame":
+    """One DataFrame of :data:`COLUMNS` from the configurations' columns (arrays or scalars).
+
+    Built column by column in one step (no per-configuration DataFrame, no concatenation):
+    a column some configuration lacks is NaN there (numbers become floats, as a concatenation would
+    make them); text columns are categorical, so a million rows hold a few strings and one code each.
+    """
+    import numpy as np
+    import pandas as pd
+
+    columns: dict[str, Any] = {}
+    for name in COLUMNS:
+        pieces = [(values.pop(name, np.nan), rows) for values, rows in parts]  # each piece freed once copied
+        if name in TEXT_COLUMNS:
+            columns[name] = _categorical([np.broadcast_to(np.asarray(value, dtype=object), (rows,)) for value, rows in pieces])
+            continue
+        arrays = [np.broadcast_to(np.asarray(value), (rows,)) for value, rows in pieces]
+        del pieces
+        columns[name] = np.concatenate(arrays) if arrays else np.zeros(0)
+        del arrays
+    return pd.DataFrame(columns, columns=COLUMNS, copy=False)
+
+
+def _categorical(arrays: list[Any]) -> "pd.Categorical":
+    """Object arrays of text (NaN for missing) as one categorical with sorted categories."""
+    import numpy as np
+    import pandas as pd
+
+    values = np.concatenate(arrays) if arrays else np.zeros(0, dtype=object)
+    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    if len(uniques) == 0:  # every value missing
+        return pd.Categorical.from_codes(codes, categories=[])
+    order = np.argsort(np.asarray(uniques, dtype=object).astype(str), kind="stable")
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    categories = [uniques[i] for i in order]
+    return pd.Categorical.from_codes(np.where(codes >= 0, rank[np.maximum(codes, 0)], -1), categories=categories)
 
 
 def best(grid: "pd.DataFrame", objective: str, n: int = 10) -> "pd.DataFrame":
