@@ -128,7 +128,7 @@ def write_atomic(path: str | Path, text: str, force: bool = False) -> Path:
 # ---------------------------------------------------------------------------- large tables (the sweep export)
 
 #: Rows converted and written at a time by :func:`write_frame` [rows].
-FRAME_CHUNK_ROWS = 131_072
+FRAME_CHUNK_ROWS = 65_536
 
 _FLOAT_SAFE_LOW, _FLOAT_SAFE_HIGH = 1e-4, 1e15
 """Magnitudes between which the JSON encoders print a float exactly as ``repr`` does (zero too);
@@ -142,11 +142,28 @@ def _csv_cell(value: Any) -> str:
     return buf.getvalue()[:-2]  # drop the empty second cell's separator and the line end
 
 
-def _encode_numbers(values: Any) -> bytes:
-    """A 1-D int or float array as a JSON array (``null`` for NaN); orjson when installed, else msgspec."""
+def _orjson() -> Any:
+    """The orjson module when installed (``capplan[fast]``), else ``None``."""
     try:
         import orjson
     except ImportError:
+        return None
+    return orjson
+
+
+def _arrow_csv() -> Any:
+    """``pyarrow.csv`` when pyarrow is installed, else ``None``."""
+    try:
+        import pyarrow.csv
+    except ImportError:
+        return None
+    return pyarrow.csv
+
+
+def _encode_numbers(values: Any) -> bytes:
+    """A 1-D int or float array as a JSON array (``null`` for NaN); orjson when installed, else msgspec."""
+    orjson = _orjson()
+    if orjson is None:
         import msgspec
 
         return msgspec.json.encode(values.tolist())
@@ -205,9 +222,22 @@ def _arrow_chunk(frame: Any, placeholders: dict[bytes, bytes]) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    import pandas as pd
+
     columns = []
     for name in frame.columns:
         series = frame[name]
+        if isinstance(series.dtype, pd.CategoricalDtype):
+            codes = series.cat.codes.to_numpy()
+            cells = [_csv_cell(value) for value in series.cat.categories.tolist()]
+            for k, cell in enumerate(cells):
+                if cell[:1] == '"':
+                    token = f"\x02{len(placeholders)}\x03"
+                    placeholders[token.encode()] = cell.encode()
+                    cells[k] = token
+            indices = pa.array(codes, mask=codes < 0)
+            columns.append(pa.DictionaryArray.from_arrays(indices, pa.array(cells, type=pa.string())).cast(pa.string()))
+            continue
         values = series.to_numpy()
         kind = values.dtype.kind
         if kind in "iuf":
@@ -265,24 +295,35 @@ def frame_csv_chunks(frame: Any, chunk_rows: int = FRAME_CHUNK_ROWS) -> Iterator
     chunk_rows : int
         Rows per chunk [rows].
     """
-    try:
-        import pyarrow.csv as pa_csv
-    except ImportError:
-        pa_csv = None
+    pa_csv = _arrow_csv()
     yield to_csv([str(c) for c in frame.columns], []).encode()
-    for start in range(0, len(frame), chunk_rows):
-        chunk = frame.iloc[start:start + chunk_rows]
-        if pa_csv is None:
-            yield _frame_csv_python(chunk).encode()
-            continue
-        placeholders: dict[bytes, bytes] = {}
-        table = _arrow_chunk(chunk, placeholders)
+    if pa_csv is None:
+        for start in range(0, len(frame), chunk_rows):
+            yield _frame_csv_python(frame.iloc[start:start + chunk_rows]).encode()
+        return
+
+    def render(table: Any, placeholders: dict[bytes, bytes]) -> bytes:
         sink = io.BytesIO()
         pa_csv.write_csv(table, sink, pa_csv.WriteOptions(include_header=False, quoting_style="none"))
         data = sink.getvalue()
         for token, cell in placeholders.items():
             data = data.replace(token, cell)
-        yield data
+        return data
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    # pyarrow's writer runs (without the interpreter lock) on a second thread while the next
+    # chunk's cells are prepared
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = None
+        for start in range(0, len(frame), chunk_rows):
+            placeholders: dict[bytes, bytes] = {}
+            table = _arrow_chunk(frame.iloc[start:start + chunk_rows], placeholders)
+            if pending is not None:
+                yield pending.result()
+            pending = pool.submit(render, table, placeholders)
+        if pending is not None:
+            yield pending.result()
 
 
 def write_frame(frame: Any, path: str | Path, force: bool = False, chunk_rows: int = FRAME_CHUNK_ROWS) -> Path:
