@@ -524,21 +524,23 @@ def compute_kv(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> KVRes
         return _kv_result(spec, hw, inp, hit[2])
     fixed = _kv_fixed(spec, hw, inp)
     if key is not None:
-        if len(_KV_FIXED) >= _KV_FIXED_MAX:
-            _KV_FIXED.clear()
+        while len(_KV_FIXED) >= _KV_FIXED_MAX:
+            del _KV_FIXED[next(iter(_KV_FIXED))]  # the oldest entry
         _KV_FIXED[key] = (spec, hw, fixed)
     return _kv_result(spec, hw, inp, fixed)
 
 
 _KV_FIXED: dict[Any, tuple[Any, Any, "_KVFixed"]] = {}
 _KV_FIXED_MAX = 256
+_CONTEXT_FIELD = list(KVInputs.model_fields).index("context")
 
 
 def _fixed_key(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> Any:
     """What :func:`_kv_fixed` depends on: the objects' identities and every input but the
     context (``None`` when an input is unhashable, e.g. an engine profile object)."""
+    values = tuple(inp.__dict__.values())  # the fields, in declaration order
+    rest = values[:_CONTEXT_FIELD] + values[_CONTEXT_FIELD + 1:]
     try:
-        rest = tuple((name, value) for name, value in inp if name != "context")
         hash(rest)
     except TypeError:
         return None

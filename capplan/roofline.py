@@ -633,9 +633,11 @@ def step_pricer(spec: "ModelSpec", hw: "HardwareProfile", inp: RooflineInputs) -
         hit = _PRICERS.get(alias)
     except TypeError:  # an engine profile inside makes the inputs unhashable
         alias, hit = None, None
-    pricer = hit[3] if hit is not None and hit[0] is spec and hit[1] is hw else StepPricer(spec, hw, inp)
-    if len(_PRICERS) >= _PRICERS_MAX:
-        _PRICERS.clear()
+    if hit is not None and hit[0] is spec and hit[1] is hw:
+        return hit[3]  # an equal input: found by value (an identity entry per new object would crowd the cache)
+    pricer = StepPricer(spec, hw, inp)
+    while len(_PRICERS) >= _PRICERS_MAX - 1:
+        del _PRICERS[next(iter(_PRICERS))]  # the oldest entry
     _PRICERS[key] = (spec, hw, inp, pricer)
     if alias is not None:
         _PRICERS[alias] = (spec, hw, inp, pricer)

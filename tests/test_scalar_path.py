@@ -130,3 +130,18 @@ def test_compute_kv_cache_tells_inputs_apart():
     b = compute_kv(spec, hw, KVInputs(context=4096, gpu_mem_util=0.5))
     assert b.kv_budget_gib_per_gpu < a.kv_budget_gib_per_gpu
     assert compute_kv(load_model_spec("qwen3-8b"), hw, KVInputs(context=4096)).model == "qwen3-8b"
+
+
+def test_kv_cache_key_reads_the_fields_in_declaration_order():
+    """compute_kv's cache key drops the context by its position among the fields."""
+    assert list(KVInputs(tp=2, context=5).__dict__) == list(KVInputs.model_fields)
+    assert list(KVInputs.model_fields)[kv._CONTEXT_FIELD] == "context"
+
+
+def test_pricer_cache_is_bounded():
+    import capplan.roofline as roofline
+
+    spec, hw = load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm")
+    for steps in range(roofline._PRICERS_MAX):
+        step_pricer(spec, hw, RooflineInputs(step_overhead_s=steps * 1e-6))
+    assert len(roofline._PRICERS) < roofline._PRICERS_MAX
