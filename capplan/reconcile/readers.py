@@ -85,7 +85,11 @@ def decode_line(raw: bytes) -> Any:
 
 
 def open_parquet(path: Path) -> Any:
-    """A ``pyarrow.parquet.ParquetFile`` that reads one column chunk at a time, unbuffered.
+    """A ``pyarrow.parquet.ParquetFile`` that reads pages on demand through a 1 MiB buffered stream.
+
+    Without a stream buffer pyarrow reads each column chunk of a row group whole, so memory grew
+    with the row group (a file written in one row group: with the file); without pre-buffering it
+    does not read ahead either. Memory then depends on the batch, not on the file.
 
     Raises
     ------
@@ -100,7 +104,7 @@ def open_parquet(path: Path) -> Any:
             "(or convert the file to JSONL)"
         ) from None
     try:
-        return pq.ParquetFile(path, pre_buffer=False, buffer_size=0)
+        return pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
     except Exception as exc:  # pyarrow raises several types for a corrupt file
         raise InputError(f"{path}: unreadable Parquet file: {exc}") from None
 
