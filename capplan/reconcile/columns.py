@@ -496,17 +496,22 @@ def from_line_records(records: list[LineRecord]) -> Columns:
     import numpy as np
 
     n = len(records)
-    def field(name: str) -> list[Any]:
-        return list(map(attrgetter(name), records))
-
-    origins, losses, counts = field("origin"), field("loss_mask"), field("counts")
-    token_ids, turns, cached, prefill, logprobs = (
-        field("token_ids"), field("turns"), field("cached_tokens"), field("prefill_tokens"), field("logprobs")
-    )
-    policy, trainer, stops, waits = field("policy_version"), field("trainer_version"), field("stop_reason"), field("tool_wait_s")
+    # one list comprehension per field (faster than operator.attrgetter on 3.11)
+    origins = [r.origin for r in records]
+    losses = [r.loss_mask for r in records]
+    counts = [r.counts for r in records]
+    token_ids = [r.token_ids for r in records]
+    turns = [r.turns for r in records]
+    cached = [r.cached_tokens for r in records]
+    prefill = [r.prefill_tokens for r in records]
+    logprobs = [r.logprobs for r in records]
+    policy = [r.policy_version for r in records]
+    trainer = [r.trainer_version for r in records]
+    stops = [r.stop_reason for r in records]
+    waits = [r.tool_wait_s for r in records]
     exact = np.ones(n, dtype=bool)
-    for name in ("n_tokens", "lp_offset", "stop_logged"):
-        exact &= np.fromiter(map(len, field(name)), dtype=np.int64, count=n) == 0
+    for extra in ([r.n_tokens for r in records], [r.lp_offset for r in records], [r.stop_logged for r in records]):
+        exact &= np.fromiter(map(len, extra), dtype=np.int64, count=n) == 0
     origin_lengths = np.fromiter(map(len, origins), dtype=np.int64, count=n)
     loss_lengths = np.fromiter(map(len, losses), dtype=np.int64, count=n)
     origin = _origin_lut()[np.frombuffer("".join(origins).encode("latin-1", "replace"), dtype=np.uint8)]
@@ -516,13 +521,13 @@ def from_line_records(records: list[LineRecord]) -> Columns:
     given = [c for c in counts if c is not None]
     for k, name in enumerate(("prompt", "action", "tool")):
         count_values[has_counts, k] = np.fromiter(map(attrgetter(name), given), dtype=np.int64, count=len(given))
-    token_count, token_exact = count_numbers(list(token_ids), integers=True)
-    has_turns, turns_exact, turn_offsets, turn_values = parse_int_lists(list(turns), nested=True)
-    has_cached, cached_exact, cached_offsets, cached_values = parse_int_lists(list(cached), nested=False)
+    token_count, token_exact = count_numbers(token_ids, integers=True)
+    has_turns, turns_exact, turn_offsets, turn_values = parse_int_lists(turns, nested=True)
+    has_cached, cached_exact, cached_offsets, cached_values = parse_int_lists(cached, nested=False)
     has_prefill, prefill_exact, prefill_offsets, prefill_values = parse_int_lists(
-        list(prefill), nested=False
+        prefill, nested=False
     )
-    lp_count, lp_exact = count_numbers(list(logprobs), integers=False)
+    lp_count, lp_exact = count_numbers(logprobs, integers=False)
     stop_codes = STOP_CODES
     return Columns(
         n=n,
