@@ -11,7 +11,7 @@ records within 10% of that at 100K; ``--workers 2`` on a directory of files >= 1
 Files come from ``make_trajectories.py`` (written once into ``--dir``, reused after); the Parquet
 files are the same records converted with pyarrow in row groups of ``--row-group`` rows. Each
 measurement runs in a fresh Python process that reports its CPU time, wall time, and peak
-resident set size (``ru_maxrss``) next to the resident set size after its imports. Records/s is
+resident set size (``VmHWM``) next to the peak after its imports. Records/s is
 per CPU-second of that process (one core); the directory runs report wall time, since they use
 more than one process. "previous path" is the record-by-record checker (``batches=False``), which
 every record took before the batch path; the results of the two are compared for equality.
@@ -39,14 +39,23 @@ try:
 except ImportError:
     pass
 args = json.loads(sys.argv[1])
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+def peak_kib():
+    # VmHWM starts afresh at exec (ru_maxrss would include the parent's pages shared at fork)
+    try:
+        with open("/proc/self/status") as fh:
+            return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+base = peak_kib()
 cpu, wall = time.process_time(), time.perf_counter()
 if args["kind"] == "file":
     r = reconcile(args["path"], batches=args["batches"])
 else:
     r = reconcile_files([args["path"]], executor="process", workers=args["workers"])
 cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+peak = peak_kib()
 doc = r.as_dict()
 doc.pop("notes"), doc.pop("source"), doc.pop("files", None), doc.pop("files_failed", None)
 print(json.dumps({"records": r.records, "ok": r.ok, "cpu_s": cpu, "wall_s": wall, "rss_after_imports_kib": base,
@@ -74,14 +83,20 @@ def jsonl_file(folder: Path, n: int) -> Path:
 
 
 def parquet_file(folder: Path, n: int, row_group: int) -> Path:
-    """The JSONL records of ``n`` converted to Parquet, streamed ``row_group`` rows at a time."""
+    """The JSONL records of ``n`` converted to Parquet (in a child process, so this one stays small)."""
+    path = folder / f"trajectories-{n}-rg{row_group}.parquet"
+    if not path.exists():
+        source = jsonl_file(folder, n)
+        subprocess.run(
+            [sys.executable, __file__, "--convert", str(source), str(path), str(row_group)], check=True
+        )
+    return path
+
+
+def convert(source: Path, path: Path, row_group: int) -> None:
+    """Write the records of ``source`` to Parquet, streamed ``row_group`` rows at a time."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    path = folder / f"trajectories-{n}-rg{row_group}.parquet"
-    if path.exists():
-        return path
-    source = jsonl_file(folder, n)
     writer = None
     rows: list[dict] = []
     with open(source, "rb") as fh:
@@ -98,7 +113,6 @@ def parquet_file(folder: Path, n: int, row_group: int) -> Path:
         writer.write_table(table)
     assert writer is not None
     writer.close()
-    return path
 
 
 def split_directory(folder: Path, source: Path, files: int) -> Path:
@@ -115,6 +129,9 @@ def split_directory(folder: Path, source: Path, files: int) -> Path:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--convert"]:
+        convert(Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]))
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--formats", nargs="+", default=["jsonl", "parquet"], choices=["jsonl", "parquet"])

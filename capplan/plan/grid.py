@@ -107,7 +107,6 @@ def sweep(
         ``mode`` is neither ``sync`` nor ``async``.
     """
     import numpy as np
-    import pandas as pd
 
     from capplan.plan.replica import replica_setup, shared_sample
     from capplan.plan.sizing import step_time_s

@@ -107,9 +107,8 @@ class Columns:
     prefill_offsets: "np.ndarray"
     prefill: "np.ndarray"
     logprobs: "np.ndarray"
-    """Number of log-probs (-1 absent)."""
-    logprobs_bounded: "np.ndarray"
-    """Every log-prob is a number of magnitude at most 1e300 (so any sum of them is finite)."""
+    """Number of log-probs (-1 absent); a record is exact only if every one is a number small
+    enough that any sum of them is finite (see :func:`count_numbers`)."""
     policy_version: "np.ndarray"
     """-1 absent."""
     trainer_version: "np.ndarray"
@@ -419,7 +418,7 @@ def _count_numbers_exactly(raws: list[Any], integers: bool) -> tuple["np.ndarray
     raws : list of bytes
         One raw JSON value per record (``b""`` when absent).
     integers : bool
-        Accept only integers (token IDs); else any JSON number whose magnitude is at most 1e300
+        Accept only integers (token IDs); else any JSON number below 10^124 in magnitude
         (log-probs: every digit run is at most 25 long and no exponent has three digits, so the
         sum of up to 10^18 of them is finite).
 
@@ -550,7 +549,6 @@ def from_line_records(records: list[LineRecord]) -> Columns:
         prefill_offsets=prefill_offsets,
         prefill=prefill_values,
         logprobs=lp_count,
-        logprobs_bounded=lp_exact,
         policy_version=np.array(_fill(list(policy), -1), dtype=np.int64),
         trainer_version=np.array(_fill(list(trainer), -1), dtype=np.int64),
         stop=np.array([-1 if s is None else stop_codes[s] for s in stops], dtype=np.int8),
@@ -714,7 +712,7 @@ def from_arrow(batch: Any) -> Columns:
         if not (pa.types.is_floating(values.type) or pa.types.is_integer(values.type)):
             raise Unsupported(str(values.type))
         data = np.asarray(values.cast(pa.float64()).fill_null(np.nan), dtype=np.float64)
-        bad = _bad_per_record(~(np.abs(data) <= 1e300), offsets)
+        bad = _bad_per_record(~(np.abs(data) <= 1e290), offsets)  # any sum of up to 10^18 stays finite
         exact &= ~valid | ~bad
         logprobs = np.where(valid, np.diff(offsets), -1)
 
@@ -756,7 +754,7 @@ def from_arrow(batch: Any) -> Columns:
         token_ids=token_ids, counts=counts, has_counts=has_counts, has_turns=has_turns, turn_offsets=turn_offsets,
         turn_starts=turn_starts, turn_ends=turn_ends, has_cached=has_cached, cached_offsets=cached_offsets,
         cached=cached, has_prefill=has_prefill, prefill_offsets=prefill_offsets, prefill=prefill, logprobs=logprobs,
-        logprobs_bounded=np.ones(n, dtype=bool), policy_version=policy_version, trainer_version=trainer_version,
+        policy_version=policy_version, trainer_version=trainer_version,
         stop=stop, tool_wait_s=tool_wait_s,
     )
 
