@@ -423,9 +423,25 @@ def _evaluate(
     return out
 
 
+_SCALAR_TERMS = (
+    "gemm_flops_per_token", "attn_flops_per_pair_full", "attn_flops_per_pair_window", "linear_flops_per_token",
+    "head_flops_per_logit", "experts_per_token", "experts", "fixed_weight_bytes", "routed_bytes", "head_bytes",
+    "kv_bytes_full", "kv_bytes_window", "state_bytes_per_seq", "act_bytes_per_token", "act_bytes_per_logit",
+    "routed_flops_per_token", "tp", "hidden", "logit_gather_bytes", "layers",
+)
+_SCALAR_HW = (
+    "peak_gemm", "peak_16", "gemm_half_tokens", "moe_extra", "attention_rel", "ce", "hbm", "be", "intra", "inter",
+    "gpus_per_node", "ie", "latency_s", "overhead_s", "per_sequence_s",
+)
+
+
+def _scalar_terms(t: dict[str, Any], w: dict[str, Any]) -> tuple[float, ...]:
+    """The model and hardware terms :func:`_evaluate_one` reads, as one tuple (unpacked at once)."""
+    return tuple(t[k] for k in _SCALAR_TERMS) + tuple(w[k] for k in _SCALAR_HW)
+
+
 def _evaluate_one(
-    t: dict[str, Any],
-    w: dict[str, Any],
+    terms: tuple[float, ...],
     new: float,
     logits: float,
     pairs: float,
@@ -435,37 +451,44 @@ def _evaluate_one(
     seqs: float,
 ) -> StepCost:
     """:func:`_evaluate` on Python floats, operation for operation (so the results are the same
-    IEEE doubles; tested), without numpy's per-call cost: the scalar path of :class:`StepPricer`."""
+    IEEE doubles; tested), without numpy's per-call cost: the scalar path of :class:`StepPricer`.
+    ``terms`` is :func:`_scalar_terms` of the model and hardware terms."""
+    (
+        gemm_per_token, attn_full, attn_window, linear_per_token, head_per_logit, experts_per_token, experts,
+        fixed_weight_bytes, routed_bytes, head_bytes, kv_full, kv_window, state_per_seq, act_per_token, act_per_logit,
+        routed_per_token, tp, hidden, logit_gather_bytes, layers,
+        peak_gemm, peak_16, gemm_half_tokens, moe_extra, attention_rel, ce, hbm, be, intra, inter, gpus_per_node, ie,
+        latency_s, overhead_s, per_sequence_s,
+    ) = terms
     has_logits = logits > 0
-    gemm = t["gemm_flops_per_token"] * new
-    attn = t["attn_flops_per_pair_full"] * pairs + t["attn_flops_per_pair_window"] * pairs_w
-    attn = attn + t["linear_flops_per_token"] * new
-    head = t["head_flops_per_logit"] * logits
+    gemm = gemm_per_token * new
+    attn = attn_full * pairs + attn_window * pairs_w
+    attn = attn + linear_per_token * new
+    head = head_per_logit * logits
     flops = gemm + attn + head
 
-    touched = 1.0 - (1.0 - t["experts_per_token"] / t["experts"]) ** new
-    weights = t["fixed_weight_bytes"] + t["routed_bytes"] * touched + t["head_bytes"] * has_logits
-    kv_read = t["kv_bytes_full"] * read + t["kv_bytes_window"] * read_w + t["state_bytes_per_seq"] * seqs
-    kv_write = (t["kv_bytes_full"] + t["kv_bytes_window"]) * new + t["state_bytes_per_seq"] * seqs
-    act = t["act_bytes_per_token"] * new + t["act_bytes_per_logit"] * logits
+    touched = 1.0 - (1.0 - experts_per_token / experts) ** new
+    weights = fixed_weight_bytes + routed_bytes * touched + head_bytes * has_logits
+    kv_read = kv_full * read + kv_window * read_w + state_per_seq * seqs
+    kv_write = (kv_full + kv_window) * new + state_per_seq * seqs
+    act = act_per_token * new + act_per_logit * logits
     nbytes = weights + kv_read + kv_write + act
 
-    ideal_compute = gemm / w["peak_gemm"] + (attn + head) / w["peak_16"]
-    gemm_work = gemm + t["gemm_flops_per_token"] * w["gemm_half_tokens"] + t["routed_flops_per_token"] * new * w["moe_extra"]
-    compute_time = (gemm_work / w["peak_gemm"] + (attn + head) / (w["peak_16"] * w["attention_rel"])) / w["ce"]
-    memory_time = nbytes / (w["hbm"] * w["be"])
+    ideal_compute = gemm / peak_gemm + (attn + head) / peak_16
+    gemm_work = gemm + gemm_per_token * gemm_half_tokens + routed_per_token * new * moe_extra
+    compute_time = (gemm_work / peak_gemm + (attn + head) / (peak_16 * attention_rel)) / ce
+    memory_time = nbytes / (hbm * be)
 
-    tp = t["tp"]
     if tp > 1:
-        link = (w["intra"] if tp <= w["gpus_per_node"] else w["inter"]) * w["ie"]
+        link = (intra if tp <= gpus_per_node else inter) * ie
         share = (tp - 1.0) / tp
-        allreduce = w["latency_s"] + 2.0 * share * (new * t["hidden"] * ACTIVATION_BYTES) / link
-        gather = (w["latency_s"] + share * logits * t["logit_gather_bytes"] / link) * has_logits
-        comm = (2.0 * t["layers"] + 1.0) * allreduce + gather
+        allreduce = latency_s + 2.0 * share * (new * hidden * ACTIVATION_BYTES) / link
+        gather = (latency_s + share * logits * logit_gather_bytes / link) * has_logits
+        comm = (2.0 * layers + 1.0) * allreduce + gather
     else:
         comm = 0.0
 
-    host = w["overhead_s"] + w["per_sequence_s"] * seqs
+    host = overhead_s + per_sequence_s * seqs
     step = (compute_time if compute_time >= memory_time else memory_time) + comm + host
     return fast_init(
         StepCost,
@@ -478,7 +501,7 @@ def _evaluate_one(
         arithmetic_intensity=float(flops / nbytes),
         bound="compute" if compute_time >= memory_time else "memory",
         mfu=float(ideal_compute / step),
-        mbu=float(nbytes / (w["hbm"] * step)),
+        mbu=float(nbytes / (hbm * step)),
         gemm_flops=float(gemm),
         attention_flops=float(attn),
         lm_head_flops=float(head),
@@ -629,14 +652,14 @@ def step_pricer(spec: "ModelSpec", hw: "HardwareProfile", inp: RooflineInputs) -
     if hit is not None and hit[0] is spec and hit[1] is hw and hit[2] is inp:
         return hit[3]
     try:
-        alias: Any = (id(spec), id(hw), inp)
+        alias: Any = (id(spec), id(hw), tuple(inp.__dict__.values()))  # the fields' values: cheaper to hash
         hit = _PRICERS.get(alias)
     except TypeError:  # an engine profile inside makes the inputs unhashable
         alias, hit = None, None
     if hit is not None and hit[0] is spec and hit[1] is hw:
         return hit[3]  # an equal input: found by value (an identity entry per new object would crowd the cache)
     pricer = StepPricer(spec, hw, inp)
-    while len(_PRICERS) >= _PRICERS_MAX - 1:
+    while len(_PRICERS) >= _PRICERS_MAX - 2:
         del _PRICERS[next(iter(_PRICERS))]  # the oldest entry
     _PRICERS[key] = (spec, hw, inp, pricer)
     if alias is not None:
@@ -657,6 +680,7 @@ class StepPricer:
         self.spec, self.hw, self.inp = spec, hw, inp
         self._t = _terms(spec, inp.weight_dtype, inp.kv_dtype, inp.tp)
         self._w = _hw_terms(hw, inp)
+        self._terms = _scalar_terms(self._t, self._w)
         self.window = self._t["window"]
 
     def with_inputs(self, inp: RooflineInputs) -> "StepPricer":
@@ -664,6 +688,7 @@ class StepPricer:
         other = object.__new__(StepPricer)
         other.spec, other.hw, other.inp, other._t, other.window = self.spec, self.hw, inp, self._t, self.window
         other._w = _hw_terms(self.hw, inp)
+        other._terms = _scalar_terms(other._t, other._w)
         return other
 
     def step(
@@ -717,7 +742,7 @@ class StepPricer:
             read_w = read if read <= capped else capped
         else:
             read_w = _one(window_kv_read_tokens, "window_kv_read_tokens")
-        return _evaluate_one(self._t, self._w, new, logits, pairs, pairs_w, read, read_w, seqs)
+        return _evaluate_one(self._terms, new, logits, pairs, pairs_w, read, read_w, seqs)
 
     def decode(self, batch: ArrayLike, context: ArrayLike) -> StepCost:
         """A decode step (see :func:`decode_step`)."""
