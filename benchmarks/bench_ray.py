@@ -54,14 +54,19 @@ def main() -> None:
     args = parser.parse_args()
     points = grid(args.steps)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; {len(points)} simulations of agentic-tool-rl")
-    start = time.perf_counter()
-    serial = run_tasks(simulate_point, points, executor="serial")
-    serial_s = time.perf_counter() - start
+    def timed(executor: str, **options: Any) -> tuple[float, Any]:
+        """The faster of two runs (the machine may be shared: each rate is a best case)."""
+        best, run = float("inf"), None
+        for _ in range(2):
+            start = time.perf_counter()
+            run = run_tasks(simulate_point, points, executor=executor, **options)
+            best = min(best, time.perf_counter() - start)
+        return best, run
+
+    serial_s, serial = timed("serial")
     assert serial.ok, serial.failures
-    print(f"sequential:            {serial_s:7.2f} s")
-    start = time.perf_counter()
-    pool = run_tasks(simulate_point, points, executor="process", workers=args.workers)
-    pool_s = time.perf_counter() - start
+    print(f"sequential:            {serial_s:7.2f} s (best of 2)")
+    pool_s, pool = timed("process", workers=args.workers)
     print(f"process pool ({args.workers} workers): {pool_s:7.2f} s = {serial_s / pool_s:.2f}x; same results: {pool.results == serial.results}")
     try:
         import ray
@@ -76,9 +81,7 @@ def main() -> None:
     startup_s = time.perf_counter() - start
     try:
         run_tasks(simulate_point, points[:2], executor="ray")  # workers import capplan once
-        start = time.perf_counter()
-        on_ray = run_tasks(simulate_point, points, executor="ray")
-        ray_s = time.perf_counter() - start
+        ray_s, on_ray = timed("ray")
     finally:
         ray.shutdown()
     where = args.ray_address or f"local, {args.workers} CPUs"
