@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from capplan.reconcile.readers import TrajectoryLog
 
 _LENGTH = STOP_REASONS.index("length")
-_CLASS_CODES = {"prompt": 0, "action": 1, "tool": 2}
 
 
 @dataclass
@@ -40,8 +39,11 @@ class Screened:
     rows: "np.ndarray"
     """(n, 20) counter rows in the layout of :mod:`capplan.reconcile.histograms` (valid where clean)."""
     stop: "np.ndarray"
+    """Stop reason codes (:data:`~capplan.reconcile.columns.STOP_CODES`, -1 not given)."""
     policy_version: "np.ndarray"
+    """Policy versions (-1 not given)."""
     trainer_version: "np.ndarray"
+    """Trainer versions (-1 not given)."""
 
 
 _FIELD_BITS = 21
