@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import msgspec
 
 from capplan.reconcile.checks import STOP_REASONS
+from capplan.reconcile.formats import LOSS_FROM_STR, ORIGIN_FROM_STR
 
 if TYPE_CHECKING:
     import numpy as np
@@ -122,23 +123,6 @@ class Columns:
 # ---------------------------------------------------------------------------- code tables
 
 
-def _lut(mapping: dict[int, int]) -> "np.ndarray":
-    import numpy as np
-
-    table = np.full(256, 255, dtype=np.uint8)
-    for key, value in mapping.items():
-        table[key] = value
-    return table
-
-
-def _origin_lut() -> "np.ndarray":
-    return _lut({ord("p"): 0, ord("a"): 1, ord("t"): 2})
-
-
-def _loss_lut() -> "np.ndarray":
-    return _lut({ord("0"): 0, ord("1"): 1})
-
-
 def _offsets(lengths: Any) -> "np.ndarray":
     import numpy as np
 
@@ -151,6 +135,8 @@ def _segment_any(flags: "np.ndarray", offsets: "np.ndarray") -> "np.ndarray":
     """Per segment ``[offsets[i], offsets[i+1])``: whether any flag is set (False when empty)."""
     import numpy as np
 
+    if not flags.any():  # the common case: nothing flagged
+        return np.zeros(offsets.size - 1, dtype=bool)
     cumulative = np.zeros(flags.size + 1, dtype=np.int64)
     np.cumsum(flags, out=cumulative[1:])
     return cumulative[offsets[1:]] > cumulative[offsets[:-1]]
@@ -513,8 +499,9 @@ def from_line_records(records: list[LineRecord]) -> Columns:
         exact &= np.fromiter(map(len, extra), dtype=np.int64, count=n) == 0
     origin_lengths = np.fromiter(map(len, origins), dtype=np.int64, count=n)
     loss_lengths = np.fromiter(map(len, losses), dtype=np.int64, count=n)
-    origin = _origin_lut()[np.frombuffer("".join(origins).encode("latin-1", "replace"), dtype=np.uint8)]
-    loss = _loss_lut()[np.frombuffer("".join(losses).encode("latin-1", "replace"), dtype=np.uint8)]
+    # bytes.translate maps every character in one pass at memory speed (an invalid one to 255)
+    origin = np.frombuffer("".join(origins).encode("latin-1", "replace").translate(ORIGIN_FROM_STR), dtype=np.uint8)
+    loss = np.frombuffer("".join(losses).encode("latin-1", "replace").translate(LOSS_FROM_STR), dtype=np.uint8)
     has_counts = np.fromiter(map(is_not, counts, repeat(None)), dtype=bool, count=n)
     count_values = np.zeros((n, 3), dtype=np.int64)
     given = [c for c in counts if c is not None]
@@ -588,6 +575,8 @@ def _ints(values: Any) -> tuple["np.ndarray", "np.ndarray"]:
 
     if not pa.types.is_integer(values.type):
         raise Unsupported(str(values.type))
+    if values.null_count == 0:
+        return np.asarray(values.cast(pa.int64()), dtype=np.int64), np.ones(len(values), dtype=bool)
     valid = ~np.asarray(values.is_null(), dtype=bool)
     data = np.asarray(values.fill_null(0).cast(pa.int64()), dtype=np.int64)
     return data, valid
@@ -604,7 +593,7 @@ def _bad_per_record(bad: "np.ndarray", offsets: "np.ndarray") -> "np.ndarray":
     return _segment_any(bad, offsets)
 
 
-def _mask_column(arr: Any, n: int, letters: "np.ndarray", top: int) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
+def _mask_column(arr: Any, n: int, letters: bytes, top: int) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
     """A mask column (a string of letters or a list of integer codes) as codes, offsets, exactness."""
     import numpy as np
     import pyarrow as pa
@@ -619,7 +608,7 @@ def _mask_column(arr: Any, n: int, letters: "np.ndarray", top: int) -> tuple["np
         offsets = np.frombuffer(buffers[1], dtype=width)[arr.offset:arr.offset + len(arr) + 1].astype(np.int64)
         data = buffers[2]
         chars = np.frombuffer(data, dtype=np.uint8)[offsets[0]:offsets[-1]] if data is not None else np.zeros(0, np.uint8)
-        return letters[chars], offsets - offsets[0], valid
+        return np.frombuffer(chars.tobytes().translate(letters), dtype=np.uint8), offsets - offsets[0], valid
     valid_rows, offsets, values = _list_parts(arr)
     codes, present = _ints(values)
     good = present & (codes >= 0) & (codes <= top)
@@ -648,8 +637,8 @@ def from_arrow(batch: Any) -> Columns:
         return batch.column(name) if name in names else None
 
     exact = np.ones(n, dtype=bool)
-    origin, origin_offsets, origin_ok = _mask_column(column("origin"), n, _origin_lut(), 2)
-    loss, loss_offsets, loss_ok = _mask_column(column("loss_mask"), n, _loss_lut(), 1)
+    origin, origin_offsets, origin_ok = _mask_column(column("origin"), n, ORIGIN_FROM_STR, 2)
+    loss, loss_offsets, loss_ok = _mask_column(column("loss_mask"), n, LOSS_FROM_STR, 1)
     exact &= origin_ok & loss_ok
 
     counts = np.zeros((n, 3), dtype=np.int64)
