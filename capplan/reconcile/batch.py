@@ -46,25 +46,13 @@ class Screened:
     """Trainer versions (-1 not given)."""
 
 
-_FIELD_BITS = 21
-_FIELD = (1 << _FIELD_BITS) - 1
-MAX_POSITIONS = _FIELD
-"""Longest record the batch path counts [positions]; longer ones are checked one at a time."""
-
-
-def _packed(origin: "np.ndarray") -> "np.ndarray":
-    """Origin codes as one int64 per position holding (prompt, action, tool) in 21-bit fields."""
+def _running_count(flags: "np.ndarray") -> "np.ndarray":
+    """``out[k]`` = flags set among the first ``k`` positions (int32 while the batch allows)."""
     import numpy as np
 
-    table = np.zeros(256, dtype=np.int64)
-    table[0], table[1], table[2] = 1, 1 << _FIELD_BITS, 1 << (2 * _FIELD_BITS)
-    return table[origin]
-
-
-def _unpack(packed: "np.ndarray") -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
-    """The (prompt, action, tool) fields of packed differences (exact below 2^21 each; int64
-    wrap-around of a long cumulative sum cancels in a difference)."""
-    return packed & _FIELD, (packed >> _FIELD_BITS) & _FIELD, (packed >> (2 * _FIELD_BITS)) & _FIELD
+    out = np.zeros(flags.size + 1, dtype=np.int32 if flags.size < 2**31 - 1 else np.int64)
+    np.cumsum(flags, out=out[1:])
+    return out
 
 
 def _segment_sums(values: "np.ndarray", offsets: "np.ndarray") -> "np.ndarray":
@@ -140,14 +128,19 @@ def screen(
     clean = cols.exact.copy()
     origin, origin_offsets = cols.origin, cols.origin_offsets
     positions = np.diff(origin_offsets)
-    clean &= positions <= MAX_POSITIONS
-    packed = _packed(origin)
-    cumulative = np.zeros(origin.size + 1, dtype=np.int64)
-    np.cumsum(packed, out=cumulative[1:])
-    prompt, action, tool = _unpack(cumulative[origin_offsets[1:]] - cumulative[origin_offsets[:-1]])
+    is_action, is_tool = origin == 1, origin == 2
+    actions_before, tools_before = _running_count(is_action), _running_count(is_tool)
+    starts, ends = origin_offsets[:-1], origin_offsets[1:]
+    action = (actions_before[ends] - actions_before[starts]).astype(np.int64)
+    tool = (tools_before[ends] - tools_before[starts]).astype(np.int64)
+    invalid = origin > 2
     # well_formed: every mask entry valid
-    clean &= prompt + action + tool == positions
-    clean &= _segment_sums((cols.loss == 255).view(np.uint8), cols.loss_offsets) == 0
+    if invalid.any():
+        clean &= _segment_sums(invalid.view(np.uint8), origin_offsets) == 0
+    prompt = positions - action - tool  # exact wherever every entry is valid
+    loss_invalid = cols.loss > 1
+    if loss_invalid.any():
+        clean &= _segment_sums(loss_invalid.view(np.uint8), cols.loss_offsets) == 0
     # mask_lengths: the token count from token_ids, else counts; both masks that long
     has_ids = cols.token_ids >= 0
     counted = cols.counts.sum(1)
@@ -165,7 +158,11 @@ def screen(
         source = np.repeat(cols.loss_offsets[:-1] - origin_offsets[:-1], positions) + np.arange(origin.size)
         take = np.repeat(same, positions)
         loss[take] = cols.loss[source[take]]
-    trained_prompt, trained_action, trained_tool = _unpack(_segment_sums(packed * (loss == 1), origin_offsets))
+    trained = loss == 1
+    trained_all = _segment_sums(trained.view(np.uint8), origin_offsets)
+    trained_action = _segment_sums((trained & is_action).view(np.uint8), origin_offsets)
+    trained_tool = _segment_sums((trained & is_tool).view(np.uint8), origin_offsets)
+    trained_prompt = trained_all - trained_action - trained_tool
     # loss_classes
     for cls, trained in (("prompt", trained_prompt), ("action", trained_action), ("tool", trained_tool)):
         if cls not in allowed:
@@ -185,7 +182,7 @@ def screen(
         # staleness: a version when the bound needs one (the bound itself is applied in order)
         if max_staleness is not None:
             clean &= cols.policy_version >= 0
-        clean &= _turns(cols, rows, prompt, action, needs_logprobs, cumulative)
+        clean &= _turns(cols, rows, prompt, action, needs_logprobs, actions_before, tools_before)
         cache_logged = cols.has_cached | cols.has_prefill
         flags |= np.where(cache_logged, FLAG_CACHE_LOGGED, 0)
     # well_formed: tool_wait_s in [ms]
@@ -202,12 +199,13 @@ def _turns(
     prompt: "np.ndarray",
     action: "np.ndarray",
     needs_logprobs: bool,
-    cumulative: "np.ndarray",
+    actions_before: "np.ndarray",
+    tools_before: "np.ndarray",
 ) -> "np.ndarray":
     """turn_boundaries, cache_hits, sampled_are_actions and logprobs of generated records; fills
     their sampled, prefill, cache-hit, decode, invocation and tool-call columns of ``rows``.
-    ``cumulative`` is the running sum of the packed origin codes (:func:`_packed`). Returns which
-    records pass."""
+    ``actions_before`` / ``tools_before`` are :func:`_running_count` of the action and tool
+    positions of the batch. Returns which records pass."""
     import numpy as np
 
     n = cols.n
@@ -215,8 +213,11 @@ def _turns(
     offsets = cols.origin_offsets
     positions = np.diff(offsets)
 
-    def between(start: "np.ndarray", end: "np.ndarray") -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
-        return _unpack(cumulative[end] - cumulative[start])
+    def actions(start: "np.ndarray", end: "np.ndarray") -> "np.ndarray":
+        return (actions_before[end] - actions_before[start]).astype(np.int64)
+
+    def tools(start: "np.ndarray", end: "np.ndarray") -> "np.ndarray":
+        return (tools_before[end] - tools_before[start]).astype(np.int64)
 
     # the invocations: logged spans, or the runs of action positions
     derived = ~cols.has_turns
@@ -250,15 +251,16 @@ def _turns(
     ok &= ~cols.has_prefill | (prefill_counts == invocations)
     # turn_boundaries: the prompt a prefix, no tool observation before the first turn
     base = offsets[:-1]
-    ok &= between(base, base + np.minimum(prompt, positions))[0] == prompt
+    prompt_end = base + np.minimum(prompt, positions)  # the prompt a prefix: no action or tool before its end
+    ok &= actions(base, prompt_end) + tools(base, prompt_end) == 0
     first = positions.copy()
     has_any = invocations > 0
     first[has_any] = start_c[inv_offsets[:-1][has_any]]
     first = np.minimum(first, positions)
-    ok &= between(base, base + first)[2] == 0
+    ok &= tools(base, base + first) == 0
     # sampled_are_actions: the spans hold exactly the action positions
     span_base = base[record]
-    in_spans_per = between(span_base + start_c, span_base + end_c)[1]
+    in_spans_per = actions(span_base + start_c, span_base + end_c)
     length = end_c - start_c
     in_spans = np.bincount(record, weights=in_spans_per, minlength=n).astype(np.int64)
     sampled = np.bincount(record, weights=length, minlength=n).astype(np.int64)
@@ -284,7 +286,7 @@ def _turns(
     # the split by class of a consistent record (prompt a prefix, spans = action runs)
     prompt_r = prompt[record]
     hit_prompt = np.minimum(hit, prompt_r)
-    hit_action = between(span_base, span_base + hit)[1]
+    hit_action = actions(span_base, span_base + hit)
     hit_tool = hit - hit_prompt - hit_action
     cumulative_length = np.cumsum(length)
     before_all = cumulative_length - length  # sampled positions of all earlier invocations, any record
