@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from capplan.hardware import HardwareProfile
     from capplan.kv import KVResult
+    from capplan.ledger import Conversations
     from capplan.modelspec import ModelSpec
     from capplan.workload import Workload
 
@@ -91,6 +92,14 @@ def roofline_decode_step(spec: "ModelSpec", hw: "HardwareProfile", kv: "KVResult
     return step
 
 
+def concurrency_sample(workload: "Workload", conversations: int = 20_000) -> "Conversations":
+    """The Monte Carlo sample :func:`workload_concurrency` draws (one conversation, exactly, for a
+    fixed workload): drawn once, it can be shared by every replica configuration of a sweep."""
+    from capplan.ledger import ledger_sample_size, sample_conversations
+
+    return sample_conversations(workload, n=ledger_sample_size(workload, conversations))
+
+
 def workload_concurrency(
     spec: "ModelSpec",
     hw: "HardwareProfile",
@@ -100,6 +109,7 @@ def workload_concurrency(
     max_num_seqs: int = 256,
     step_time: Callable[[float, float], float] | None = None,
     max_batched_tokens: int | None = None,
+    sample: "Conversations | None" = None,
 ) -> WorkloadConcurrency:
     """Resident, runnable and waiting conversations of ``workload`` on one replica.
 
@@ -115,12 +125,13 @@ def workload_concurrency(
         Scheduler token budget per step; each decoding sequence needs one token of it.
     step_time : callable, optional
         ``f(batch, mean_context) -> seconds``; default the roofline decode step.
+    sample : Conversations, optional
+        The sample to use, from :func:`concurrency_sample` (default: drawn here).
     """
     import numpy as np
 
-    from capplan.ledger import ledger_sample_size, sample_conversations
-
-    sample = sample_conversations(workload, n=ledger_sample_size(workload, conversations))
+    if sample is None:
+        sample = concurrency_sample(workload, conversations)
     retain = workload.cache.kv_during_tool_wait == "retain"
     actions = sample.actions.astype(float)
     inputs = sample.inputs.astype(float)

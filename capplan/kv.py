@@ -684,6 +684,57 @@ def compute_kv(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> KVRes
     >>> 8 * r.kv_bytes_per_sequence_per_gpu == 8 * 2**30
     True
     """
+    key = _fixed_key(spec, hw, inp)
+    hit = _KV_FIXED.get(key) if key is not None else None
+    if hit is not None and hit[0] is spec and hit[1] is hw:
+        return _kv_result(spec, hw, inp, hit[2])
+    fixed = _kv_fixed(spec, hw, inp)
+    if key is not None:
+        while len(_KV_FIXED) >= _KV_FIXED_MAX:
+            del _KV_FIXED[next(iter(_KV_FIXED))]  # the oldest entry
+        _KV_FIXED[key] = (spec, hw, fixed)
+    return _kv_result(spec, hw, inp, fixed)
+
+
+_KV_FIXED: dict[Any, tuple[Any, Any, "_KVFixed"]] = {}
+_KV_FIXED_MAX = 256
+_CONTEXT_FIELD = list(KVInputs.model_fields).index("context")
+
+
+def _fixed_key(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> Any:
+    """What :func:`_kv_fixed` depends on: the objects' identities and every input but the
+    context (``None`` when an input is unhashable, e.g. an engine profile object)."""
+    values = tuple(inp.__dict__.values())  # the fields, in declaration order
+    rest = values[:_CONTEXT_FIELD] + values[_CONTEXT_FIELD + 1:]
+    try:
+        hash(rest)
+    except TypeError:
+        return None
+    return (id(spec), id(hw), rest)
+
+
+@dataclass(frozen=True)
+class _KVFixed:
+    """The part of :func:`compute_kv` that does not depend on the context (cached per configuration)."""
+
+    engine: Any
+    block: int
+    whole: float
+    per_gpu: float
+    usable: float
+    weights: float
+    mbt: int
+    seqs: int
+    util: float
+    act: float
+    over: float
+    graph: float
+    budget: float
+    layouts: list[Any]
+    dp: int
+
+
+def _kv_fixed(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> _KVFixed:
     check_parallelism(spec, inp.tp, inp.pp)
     dp = resolve_dp(inp.tp, inp.ep, inp.dp)
     check_expert_parallelism(spec, inp.tp, dp, inp.ep, inp.redundant_experts)
@@ -715,12 +766,30 @@ def compute_kv(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> KVRes
     )
     graph = (inp.graph_gib if inp.graph_gib is not None else terms.cudagraph_gib) * GIB
     budget = kv_budget_bytes(terms.budget_rule, usable * GIB, util, weights, act, over, graph)
-    seq_bytes = kv_bytes_per_sequence_per_gpu(spec, inp.context, inp.kv_dtype, inp.tp, inp.pp, block, inp.kv_scale)
+    layouts = kv_stage_layouts(spec, inp.kv_dtype, inp.tp, inp.pp, inp.kv_scale)
+    return _KVFixed(engine, block, whole, per_gpu, usable, weights, mbt, seqs, util, act, over, graph, budget, layouts, dp)
+
+
+def fast_init(cls: Any, **values: Any) -> Any:
+    """A frozen dataclass instance from all its fields, without the per-field ``__setattr__`` of
+    its generated ``__init__`` (the scalar paths build one per call)."""
+    out = object.__new__(cls)
+    out.__dict__.update(values)
+    return out
+
+
+def _kv_result(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs, fixed: _KVFixed) -> KVResult:
+    """:func:`compute_kv` from its context-free part and the context."""
+    engine, block, whole, per_gpu, usable = fixed.engine, fixed.block, fixed.whole, fixed.per_gpu, fixed.usable
+    weights, mbt, seqs, util, act, over = fixed.weights, fixed.mbt, fixed.seqs, fixed.util, fixed.act, fixed.over
+    graph, budget, dp = fixed.graph, fixed.budget, fixed.dp
+    seq_bytes = max(lay.sequence_bytes(inp.context, block) for lay in fixed.layouts)  # kv_bytes_per_sequence_per_gpu
     if budget <= 0:
         _raise_does_not_fit(spec, hw, inp, usable, util, weights, act, over, graph, budget, seq_bytes)
     blocks = int(budget // (block * per_gpu)) if per_gpu > 0 else 0
     tokens = blocks * block
-    return KVResult(
+    return fast_init(
+        KVResult,
         model=spec.name,
         hardware=hw.name,
         tp=inp.tp,

@@ -80,6 +80,7 @@ from capplan.engine import EngineProfile
 from capplan.kv import (
     check_expert_parallelism,
     check_parallelism,
+    fast_init,
     kv_layout,
     resolve_dp,
     routed_expert_params,
@@ -551,6 +552,123 @@ def _evaluate(
     return out
 
 
+_SCALAR_TERMS = (
+    "gemm_flops_per_token", "attn_flops_per_pair_full", "attn_flops_per_pair_window", "linear_flops_per_token",
+    "head_flops_per_logit", "experts_per_token", "experts", "fixed_weight_bytes", "routed_bytes", "head_bytes",
+    "kv_bytes_full", "kv_bytes_window", "state_bytes_per_seq", "act_bytes_per_token", "act_bytes_per_logit",
+    "routed_flops_per_token", "tp", "hidden", "logit_gather_bytes", "layers",
+)
+_SCALAR_HW = (
+    "peak_gemm", "peak_16", "gemm_half_tokens", "moe_extra", "attention_rel", "ce", "hbm", "be", "intra", "inter",
+    "gpus_per_node", "ie", "latency_s", "overhead_s", "per_sequence_s",
+)
+
+
+def _scalar_path_exact(t: dict[str, Any], w: dict[str, Any]) -> bool:
+    """Whether :func:`_evaluate_one` gives :func:`_evaluate`'s result: no expert or data
+    parallelism, no two-batch overlap, no load imbalance and the experts on the dense GEMMs' unit
+    (every term the scalar path leaves out is then exactly 0)."""
+    return (
+        t["ep"] == 1 and t["dp"] == 1 and w["tbo"] == 0 and w["imbalance_extra"] == 0
+        and w["peak_expert"] == w["peak_gemm"]
+    )
+
+
+def _scalar_terms(t: dict[str, Any], w: dict[str, Any]) -> tuple[float, ...]:
+    """The model and hardware terms :func:`_evaluate_one` reads, as one tuple (unpacked at once)."""
+    return tuple(t[k] for k in _SCALAR_TERMS) + tuple(w[k] for k in _SCALAR_HW)
+
+
+def _evaluate_one(
+    terms: tuple[float, ...],
+    new: float,
+    logits: float,
+    pairs: float,
+    pairs_w: float,
+    read: float,
+    read_w: float,
+    seqs: float,
+) -> StepCost:
+    """:func:`_evaluate` on Python floats, operation for operation (so the results are the same
+    IEEE doubles; tested), without numpy's per-call cost: the scalar path of :class:`StepPricer`.
+    ``terms`` is :func:`_scalar_terms` of the model and hardware terms."""
+    (
+        gemm_per_token, attn_full, attn_window, linear_per_token, head_per_logit, experts_per_token, experts,
+        fixed_weight_bytes, routed_bytes, head_bytes, kv_full, kv_window, state_per_seq, act_per_token, act_per_logit,
+        routed_per_token, tp, hidden, logit_gather_bytes, layers,
+        peak_gemm, peak_16, gemm_half_tokens, moe_extra, attention_rel, ce, hbm, be, intra, inter, gpus_per_node, ie,
+        latency_s, overhead_s, per_sequence_s,
+    ) = terms
+    has_logits = logits > 0
+    gemm = gemm_per_token * new
+    attn = attn_full * pairs + attn_window * pairs_w
+    attn = attn + linear_per_token * new
+    head = head_per_logit * logits
+    flops = gemm + attn + head
+
+    touched = 1.0 - (1.0 - experts_per_token / experts) ** new
+    weights = fixed_weight_bytes + routed_bytes * touched + head_bytes * has_logits
+    kv_read = kv_full * read + kv_window * read_w + state_per_seq * seqs
+    kv_write = (kv_full + kv_window) * new + state_per_seq * seqs
+    act = act_per_token * new + act_per_logit * logits
+    nbytes = weights + kv_read + kv_write + act
+
+    ideal_compute = gemm / peak_gemm + (attn + head) / peak_16
+    gemm_work = gemm + gemm_per_token * gemm_half_tokens + routed_per_token * new * moe_extra
+    compute_time = (gemm_work / peak_gemm + (attn + head) / (peak_16 * attention_rel)) / ce
+    memory_time = nbytes / (hbm * be)
+
+    if tp > 1:
+        link = (intra if tp <= gpus_per_node else inter) * ie
+        share = (tp - 1.0) / tp
+        allreduce = latency_s + 2.0 * share * (new * hidden * ACTIVATION_BYTES) / link
+        gather = (latency_s + share * logits * logit_gather_bytes / link) * has_logits
+        comm = (2.0 * layers + 1.0) * allreduce + gather
+    else:
+        comm = 0.0
+
+    host = overhead_s + per_sequence_s * seqs
+    step = (compute_time if compute_time >= memory_time else memory_time) + comm + host
+    return fast_init(
+        StepCost,
+        flops=float(flops),
+        bytes=float(nbytes),
+        compute_time_s=float(compute_time),
+        memory_time_s=float(memory_time),
+        comm_time_s=float(comm),
+        step_time_s=float(step),
+        arithmetic_intensity=float(flops / nbytes),
+        bound="compute" if compute_time >= memory_time else "memory",
+        mfu=float(ideal_compute / step),
+        mbu=float(nbytes / (hbm * step)),
+        gemm_flops=float(gemm),
+        attention_flops=float(attn),
+        lm_head_flops=float(head),
+        weight_bytes=float(weights),
+        kv_read_bytes=float(kv_read),
+        kv_write_bytes=float(kv_write),
+        activation_bytes=float(act),
+        overhead_s=float(host),
+        alltoall_time_s=0.0,
+    )
+
+
+def _one(x: Any, name: str, minimum: float = 0) -> float:
+    """:func:`_arr` for a Python number: the same check and message."""
+    value = float(x)
+    if not (minimum <= value < _INF):
+        raise InputError(f"{name}: every value must be a finite number >= {minimum:g}")
+    return value
+
+
+def _scalar(*values: Any) -> bool:
+    """Whether every value is a plain Python (or numpy scalar) number, not an array."""
+    for v in values:
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            return False
+    return True
+
+
 def _finish(cost: StepCost) -> StepCost:
     """Broadcast every field to one shape; 0-d results become Python floats/str."""
     shape = np.shape(cost.step_time_s)
@@ -650,11 +768,43 @@ def engine_step(
     >>> s.bound, round(s.flops / 1e12, 2)
     ('compute', 29.69)
     """
-    return StepPricer(spec, hw, inp).step(
+    return step_pricer(spec, hw, inp).step(
         new_tokens=new_tokens, logits_tokens=logits_tokens, attention_pairs=attention_pairs,
         kv_read_tokens=kv_read_tokens, sequences=sequences, window_attention_pairs=window_attention_pairs,
         window_kv_read_tokens=window_kv_read_tokens,
     )
+
+
+_PRICERS: dict[Any, tuple[Any, Any, Any, "StepPricer"]] = {}
+_PRICERS_MAX = 256
+
+
+def step_pricer(spec: "ModelSpec", hw: "HardwareProfile", inp: RooflineInputs) -> "StepPricer":
+    """The :class:`StepPricer` of ``(spec, hw, inp)``, kept for the next call with the same objects.
+
+    Profiles and inputs are frozen, so a pricer built once stays right; the one-off functions
+    (:func:`decode_step`, :func:`prefill_step`, ...) use it, so pricing one configuration at a
+    time does not recount the model's layers every call. An equal ``inp`` built anew finds it
+    too. At most :data:`_PRICERS_MAX` entries are kept.
+    """
+    key = (id(spec), id(hw), id(inp))
+    hit = _PRICERS.get(key)
+    if hit is not None and hit[0] is spec and hit[1] is hw and hit[2] is inp:
+        return hit[3]
+    try:
+        alias: Any = (id(spec), id(hw), tuple(inp.__dict__.values()))  # the fields' values: cheaper to hash
+        hit = _PRICERS.get(alias)
+    except TypeError:  # an engine profile inside makes the inputs unhashable
+        alias, hit = None, None
+    if hit is not None and hit[0] is spec and hit[1] is hw:
+        return hit[3]  # an equal input: found by value (an identity entry per new object would crowd the cache)
+    pricer = StepPricer(spec, hw, inp)
+    while len(_PRICERS) >= _PRICERS_MAX - 2:
+        del _PRICERS[next(iter(_PRICERS))]  # the oldest entry
+    _PRICERS[key] = (spec, hw, inp, pricer)
+    if alias is not None:
+        _PRICERS[alias] = (spec, hw, inp, pricer)
+    return pricer
 
 
 class StepPricer:
@@ -672,6 +822,8 @@ class StepPricer:
         self._t = _terms(spec, inp.weight_dtype, inp.kv_dtype, inp.tp, inp.ep, self.dp, inp.expert_dtype,
                          inp.redundant_experts, inp.kv_scale)
         self._w = _hw_terms(hw, inp)
+        self._terms = _scalar_terms(self._t, self._w)
+        self._fast = _scalar_path_exact(self._t, self._w)
         self.window = self._t["window"]
 
     def with_inputs(self, inp: RooflineInputs) -> "StepPricer":
@@ -680,6 +832,8 @@ class StepPricer:
         other.spec, other.hw, other.inp, other._t, other.window = self.spec, self.hw, inp, self._t, self.window
         other.dp = self.dp
         other._w = _hw_terms(self.hw, inp)
+        other._terms = _scalar_terms(other._t, other._w)
+        other._fast = _scalar_path_exact(other._t, other._w)
         return other
 
     def step(
@@ -693,7 +847,15 @@ class StepPricer:
         window_attention_pairs: ArrayLike | None = None,
         window_kv_read_tokens: ArrayLike | None = None,
     ) -> StepCost:
-        """Price one step of arbitrary work (see :func:`engine_step`)."""
+        """Price one step of arbitrary work (see :func:`engine_step`); Python numbers take a path
+        without numpy (the same results)."""
+        if self._fast and _scalar(new_tokens, logits_tokens, attention_pairs, kv_read_tokens, sequences) and (
+            window_attention_pairs is None or _scalar(window_attention_pairs)
+        ) and (window_kv_read_tokens is None or _scalar(window_kv_read_tokens)):
+            return self._step_one(
+                new_tokens, logits_tokens, attention_pairs, kv_read_tokens, sequences, window_attention_pairs,
+                window_kv_read_tokens,
+            )
         new = _arr(new_tokens, "new_tokens", 1)
         logits = _arr(logits_tokens, "logits_tokens")
         pairs = _arr(attention_pairs, "attention_pairs")
@@ -704,12 +866,43 @@ class StepPricer:
         read_w = np.minimum(read, seqs * win) if window_kv_read_tokens is None else _arr(window_kv_read_tokens, "window_kv_read_tokens")
         return _finish(_evaluate(self._t, self._w, new, logits, pairs, pairs_w, read, read_w, seqs))
 
+    def _step_one(
+        self, new_tokens: Any, logits_tokens: Any, attention_pairs: Any, kv_read_tokens: Any, sequences: Any,
+        window_attention_pairs: Any, window_kv_read_tokens: Any,
+    ) -> StepCost:
+        """:meth:`step` of Python numbers, in Python floats."""
+        new = _one(new_tokens, "new_tokens", 1)
+        logits = _one(logits_tokens, "logits_tokens")
+        pairs = _one(attention_pairs, "attention_pairs")
+        read = _one(kv_read_tokens, "kv_read_tokens")
+        seqs = _one(sequences, "sequences")
+        win = self.window
+        if window_attention_pairs is None:
+            capped = new * win
+            pairs_w = pairs if pairs <= capped else capped
+        else:
+            pairs_w = _one(window_attention_pairs, "window_attention_pairs")
+        if window_kv_read_tokens is None:
+            capped = seqs * win
+            read_w = read if read <= capped else capped
+        else:
+            read_w = _one(window_kv_read_tokens, "window_kv_read_tokens")
+        return _evaluate_one(self._terms, new, logits, pairs, pairs_w, read, read_w, seqs)
+
     def decode(self, batch: ArrayLike, context: ArrayLike) -> StepCost:
         """A decode step (see :func:`decode_step`)."""
+        if self._fast and _scalar(batch, context):
+            B, c, W = _one(batch, "batch", 1), _one(context, "context"), self.window
+            return self._step_one(B, B, B * (c + 1), B * c, B, B * min(c + 1, W), B * min(c, W - 1))
         return self.step(**_decode_work(_arr(batch, "batch", 1), _arr(context, "context"), self.window))
 
     def prefill(self, prompt: ArrayLike, cached: ArrayLike = 0, batch: ArrayLike = 1) -> StepCost:
         """A prefill step (see :func:`prefill_step`)."""
+        if self._fast and _scalar(prompt, cached, batch):
+            P, C, B, W = _one(prompt, "prompt", 1), _one(cached, "cached"), _one(batch, "batch", 1), self.window
+            return self._step_one(
+                B * P, B, B * causal_pairs_one(C, P), B * C, B, B * causal_pairs_one(C, P, W), B * min(C, W - 1)
+            )
         return self.step(**_prefill_work(_arr(prompt, "prompt", 1), _arr(cached, "cached"), _arr(batch, "batch", 1), self.window))
 
     def mixed(
@@ -847,7 +1040,7 @@ def decode_step(
     >>> s.bound.tolist(), (np.array([1, 512]) / s.step_time_s).round().tolist()  # output tokens/s
     (['memory', 'memory'], [152.0, 13835.0])
     """
-    return StepPricer(spec, hw, inp).decode(batch, context)
+    return step_pricer(spec, hw, inp).decode(batch, context)
 
 
 def prefill_step(
@@ -884,7 +1077,7 @@ def prefill_step(
     >>> s.bound, round(s.step_time_s * 1e3, 1)
     ('compute', 36.5)
     """
-    return StepPricer(spec, hw, inp).prefill(prompt, cached, batch)
+    return step_pricer(spec, hw, inp).prefill(prompt, cached, batch)
 
 
 def score_step(
@@ -956,7 +1149,7 @@ def mixed_step(
     >>> m.bound, d.bound, round(m.step_time_s * 1e3), round(d.step_time_s * 1e3)  # [ms]
     ('compute', 'memory', 161, 14)
     """
-    return StepPricer(spec, hw, inp).mixed(decode_batch, decode_context, prefill_chunk, prefill_context, prefill_last_chunk)
+    return step_pricer(spec, hw, inp).mixed(decode_batch, decode_context, prefill_chunk, prefill_context, prefill_last_chunk)
 
 
 def _window(spec: "ModelSpec") -> float:

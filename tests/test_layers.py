@@ -1,6 +1,6 @@
 """The import direction between layers: each layer uses only the layers above it.
 
-    infrastructure  errors, units, options, yamlio, resources, output, records, plots
+    infrastructure  errors, units, options, yamlio, resources, output, records, plots, scale
     inputs          distributions, workload, hardware, modelspec, hf_import, engine
     calculations    ledger, kv, roofline, benchmark, trainer, concurrency, workload_map, speculative,
                     disagg, offload
@@ -21,7 +21,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "capplan"
 
 LAYERS: list[tuple[str, set[str]]] = [
-    ("infrastructure", {"errors", "units", "options", "yamlio", "resources", "output", "records", "plots", "__init__"}),
+    ("infrastructure", {"errors", "units", "options", "yamlio", "resources", "output", "records", "plots", "scale", "__init__"}),
     ("inputs", {"distributions", "workload", "hardware", "modelspec", "hf_import", "engine"}),
     ("calculations", {"ledger", "kv", "roofline", "trainer", "concurrency", "workload_map", "benchmark",
                       "speculative", "disagg", "offload"}),

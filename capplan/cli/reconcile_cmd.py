@@ -23,6 +23,14 @@ commands = CommandSet()
 """This module's commands (registered by :mod:`capplan.cli.app`)."""
 
 
+class Executor(str, Enum):
+    """Where several files are counted (see ``capplan.scale``)."""
+
+    process = "process"
+    ray = "ray"
+    serial = "serial"
+
+
 class Mapping(str, Enum):
     """Record formats (see ``capplan.reconcile.MAPPINGS``)."""
 
@@ -47,11 +55,21 @@ class Mapping(str, Enum):
         "Examples:\n\n\b\n"
         "  capplan ledger reconcile rollouts.jsonl.gz\n"
         "  capplan ledger reconcile rollouts.jsonl --workload agentic-tool-rl --tolerance 0.1\n"
-        "  capplan ledger reconcile dump.jsonl --mapping verl --max-staleness 2 --format json -o report.json"
+        "  capplan ledger reconcile dump.jsonl --mapping verl --max-staleness 2 --format json -o report.json\n"
+        "  capplan ledger reconcile runs/ --workers 4\n"
+        "  capplan ledger reconcile 'runs/step-*.parquet' --executor ray --ray-address auto"
     ),
 )
 def reconcile(
-    file: Annotated[Path, typer.Argument(help="Trajectory log: JSONL (optionally .gz) or Parquet.", dir_okay=False)],
+    files: Annotated[
+        list[str],
+        typer.Argument(
+            help="Trajectory logs: JSONL (optionally .gz) or Parquet files, directories (searched for "
+            "*.jsonl, *.jsonl.gz, *.ndjson, *.parquet) or glob patterns; several are counted in parallel "
+            "into one report.",
+            metavar="FILE|DIR|GLOB...",
+        ),
+    ],
     workload: Annotated[
         str | None,
         typer.Option(
@@ -80,8 +98,20 @@ def reconcile(
     ] = 20,
     output: OutputOpt = None,
     force: ForceOpt = False,
+    executor: Annotated[
+        Executor,
+        typer.Option(help="Where several files are counted: a local process pool, a Ray cluster, or serially."),
+    ] = Executor.process,
+    workers: Annotated[
+        int | None,
+        typer.Option(help="Processes (or local Ray CPUs) counting files at once; default: the CPUs available.", min=1),
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(help="Ray cluster to run on (auto or HOST:PORT; needs --executor ray); default: a local Ray instance."),
+    ] = None,
 ) -> None:
-    from capplan.reconcile import reconcile as run
+    from capplan.reconcile.files import reconcile_files
 
     format = pick_format(format, output)
     expected = None
@@ -89,16 +119,20 @@ def reconcile(
         from capplan.workload import load_workload
 
         expected = call(lambda: load_workload(workload))
-    with _progress(file) as progress:
+    single = Path(files[0]) if len(files) == 1 and Path(files[0]).is_file() else None
+    with _progress(single, len(files)) as progress:
         result = call(
-            lambda: run(
-                file,
+            lambda: reconcile_files(
+                files,
                 expected,
                 mapping=mapping.value,
                 tolerance=tolerance,
                 max_staleness=max_staleness,
                 max_errors=max_errors,
                 progress=progress,
+                executor=executor.value,
+                workers=workers,
+                ray_address=ray_address,
             )
         )
     _render(result, format, output, force)
@@ -121,7 +155,10 @@ def _render(result: "Reconciliation", format: Format, output: Path | None, force
 
 
 def _echo_failures(result: "Reconciliation", max_errors: int) -> None:
-    """Each listed failure, the count of the unlisted ones and a plan mismatch, on standard error."""
+    """Each file that could not be read, each listed failure, the count of the unlisted ones and a
+    plan mismatch, on standard error."""
+    for failed in result.files_failed or []:
+        typer.echo(f"file failed: {failed['file']}: {failed['error']}", err=True)
     for failure in result.failures:
         typer.echo(f"check failed: {failure}", err=True)
     rest = result.failures_total - len(result.failures)
@@ -133,31 +170,33 @@ def _echo_failures(result: "Reconciliation", max_errors: int) -> None:
 
 
 class _progress:
-    """A rich progress bar on standard error for large files when it is a terminal; else nothing."""
+    """A rich progress bar on standard error when it is a terminal: bytes of one large file, or
+    files done of several; else nothing."""
 
-    def __init__(self, file: Path) -> None:
+    def __init__(self, file: Path | None, inputs: int = 1) -> None:
         self.file = file
+        self.inputs = inputs
         self.bar: Any = None
 
     def __enter__(self) -> Callable[[int, int], None] | None:
-        try:
-            big = self.file.stat().st_size >= PROGRESS_MIN_BYTES
-        except OSError:
+        if not sys.stderr.isatty():
             return None
-        if not (big and sys.stderr.isatty()):
-            return None
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+        from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        self.bar = Progress(
-            TextColumn("reconciling"),
-            BarColumn(),
-            DownloadColumn(),
-            TimeRemainingColumn(),
-            console=console(stderr=True),
-            transient=True,
-        )
+        if self.file is None:  # several files: one step per file
+            columns: tuple[Any, ...] = (TextColumn("reconciling files"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+            total = None
+        else:
+            try:
+                total = self.file.stat().st_size
+            except OSError:
+                return None
+            if total < PROGRESS_MIN_BYTES:
+                return None
+            columns = (TextColumn("reconciling"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
+        self.bar = Progress(*columns, console=console(stderr=True), transient=True)
         self.bar.start()
-        task = self.bar.add_task("reconcile", total=self.file.stat().st_size)
+        task = self.bar.add_task("reconcile", total=total)
 
         def update(done: int, total: int) -> None:
             self.bar.update(task, completed=done, total=total)

@@ -44,32 +44,13 @@ class Objective(str, Enum):
     cost = "cost"
 
 
-def grid_text(grid: "pd.DataFrame", output: Path) -> str:
-    """The full grid as JSON (an ``output`` ending in ``.json``) or spreadsheet-safe CSV."""
-    from capplan.output import to_csv, to_json
-
-    if output.suffix.lower() == ".json":
-        return to_json(grid.astype(object).where(grid.notna(), None).to_dict(orient="records"))
-    return to_csv(list(grid.columns), grid.itertuples(index=False))
-
-
 def write_grid(grid: "pd.DataFrame", output: Path, force: bool) -> None:
-    """Write the grid as CSV, JSON (``.json``) or Parquet (``.parquet``, needs pyarrow), atomically."""
-    if output.suffix.lower() != ".parquet":
-        emit(grid_text(grid, output), output, force)
-        return
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        raise fail(f"--output {output}: writing Parquet needs pyarrow: pip install 'capplan[parquet]' (or give a .csv file)") from None
-    from capplan.output import atomic_path
+    """Write the full grid by the extension of ``output``: ``.parquet``, ``.json`` or spreadsheet-safe
+    CSV, streamed in chunks (``capplan.output.write_frame``)."""
+    from capplan.output import write_frame
 
-    def write() -> None:
-        with atomic_path(output, force) as tmp:
-            grid.to_parquet(tmp, index=False)
-
-    call(write)
-    typer.echo(f"wrote {output}", err=True)
+    path = call(lambda: write_frame(grid, output, force=force))
+    typer.echo(f"wrote {path}", err=True)
 
 
 def parse_prices(values: list[str] | None) -> "float | dict[str, float] | None":
@@ -218,7 +199,8 @@ def sweep_cmd(
     top: Annotated[int, typer.Option("--top", help="Rows to show.", min=1)] = 10,
     conversations: Annotated[int | None, typer.Option("--conversations", help="Monte Carlo sample size.", min=1)] = None,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write the full grid as CSV (or .json, .parquet).", dir_okay=False)
+        Path | None,
+        typer.Option("--output", "-o", help="Write the full grid as CSV, or by extension .parquet or .json.", dir_okay=False),
     ] = None,
     force: ForceOpt = False,
 ) -> None:

@@ -1,6 +1,7 @@
 """The sweep: every hardware x tp x dtype x GPU-split plan at once, evaluated as one grid.
 
-The workload is sampled once. For each replica configuration (hardware, tp, dtypes) the KV
+The workload is sampled once (the plan's sample and the concurrency model's; see
+:func:`capplan.plan.replica.shared_sample`). For each replica configuration (hardware, tp, dtypes) the KV
 capacity, concurrency and step costs are set up once (:func:`capplan.plan.replica.replica_setup`)
 and the rollout timing is evaluated for every inference size in one vectorised call
 (:meth:`capplan.plan.rollout.RolloutModel.times`); trainer times broadcast against it. So a
@@ -14,7 +15,7 @@ before any work (:func:`check_grid_size`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from capplan.errors import CapplanError, InputError
 from capplan.plan.inputs import check_mode
@@ -169,9 +170,8 @@ def sweep(
         ``mode`` is not ``colocated``, ``sync`` or ``async``; the grid is larger than ``max_cells``.
     """
     import numpy as np
-    import pandas as pd
 
-    from capplan.plan.replica import replica_setup
+    from capplan.plan.replica import replica_setup, shared_sample
     from capplan.plan.sizing import step_time_s
     from capplan.plan.work import prepare
     from capplan.trainer import (
@@ -197,9 +197,10 @@ def sweep(
     colocated = mode == "colocated"
     k = max_staleness if mode == "async" else 0
     prepared = prepare(workload, spec, conversations)
+    shared = shared_sample(workload, prepared)  # the workload is sampled once per sweep, not per cell
     work = prepared.work
     trained = work.trained_positions
-    frames: list[pd.DataFrame] = []
+    parts: list[tuple[dict[str, Any], int]] = []  # per configuration: its columns and row count
     configs = [(h, t, k, w) for h in hardware for t in tps for k in kv_dtypes for w in weight_dtypes]
     has_trainer = workload.has_trainer
     for done, (hw, tp, kv_dtype, weight_dtype) in enumerate(configs, 1):
@@ -223,10 +224,10 @@ def sweep(
             if has_trainer and trainer_min == 0:
                 min_trainer_gpus(spec, trainer_hw, MICRO_BATCH_TOKENS)  # raises the explanation
             setup = replica_setup(workload, prepared, spec, hw, tp, kv_dtype, weight_dtype, gpu_mem_util, engine=engine,
-                                  time_scale=slowdown)
+                                  time_scale=slowdown, shared=shared)
         except CapplanError as exc:
-            frames.append(
-                pd.DataFrame(
+            parts.append(
+                (
                     {
                         **base,
                         "inference_gpus": inference_grid.ravel().astype(int),
@@ -234,7 +235,8 @@ def sweep(
                         "total_gpus": (inference_grid + trainer_grid).ravel().astype(int),
                         "feasible": False,
                         "reason": str(exc),
-                    }
+                    },
+                    inference_grid.size,
                 )
             )
             if on_config:
@@ -262,12 +264,13 @@ def sweep(
         trainer_ok = (trainer_grid >= trainer_min) | (not has_trainer)
         within = total <= max_total_gpus if max_total_gpus is not None else np.ones(total.shape, dtype=bool)
         feasible = multiple & trainer_ok & within
-        reason = np.where(
-            ~multiple, f"inference GPUs not a multiple of tp {tp}",
-            np.where(~trainer_ok, f"trainer needs >= {trainer_min} GPUs",
-                     np.where(within, "", f"total GPUs above --max-total-gpus {max_total_gpus}")),
+        reasons = np.array(
+            ["", f"inference GPUs not a multiple of tp {tp}", f"trainer needs >= {trainer_min} GPUs",
+             f"total GPUs above --max-total-gpus {max_total_gpus}"], dtype=object,
         )
-        binding = np.where(times.arrival_binds, "arrival of work", setup.binding)[:, None]
+        reason = reasons[np.where(~multiple, 1, np.where(~trainer_ok, 2, np.where(within, 0, 3)))]  # one object per distinct text
+        bindings = np.array([setup.binding, "arrival of work"], dtype=object)
+        binding = bindings[times.arrival_binds.astype(int)][:, None]
         price_inference, price_trainer = hourly_price(hw, gpu_hour_price), hourly_price(trainer_hw, gpu_hour_price)
         if price_inference is not None and (colocated or price_trainer is not None or not has_trainer):
             trainer_cost = 0.0 if colocated else trainer_grid * (price_trainer or 0.0)
@@ -275,8 +278,8 @@ def sweep(
         else:
             cost = np.full(inference_grid.shape, np.nan)
         trainer_busy = trainer_time + busy_extra
-        frames.append(
-            pd.DataFrame(
+        parts.append(
+            (
                 {
                     **base,
                     "inference_gpus": inference_grid.ravel().astype(int),
@@ -303,28 +306,72 @@ def sweep(
                     ).ravel(),
                     "cost_per_step_usd": cost.ravel(),
                     "cost_per_million_trained_tokens_usd": (cost / max(trained, 1e-12) * 1e6).ravel(),
-                }
+                },
+                inference_grid.size,
             )
         )
         if on_config:
             on_config(done, len(configs))
-    grid = pd.concat(frames, ignore_index=True)
-    for column in COLUMNS:
-        if column not in grid:
-            grid[column] = np.nan
-    grid = grid[COLUMNS]
-    infeasible = ~grid["feasible"].astype(bool)
-    if infeasible.any():
-        for column in FIGURES:
-            if grid[column].dtype == object:
-                grid.loc[infeasible, column] = None
-            else:
-                grid.loc[infeasible, column] = np.nan
-        # a count stays an integer on the feasible rows (not 383440.0), blank on the others
-        grid["kv_capacity_tokens_per_replica"] = pd.Series(
-            [None if v != v else int(v) for v in grid["kv_capacity_tokens_per_replica"]], dtype=object, index=grid.index
-        )
-    return grid
+    return _assemble(parts)
+
+
+TEXT_COLUMNS = ("hardware", "kv_dtype", "weight_dtype", "reason", "binding_constraint")
+"""Columns of :data:`COLUMNS` holding text (categorical, categories in sorted order)."""
+
+
+def _assemble(parts: list[tuple[dict[str, Any], int]]) -> "pd.DataFrame":
+    """One DataFrame of :data:`COLUMNS` from the configurations' columns (arrays or scalars).
+
+    Built column by column in one step (no per-configuration DataFrame, no concatenation):
+    a column some configuration lacks is NaN there (numbers become floats, as a concatenation would
+    make them); text columns are categorical, so a million rows hold a few strings and one code each.
+    On an infeasible row every figure (:data:`FIGURES`) is blank; the KV capacity, a count, is
+    categorical too so that it stays an integer on the other rows.
+    """
+    import numpy as np
+    import pandas as pd
+
+    columns: dict[str, Any] = {}
+    infeasible = None
+    for name in COLUMNS:
+        pieces = [(values.pop(name, np.nan), rows) for values, rows in parts]  # each piece freed once copied
+        if name in TEXT_COLUMNS or name == "kv_capacity_tokens_per_replica":
+            column = _categorical([np.broadcast_to(np.asarray(value, dtype=object), (rows,)) for value, rows in pieces])
+            if infeasible is not None and name in FIGURES and infeasible.any():
+                codes = np.where(infeasible, -1, column.codes)
+                column = pd.Categorical.from_codes(codes, categories=column.categories)
+            columns[name] = column
+            continue
+        arrays = [np.broadcast_to(np.asarray(value), (rows,)) for value, rows in pieces]
+        del pieces
+        values = np.concatenate(arrays) if arrays else np.zeros(0)
+        del arrays
+        if name == "feasible":
+            infeasible = ~values.astype(bool)
+        elif infeasible is not None and name in FIGURES and infeasible.any():
+            values = np.where(infeasible, np.nan, values.astype(float))
+        columns[name] = values
+    return pd.DataFrame(columns, columns=COLUMNS, copy=False)
+
+
+def _categorical(arrays: list[Any]) -> "pd.Categorical":
+    """Object arrays (text or counts; NaN for missing) as one categorical with sorted categories."""
+    import numpy as np
+    import pandas as pd
+
+    values = np.concatenate(arrays) if arrays else np.zeros(0, dtype=object)
+    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    if len(uniques) == 0:  # every value missing
+        return pd.Categorical.from_codes(codes, categories=[])
+    keys = list(uniques)
+    try:
+        order = sorted(range(len(keys)), key=keys.__getitem__)  # texts alphabetically, counts by value
+    except TypeError:  # mixed kinds
+        order = sorted(range(len(keys)), key=lambda i: str(keys[i]))
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[np.asarray(order, dtype=np.int64)] = np.arange(len(order))
+    categories = [keys[i] for i in order]
+    return pd.Categorical.from_codes(np.where(codes >= 0, rank[np.maximum(codes, 0)], -1), categories=categories)
 
 
 def best(grid: "pd.DataFrame", objective: str, n: int = 10) -> "pd.DataFrame":

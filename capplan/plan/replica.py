@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from capplan.engine import EngineProfile
     from capplan.hardware import HardwareProfile
     from capplan.kv import KVResult
+    from capplan.ledger import Conversations
     from capplan.modelspec import ModelSpec
     from capplan.plan.work import Prepared, StepWork
     from capplan.roofline import StepCost
@@ -206,6 +207,27 @@ class KVRules:
     """Samples per prompt group (placed together on a replica)."""
 
 
+@dataclass(frozen=True)
+class SharedSample:
+    """What a replica configuration's set-up takes from the workload's samples alone."""
+
+    context_tokens: int
+    """The sample's p99 record length, the context the KV budget is sized for [positions]."""
+    concurrency_sample: "Conversations | None"
+    """The sample :func:`capplan.concurrency.workload_concurrency` uses (``None`` without a rollout)."""
+
+
+def shared_sample(workload: "Workload", prepared: "Prepared") -> SharedSample:
+    """Draw once what every replica configuration of ``workload`` shares (see :func:`replica_setup`)."""
+    import numpy as np
+
+    from capplan.concurrency import concurrency_sample
+
+    sample = prepared.sample
+    context = int(np.percentile(sample.record_length, 99)) if sample.n > 1 else int(sample.record_length.max())
+    return SharedSample(context, concurrency_sample(workload) if workload.has_rollout else None)
+
+
 def replica_setup(
     workload: "Workload",
     prepared: "Prepared",
@@ -218,6 +240,7 @@ def replica_setup(
     teacher: "ModelSpec | None" = None,
     engine: "EngineProfile | None" = None,
     time_scale: float = 1.0,
+    shared: "SharedSample | None" = None,
 ) -> ReplicaSetup:
     """KV capacity, concurrency and per-step prefill/scoring costs of one replica configuration.
 
@@ -225,18 +248,21 @@ def replica_setup(
     scheduler's token budget (``max_num_batched_tokens``). ``time_scale`` multiplies every step
     time (an RL framework's rollout slowdown, :class:`capplan.trainer.RLFrameworkFit`).
 
+    ``shared`` (:func:`shared_sample`) carries what depends on the workload alone, computed once
+    for many configurations (a sweep); the result is the same.
+
     Raises
     ------
     DoesNotFitError, InputError
         From :func:`capplan.kv.compute_kv` (the model does not fit at ``tp``; impossible ``tp``).
     """
-    import numpy as np
-
     from capplan.concurrency import workload_concurrency
     from capplan.kv import KVInputs, compute_kv
 
     sample, work = prepared.sample, prepared.work
-    context = int(np.percentile(sample.record_length, 99)) if sample.n > 1 else int(sample.record_length.max())
+    if shared is None:
+        shared = shared_sample(workload, prepared)
+    context = shared.context_tokens
     kv = compute_kv(
         spec, hw,
         KVInputs(tp=tp, kv_dtype=kv_dtype, weight_dtype=weight_dtype, context=max(context, 1), gpu_mem_util=gpu_mem_util, engine=engine),
@@ -257,7 +283,7 @@ def replica_setup(
         concurrency = workload_concurrency(
             spec, hw, kv, workload, max_num_seqs=kv.max_num_seqs,
             step_time=lambda batch, _context: float(replica.decode(batch, decode_context).step_time_s),
-            max_batched_tokens=kv.max_batched_tokens,
+            max_batched_tokens=kv.max_batched_tokens, sample=shared.concurrency_sample,
         )
     chunk = kv.max_batched_tokens
     prefill = replica.chunked(

@@ -67,6 +67,8 @@ class Failure:
     message: str
     record_id: str | None = None
     unit: str = "line"
+    source: str | None = None
+    """The file, when a reconciliation reads several."""
 
     def __str__(self) -> str:
         """One line for a terminal or a log: the record's ``id`` and the message have their control
@@ -77,16 +79,19 @@ class Failure:
         if self.record_id is not None:
             shown = printable(self.record_id)
             rid = f" (id {shown if len(shown) <= 80 else shown[:77] + '...'})"
-        return printable(f"{self.unit} {self.line}{rid}: {self.field}: {self.message} [{self.check}]")
+        where = f"{self.source} " if self.source is not None else ""
+        return printable(f"{where}{self.unit} {self.line}{rid}: {self.field}: {self.message} [{self.check}]")
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {} if self.source is None else {"file": self.source}
+        out.update({
             self.unit: self.line,
             "id": self.record_id,
             "check": self.check,
             "field": self.field,
             "message": self.message,
-        }
+        })
+        return out
 
 
 def _bump(counts: dict[Any, int], key: Any, cap: int = _MAX_KEYS) -> None:

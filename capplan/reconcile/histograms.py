@@ -124,7 +124,15 @@ class Accumulator:
             return
         rows = np.array(self.rows, dtype=np.int64)
         self.rows.clear()
+        self.fold(rows)
+
+    def fold(self, rows: "np.ndarray") -> None:
+        """Fold an (n, 20) array of rows into the sums, maxima and histograms."""
+        import numpy as np
+
         count = rows.shape[0]
+        if not count:
+            return
         self.counted += count
         flags = rows[:, ROW_FLAGS]
         kept = (flags & FLAG_KEPT) != 0
@@ -145,5 +153,7 @@ class Accumulator:
         series[:, SERIES_WAIT_MS] = rows[:, ROW_WAIT_MS]
         self.sums += series.sum(0)
         np.maximum(self.maxes, series.max(0), out=self.maxes)
-        flat = (bin_index(series) + np.arange(N_SERIES, dtype=np.int64) * N_BINS).ravel()
-        self.hist += np.bincount(flat, minlength=N_SERIES * N_BINS).reshape(N_SERIES, N_BINS)
+        bins = bin_index(series).T  # series by series: each touches only the bins up to its largest
+        for k in range(N_SERIES):
+            top = int(bins[k].max()) + 1
+            self.hist[k, :top] += np.bincount(bins[k], minlength=top)

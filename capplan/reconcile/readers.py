@@ -37,6 +37,20 @@ def open_lines(path: Path) -> tuple[Iterator[bytes], Callable[[], int], Callable
     return iter(fh), raw.tell, close
 
 
+def open_blocks(path: Path) -> tuple[Any, Callable[[], int], Callable[[], None]]:
+    """A JSONL file (gzip detected by its magic bytes) to ``read`` in blocks, a byte-position
+    probe of the file on disk, a closer."""
+    raw = open(path, "rb")  # noqa: SIM115 (closed by the returned closer)
+    head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
+    fh: Any = gzip.GzipFile(fileobj=raw, mode="rb") if head == b"\x1f\x8b" else raw
+
+    def close() -> None:
+        fh.close()
+        raw.close()
+
+    return fh, raw.tell, close
+
+
 class NotJSON:
     """A line that does not decode, with the reason."""
 
@@ -75,8 +89,12 @@ def decode_line(raw: bytes) -> Any:
         return NotJSON("not readable JSON: nested too deeply")
 
 
-def parquet_rows(path: Path, batch_rows: int = PARQUET_BATCH_ROWS) -> tuple[Iterator[dict[str, Any]], Callable[[], int]]:
-    """Rows of a Parquet file as dicts, read one record batch at a time, and a byte-position estimate.
+def open_parquet(path: Path) -> Any:
+    """A ``pyarrow.parquet.ParquetFile`` that reads pages on demand through a 1 MiB buffered stream.
+
+    Without a stream buffer pyarrow reads each column chunk of a row group whole, so memory grew
+    with the row group (a file written in one row group: with the file); without pre-buffering it
+    does not read ahead either. Memory then depends on the batch, not on the file.
 
     Raises
     ------
@@ -91,9 +109,20 @@ def parquet_rows(path: Path, batch_rows: int = PARQUET_BATCH_ROWS) -> tuple[Iter
             "(or convert the file to JSONL)"
         ) from None
     try:
-        parquet_file = pq.ParquetFile(path)
+        return pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
     except Exception as exc:  # pyarrow raises several types for a corrupt file
         raise InputError(f"{path}: unreadable Parquet file: {exc}") from None
+
+
+def parquet_rows(path: Path, batch_rows: int = PARQUET_BATCH_ROWS) -> tuple[Iterator[dict[str, Any]], Callable[[], int]]:
+    """Rows of a Parquet file as dicts, read one record batch at a time, and a byte-position estimate.
+
+    Raises
+    ------
+    InputError
+        pyarrow is not installed, or the file is not readable Parquet.
+    """
+    parquet_file = open_parquet(path)
     metadata = parquet_file.metadata
     total_rows = max(metadata.num_rows, 1)
     size_bytes = path.stat().st_size

@@ -69,6 +69,10 @@ class Reconciliation:
     notes: list[str] = field(default_factory=list)
     tolerance: float | None = None
     plan: list[PlanRow] | None = None
+    files: list[dict[str, Any]] | None = None
+    """Per file read (several files only): its name, lines, records and failed records."""
+    files_failed: list[dict[str, Any]] | None = None
+    """Files that could not be reconciled (several files only): name, error, attempts."""
 
     @property
     def failures_total(self) -> int:
@@ -76,8 +80,8 @@ class Reconciliation:
 
     @property
     def ok(self) -> bool:
-        """True when no record failed a check and the observed means match the plan."""
-        return self.failures_total == 0 and all(c.ok for c in self.ledger.checks)
+        """True when every file was read, no record failed a check and the observed means match the plan."""
+        return self.failures_total == 0 and all(c.ok for c in self.ledger.checks) and not self.files_failed
 
     def as_dict(self) -> dict[str, Any]:
         """The ledger's JSON contract (``capplan ledger --format json``) plus the reconciliation."""
@@ -104,6 +108,9 @@ class Reconciliation:
                 "plan": None if self.plan is None else [r.as_dict() for r in self.plan],
             }
         )
+        if self.files is not None:
+            out["files"] = self.files
+            out["files_failed"] = self.files_failed or []
         return out
 
     def csv_rows(self) -> list[tuple[Any, ...]]:

@@ -1,0 +1,564 @@
+"""The per-record checks over a batch of records at once (numpy), for the records that pass them all.
+
+:func:`screen` evaluates every check of :data:`~capplan.reconcile.checks.RECORD_CHECKS` on
+:class:`~capplan.reconcile.columns.Columns` and computes, for each record that passes them all,
+the same row of counters :meth:`RecordChecker.check <capplan.reconcile.checks.RecordChecker.check>`
+computes. :class:`BatchCounter` then walks the batch in file order: runs of clean records are
+counted with array operations, and every other record (one that fails a check, or that the
+columns could not represent exactly) is fed to the record-by-record checker, which reports it
+with its usual message. The result is the record-by-record result: same counters, same failures
+in the same order (tested on every bundled workload and every fixture).
+
+Only the staleness bound depends on earlier records (the newest policy version so far); it is
+applied while walking, so a record that exceeds it is handed to the record-by-record checker too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from capplan.reconcile.checks import _MAX_KEYS, STOP_REASONS, RecordChecker
+from capplan.reconcile.histograms import FLAG_CACHE_LOGGED, FLAG_KEPT, FLAG_TRUNCATED
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from capplan.reconcile.columns import Columns
+    from capplan.reconcile.readers import TrajectoryLog
+
+_LENGTH = STOP_REASONS.index("length")
+
+
+@dataclass
+class Screened:
+    """What :func:`screen` found: which records pass every check, and their counter rows."""
+
+    clean: "np.ndarray"
+    """The record passes every check that does not depend on earlier records."""
+    rows: "np.ndarray"
+    """(n, 20) counter rows in the layout of :mod:`capplan.reconcile.histograms` (valid where clean)."""
+    stop: "np.ndarray"
+    """Stop reason codes (:data:`~capplan.reconcile.columns.STOP_CODES`, -1 not given)."""
+    policy_version: "np.ndarray"
+    """Policy versions (-1 not given)."""
+    trainer_version: "np.ndarray"
+    """Trainer versions (-1 not given)."""
+
+
+def _running_count(flags: "np.ndarray") -> "np.ndarray":
+    """``out[k]`` = flags set among the first ``k`` positions (int32 while the batch allows)."""
+    import numpy as np
+
+    out = np.zeros(flags.size + 1, dtype=np.int32 if flags.size < 2**31 - 1 else np.int64)
+    np.cumsum(flags, out=out[1:])
+    return out
+
+
+def _segment_sums(values: "np.ndarray", offsets: "np.ndarray") -> "np.ndarray":
+    """Per segment of ``offsets``: the sum of ``values`` (int64; 0 for an empty segment)."""
+    import numpy as np
+
+    n = offsets.size - 1
+    out = np.zeros(n, dtype=np.int64)
+    if values.size == 0 or n == 0:
+        return out
+    starts = offsets[:-1]
+    nonempty = offsets[1:] > starts
+    if nonempty.any():
+        # the non-empty segments tile the values, so each runs to the next one's start
+        out[nonempty] = np.add.reduceat(values, starts[nonempty], dtype=np.int64)
+    return out
+
+
+def _derived_spans(origin: "np.ndarray", offsets: "np.ndarray", wanted: "np.ndarray") -> tuple["np.ndarray", ...]:
+    """Maximal runs of action positions of the ``wanted`` records: (record, start, end), starts and
+    ends relative to the record."""
+    import numpy as np
+
+    action = origin == 1
+    n = offsets.size - 1
+    lengths = np.diff(offsets)
+    record = np.repeat(np.arange(n), lengths)
+    previous = np.zeros_like(action)
+    previous[1:] = action[:-1]
+    following = np.zeros_like(action)
+    following[:-1] = action[1:]
+    first = offsets[:-1][lengths > 0]
+    last = offsets[1:][lengths > 0] - 1
+    previous[first] = False
+    following[last] = False
+    starts = np.flatnonzero(action & ~previous)
+    ends = np.flatnonzero(action & ~following) + 1
+    run_record = record[starts]
+    keep = wanted[run_record]
+    return run_record[keep], (starts - offsets[run_record])[keep], (ends - offsets[run_record])[keep]
+
+
+def screen(
+    cols: "Columns",
+    *,
+    allowed: frozenset[str],
+    drop_truncated: bool,
+    needs_logprobs: bool,
+    rollout: bool,
+    max_staleness: int | None,
+) -> Screened:
+    """Run the record checks on a batch and count the records that pass them.
+
+    Parameters
+    ----------
+    cols : Columns
+        The batch.
+    allowed : frozenset of str
+        Token classes that may carry loss.
+    drop_truncated, needs_logprobs, rollout : bool
+        As :class:`~capplan.reconcile.checks.RecordChecker` derives them from the workload.
+    max_staleness : int, optional
+        Largest allowed ``trainer_version - policy_version`` [versions] (applied by the caller
+        where the reference is the newest version so far).
+
+    Returns
+    -------
+    Screened
+    """
+    import numpy as np
+
+    n = cols.n
+    clean = cols.exact.copy()
+    origin, origin_offsets = cols.origin, cols.origin_offsets
+    positions = np.diff(origin_offsets)
+    is_action, is_tool = origin == 1, origin == 2
+    actions_before, tools_before = _running_count(is_action), _running_count(is_tool)
+    starts, ends = origin_offsets[:-1], origin_offsets[1:]
+    action = (actions_before[ends] - actions_before[starts]).astype(np.int64)
+    tool = (tools_before[ends] - tools_before[starts]).astype(np.int64)
+    invalid = origin > 2
+    # well_formed: every mask entry valid
+    if invalid.any():
+        clean &= _segment_sums(invalid.view(np.uint8), origin_offsets) == 0
+    prompt = positions - action - tool  # exact wherever every entry is valid
+    loss_invalid = cols.loss > 1
+    if loss_invalid.any():
+        clean &= _segment_sums(loss_invalid.view(np.uint8), cols.loss_offsets) == 0
+    # mask_lengths: the token count from token_ids, else counts; both masks that long
+    has_ids = cols.token_ids >= 0
+    counted = cols.counts.sum(1)
+    tokens = np.where(has_ids, cols.token_ids, counted)
+    clean &= has_ids | cols.has_counts
+    clean &= ~(has_ids & cols.has_counts) | (counted == cols.token_ids)
+    clean &= positions == tokens
+    clean &= np.diff(cols.loss_offsets) == tokens
+    clean &= ~cols.has_counts | ((cols.counts[:, 0] == prompt) & (cols.counts[:, 1] == action) & (cols.counts[:, 2] == tool))
+    loss = cols.loss
+    if loss.size != origin.size or not np.array_equal(cols.loss_offsets, origin_offsets):
+        # some record's masks differ in length: compare position by position only where they agree
+        loss = np.zeros(origin.size, dtype=np.uint8)
+        same = clean & (np.diff(cols.loss_offsets) == positions)
+        source = np.repeat(cols.loss_offsets[:-1] - origin_offsets[:-1], positions) + np.arange(origin.size)
+        take = np.repeat(same, positions)
+        loss[take] = cols.loss[source[take]]
+    trained = loss == 1
+    trained_all = _segment_sums(trained.view(np.uint8), origin_offsets)
+    trained_action = _segment_sums((trained & is_action).view(np.uint8), origin_offsets)
+    trained_tool = _segment_sums((trained & is_tool).view(np.uint8), origin_offsets)
+    trained_prompt = trained_all - trained_action - trained_tool
+    # loss_classes
+    for cls, trained in (("prompt", trained_prompt), ("action", trained_action), ("tool", trained_tool)):
+        if cls not in allowed:
+            clean &= trained == 0
+    stop = cols.stop
+    truncated = stop == _LENGTH
+    dropped = truncated & drop_truncated
+    # truncated_trained
+    clean &= ~(dropped & ((trained_prompt + trained_action + trained_tool) > 0))
+    rows = np.zeros((n, 20), dtype=np.int64)
+    rows[:, 0], rows[:, 1], rows[:, 2] = prompt, action, tool
+    rows[:, 13], rows[:, 14], rows[:, 15] = trained_prompt, trained_action, trained_tool
+    flags = np.where(dropped, 0, FLAG_KEPT) | np.where(truncated, FLAG_TRUNCATED, 0)
+    if rollout:
+        # stop_reason: one of the known reasons (the capplan format always logs one)
+        clean &= stop >= 0
+        # staleness: a version when the bound needs one (the bound itself is applied in order)
+        if max_staleness is not None:
+            clean &= cols.policy_version >= 0
+        clean &= _turns(cols, rows, prompt, action, needs_logprobs, actions_before, tools_before)
+        cache_logged = cols.has_cached | cols.has_prefill
+        flags |= np.where(cache_logged, FLAG_CACHE_LOGGED, 0)
+    # well_formed: tool_wait_s in [ms]
+    wait = cols.tool_wait_s
+    given = ~np.isnan(wait)
+    rows[:, 19] = np.where(given, np.floor(np.where(given, wait, 0.0) * 1000 + 0.5), 0).astype(np.int64)
+    rows[:, 18] = flags
+    return Screened(clean, rows, stop, cols.policy_version, cols.trainer_version)
+
+
+def _turns(
+    cols: "Columns",
+    rows: "np.ndarray",
+    prompt: "np.ndarray",
+    action: "np.ndarray",
+    needs_logprobs: bool,
+    actions_before: "np.ndarray",
+    tools_before: "np.ndarray",
+) -> "np.ndarray":
+    """turn_boundaries, cache_hits, sampled_are_actions and logprobs of generated records; fills
+    their sampled, prefill, cache-hit, decode, invocation and tool-call columns of ``rows``.
+    ``actions_before`` / ``tools_before`` are :func:`_running_count` of the action and tool
+    positions of the batch. Returns which records pass."""
+    import numpy as np
+
+    n = cols.n
+    ok = np.ones(n, dtype=bool)
+    offsets = cols.origin_offsets
+    positions = np.diff(offsets)
+
+    def actions(start: "np.ndarray", end: "np.ndarray") -> "np.ndarray":
+        return (actions_before[end] - actions_before[start]).astype(np.int64)
+
+    def tools(start: "np.ndarray", end: "np.ndarray") -> "np.ndarray":
+        return (tools_before[end] - tools_before[start]).astype(np.int64)
+
+    # the invocations: logged spans, or the runs of action positions
+    derived = ~cols.has_turns
+    if derived.any():
+        run_record, run_start, run_end = _derived_spans(cols.origin, offsets, derived)
+    else:
+        run_record = run_start = run_end = np.zeros(0, dtype=np.int64)
+    logged_counts = np.diff(cols.turn_offsets)
+    logged_record = np.repeat(np.arange(n), logged_counts)
+    record = np.concatenate([logged_record, run_record])
+    start = np.concatenate([cols.turn_starts, run_start])
+    end = np.concatenate([cols.turn_ends, run_end])
+    order = np.argsort(record, kind="stable")
+    record, start, end = record[order], start[order], end[order]
+    invocations = np.bincount(record, minlength=n)
+    inv_offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(invocations, out=inv_offsets[1:])
+    index = np.arange(record.size) - inv_offsets[record]  # j, the invocation's number in its record
+    # turn_boundaries: spans ordered and inside the record
+    previous_end = np.zeros(record.size, dtype=np.int64)
+    later = index > 0
+    previous_end[later] = end[np.flatnonzero(later) - 1]
+    inside = (previous_end <= start) & (start <= end) & (end <= positions[record])
+    ok &= np.bincount(record, weights=~inside, minlength=n) == 0
+    start_c = np.where(inside, start, 0)
+    end_c = np.where(inside, end, 0)
+    # turn_boundaries: one cached_tokens / prefill_tokens entry per invocation
+    cached_counts = np.diff(cols.cached_offsets)
+    prefill_counts = np.diff(cols.prefill_offsets)
+    ok &= ~cols.has_cached | (cached_counts == invocations)
+    ok &= ~cols.has_prefill | (prefill_counts == invocations)
+    # turn_boundaries: the prompt a prefix, no tool observation before the first turn
+    base = offsets[:-1]
+    prompt_end = base + np.minimum(prompt, positions)  # the prompt a prefix: no action or tool before its end
+    ok &= actions(base, prompt_end) + tools(base, prompt_end) == 0
+    first = positions.copy()
+    has_any = invocations > 0
+    first[has_any] = start_c[inv_offsets[:-1][has_any]]
+    first = np.minimum(first, positions)
+    ok &= tools(base, base + first) == 0
+    # sampled_are_actions: the spans hold exactly the action positions
+    span_base = base[record]
+    in_spans_per = actions(span_base + start_c, span_base + end_c)
+    length = end_c - start_c
+    in_spans = np.bincount(record, weights=in_spans_per, minlength=n).astype(np.int64)
+    sampled = np.bincount(record, weights=length, minlength=n).astype(np.int64)
+    ok &= derived | ((in_spans == sampled) & (sampled == action))
+    # cache_hits: each claim within what earlier invocations computed; prefill + cached = input
+    computed = np.zeros(record.size, dtype=np.int64)
+    previous_start = np.zeros(record.size, dtype=np.int64)
+    previous_start[later] = start_c[np.flatnonzero(later) - 1]
+    previous_end_c = np.zeros(record.size, dtype=np.int64)
+    previous_end_c[later] = end_c[np.flatnonzero(later) - 1]
+    computed[later] = np.where(previous_end_c[later] > previous_start[later], previous_end_c[later] - 1, previous_start[later])
+    has_cached = cols.has_cached[record] & (cached_counts == invocations)[record]
+    has_prefill = cols.has_prefill[record] & (prefill_counts == invocations)[record]
+    cached = np.zeros(record.size, dtype=np.int64)
+    cached[has_cached] = cols.cached[cols.cached_offsets[record[has_cached]] + index[has_cached]]
+    prefill = np.zeros(record.size, dtype=np.int64)
+    prefill[has_prefill] = cols.prefill[cols.prefill_offsets[record[has_prefill]] + index[has_prefill]]
+    hit = np.where(has_cached, cached, np.where(has_prefill, start_c - prefill, 0))
+    claim_ok = (hit >= 0) & (hit <= computed) & (~(has_cached & has_prefill) | (cached + prefill == start_c))
+    ok &= np.bincount(record, weights=~claim_ok, minlength=n) == 0
+    hit = np.clip(hit, 0, None)
+    hit = np.minimum(hit, positions[record])
+    # the split by class of a consistent record (prompt a prefix, spans = action runs)
+    prompt_r = prompt[record]
+    hit_prompt = np.minimum(hit, prompt_r)
+    hit_action = actions(span_base, span_base + hit)
+    hit_tool = hit - hit_prompt - hit_action
+    cumulative_length = np.cumsum(length)
+    before_all = cumulative_length - length  # sampled positions of all earlier invocations, any record
+    before = before_all - before_all[inv_offsets[:-1][record]]
+    input_total = np.bincount(record, weights=start_c, minlength=n).astype(np.int64)
+    input_prompt = np.bincount(record, weights=np.minimum(start_c, prompt_r), minlength=n).astype(np.int64)
+    input_action = np.bincount(record, weights=before, minlength=n).astype(np.int64)
+    hits = [np.bincount(record, weights=h, minlength=n).astype(np.int64) for h in (hit_prompt, hit_action, hit_tool)]
+    nonempty = np.bincount(record, weights=length > 0, minlength=n).astype(np.int64)
+    # logprobs: one per sampled position (or per position), every one a finite number
+    count = cols.logprobs
+    absent = count < 0
+    lp_ok = np.where(absent, ~(needs_logprobs & (sampled > 0)), (count == sampled) | (count == positions))
+    ok &= lp_ok
+    pairs = np.zeros(cols.origin.size, dtype=np.uint8)
+    if cols.origin.size > 1:
+        pairs[:-1] = (cols.origin[:-1] == 1) & (cols.origin[1:] == 2)
+    tool_calls = _segment_sums(pairs, offsets) - _boundary_pairs(cols.origin, offsets)
+    rows[:, 4] = sampled  # sampled: action positions only (consistent records)
+    rows[:, 6] = input_prompt - hits[0]
+    rows[:, 7] = input_action - hits[1]
+    rows[:, 8] = input_total - input_prompt - input_action - hits[2]
+    rows[:, 9], rows[:, 10], rows[:, 11] = hits
+    rows[:, 12] = sampled - nonempty
+    rows[:, 16] = invocations
+    rows[:, 17] = tool_calls
+    return ok
+
+
+def _boundary_pairs(origin: "np.ndarray", offsets: "np.ndarray") -> "np.ndarray":
+    """Per record: 1 when its last position is an action and the next record starts with a tool
+    position (a pair :func:`_segment_sums` counted across the boundary), else 0."""
+    import numpy as np
+
+    n = offsets.size - 1
+    out = np.zeros(n, dtype=np.int64)
+    ends = offsets[1:]
+    inner = (ends > offsets[:-1]) & (ends < origin.size)
+    idx = np.flatnonzero(inner)
+    last = ends[idx] - 1
+    out[idx] = (origin[last] == 1) & (origin[last + 1] == 2)
+    return out
+
+
+class BatchCounter:
+    """Feeds batches to a :class:`RecordChecker`: clean runs counted at once, the rest one by one.
+
+    Parameters
+    ----------
+    checker : RecordChecker
+        The checker whose state (counters, histograms, failures) is updated.
+    """
+
+    def __init__(self, checker: RecordChecker) -> None:
+        self.checker = checker
+        self.rules = {
+            "allowed": checker.allowed,
+            "drop_truncated": checker.drop_truncated,
+            "needs_logprobs": checker.needs_logprobs,
+            "rollout": checker.rollout,
+            "max_staleness": checker.max_staleness,
+        }
+        self.capped = False
+        """Past the cap on distinct versions or lags: every record goes record by record."""
+
+    def feed(
+        self,
+        cols: "Columns",
+        lines: "np.ndarray",
+        record: Callable[[int], Any],
+        read: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
+        """Check and count a batch in order.
+
+        Parameters
+        ----------
+        cols : Columns
+            The batch.
+        lines : numpy.ndarray
+            Line (or row) number of each record.
+        record : callable
+            ``record(i)`` -> the i-th record as the record-by-record checker reads it (a dict,
+            or a :class:`~capplan.reconcile.readers.NotJSON`).
+        """
+        import numpy as np
+
+        screened = screen(cols, **self.rules)
+        clean = screened.clean
+        n = cols.n
+        i = 0
+        while i < n:
+            if clean[i] and not self.capped:
+                stop_at = np.flatnonzero(~clean[i:])
+                j = self._clean_run(screened, i, n if stop_at.size == 0 else i + int(stop_at[0]))
+                if j > i:
+                    i = j
+                    continue
+            # a record that fails a check, was not read exactly, or exceeds the staleness bound
+            self._one(int(lines[i]), record(i), read)
+            i += 1
+
+    def _one(self, line: int, value: Any, read: Callable[[dict[str, Any]], dict[str, Any]] | None) -> None:
+        from capplan.reconcile.readers import BLANK, NotJSON
+
+        if value is BLANK:
+            return
+        if value.__class__ is NotJSON:
+            self.checker.malformed(line, value.message)
+        else:
+            self.checker.feed(line, value, read)
+
+    def _clean_run(self, screened: Screened, i: int, j: int) -> int:
+        """Count clean records ``i`` to ``j - 1`` in order; stop before the first one whose
+        staleness exceeds the bound (it fails: the record-by-record checker reports it). Returns
+        where counting stopped (``i``: nothing counted)."""
+        import numpy as np
+
+        checker = self.checker
+        if checker.rollout:
+            versions = screened.policy_version[i:j]
+            trainers = screened.trainer_version[i:j]
+            given = versions >= 0
+            newest = -1 if checker.newest_version is None else checker.newest_version
+            running = np.maximum(np.maximum.accumulate(np.where(given, versions, -1)), newest)
+            lag = np.where(trainers >= 0, trainers - versions, running - versions)
+            limit = checker.max_staleness
+            if limit is not None:
+                over = np.flatnonzero(given & (lag > limit))
+                if over.size:
+                    j = i + int(over[0])
+                    if j == i:
+                        return i
+                    versions, given, running, lag = versions[: j - i], given[: j - i], running[: j - i], lag[: j - i]
+            if not self._count_versions(versions[given], lag[given]):
+                self.capped = True  # from here on, record by record (exact "(other)" counting)
+                return i
+            if given.any():
+                checker.newest_version = int(running[-1])
+            self._count_stops(screened.stop[i:j])
+        checker.records += j - i
+        checker.histograms.fold(screened.rows[i:j])
+        return j
+
+    def _count_versions(self, versions: "np.ndarray", lags: "np.ndarray") -> bool:
+        """Add the versions and lags to the checker's histograms; False (nothing added) when that
+        would pass the cap on distinct keys."""
+        import numpy as np
+
+        checker = self.checker
+        new = []
+        for counts, values in ((checker.versions, versions), (checker.staleness, lags)):
+            keys, hits = np.unique(values, return_counts=True)
+            fresh = sum(1 for k in keys.tolist() if k not in counts)
+            if len(counts) + fresh > _MAX_KEYS:
+                return False
+            new.append((counts, keys.tolist(), hits.tolist()))
+        for counts, keys, hits in new:
+            for key, hit in zip(keys, hits):
+                counts[key] = counts.get(key, 0) + hit
+        return True
+
+    def _count_stops(self, stops: "np.ndarray") -> None:
+        """Add the stop reasons, new ones in the order they first occur."""
+        import numpy as np
+
+        counts = self.checker.stop_reasons
+        codes, first, hits = np.unique(stops, return_index=True, return_counts=True)
+        for order in np.argsort(first, kind="stable"):
+            name = STOP_REASONS[int(codes[order])]
+            counts[name] = counts.get(name, 0) + int(hits[order])
+
+
+BATCH_RECORDS = 8192
+"""Records checked together [records]."""
+BLOCK_BYTES = 1 << 22
+"""Bytes read from a JSONL file at a time (split into lines in one call) [bytes]."""
+
+
+def count_batches(
+    log: "TrajectoryLog", checker: RecordChecker, progress: Callable[[int, int], None] | None, size: int
+) -> int:
+    """Check and count every record of an open log (capplan's format) in batches; returns the
+    lines (or Parquet rows) read.
+
+    Raises
+    ------
+    InputError
+        The file cannot be read part-way (a corrupt gzip stream), or it is Parquet and pyarrow is
+        missing or the file is corrupt.
+    """
+    counter = BatchCounter(checker)
+    if log.parquet:
+        return _count_parquet(log, counter, progress, size)
+    return _count_jsonl(log, counter, progress, size)
+
+
+def _report(progress: Callable[[int, int], None] | None, before: int, after: int, done: int, size: int) -> None:
+    """Call ``progress`` once per :data:`~capplan.reconcile.PROGRESS_EVERY` records passed."""
+    from capplan.reconcile import PROGRESS_EVERY
+
+    if progress is not None:
+        for _ in range(after // PROGRESS_EVERY - before // PROGRESS_EVERY):
+            progress(done, size)
+
+
+def _count_jsonl(log: "TrajectoryLog", counter: BatchCounter, progress: Callable[[int, int], None] | None, size: int) -> int:
+    import gzip
+
+    import numpy as np
+
+    from capplan.errors import InputError
+    from capplan.reconcile.columns import LineRecord, decode_lines, from_line_records
+    from capplan.reconcile.readers import decode_line, open_blocks
+
+    handle, tell, log._close = open_blocks(log.path)
+    number = 0
+    placeholder = LineRecord(origin="", loss_mask="")
+    rest = b""
+    pending: list[bytes] = []
+    while True:
+        while len(pending) < BATCH_RECORDS:
+            try:
+                block = handle.read(BLOCK_BYTES)
+            except (OSError, EOFError, gzip.BadGzipFile) as exc:
+                raise InputError(f"{log.path}: unreadable after line {number + len(pending)}: {exc}") from None
+            if not block:
+                if rest:
+                    pending.append(rest)
+                    rest = b""
+                break
+            lines = (rest + block).split(b"\n")
+            rest = lines.pop()
+            pending.extend(lines)
+        if not pending:
+            return number
+        chunk, pending = pending[:BATCH_RECORDS], pending[BATCH_RECORDS:]
+        decoded = decode_lines(chunk)
+        unread = [i for i, value in enumerate(decoded) if value is None]
+        for i in unread:
+            decoded[i] = placeholder
+        cols = from_line_records(decoded)  # type: ignore[arg-type]
+        cols.exact[unread] = False
+        numbers = np.arange(number + 1, number + 1 + len(chunk))
+        counter.feed(cols, numbers, lambda i: decode_line(chunk[i]))
+        _report(progress, number, number + len(chunk), tell(), size)
+        number += len(chunk)
+
+
+def _count_parquet(
+    log: "TrajectoryLog", counter: BatchCounter, progress: Callable[[int, int], None] | None, size: int
+) -> int:
+    import numpy as np
+
+    from capplan.reconcile.columns import PARQUET_COLUMNS, Unsupported, from_arrow
+    from capplan.reconcile.readers import open_parquet
+
+    parquet_file = open_parquet(log.path)
+    total_rows = max(parquet_file.metadata.num_rows, 1)
+    names = set(parquet_file.schema_arrow.names)
+    number = 0
+    for batch in parquet_file.iter_batches(
+        batch_size=BATCH_RECORDS, columns=[c for c in PARQUET_COLUMNS if c in names], use_threads=False
+    ):
+        rows = batch.num_rows
+        try:
+            cols = from_arrow(batch)
+        except Unsupported:
+            for k, row in enumerate(batch.to_pylist()):
+                counter.checker.feed(number + 1 + k, row, None)
+        else:
+            numbers = np.arange(number + 1, number + 1 + rows)
+            counter.feed(cols, numbers, lambda i: batch.slice(i, 1).to_pylist()[0])
+        _report(progress, number, number + rows, (number + rows) * size // total_rows, size)
+        number += rows
+    return number

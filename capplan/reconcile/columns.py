@@ -1,0 +1,755 @@
+"""Records as columns: JSONL lines decoded by a typed decoder, Parquet batches read as Arrow buffers.
+
+The batch checker (:mod:`capplan.reconcile.batch`) works on :class:`Columns`: one flat array per
+per-position field (origin and loss codes), one flat array per list field with per-record offsets,
+and one array per scalar field. Two sources fill it:
+
+* JSONL: ``msgspec`` decodes each line into :class:`LineRecord`, a typed struct whose list fields
+  stay raw JSON text (:class:`msgspec.Raw`): decoding them into Python lists of ints and floats
+  is most of the cost of ``json.loads``. The raw lists of a batch are then parsed together with
+  numpy (:func:`parse_int_lists`, :func:`count_numbers`).
+* Parquet: the columns of a record batch are read from their Arrow buffers without creating a
+  Python object per value.
+
+Anything a source cannot represent exactly (a list mask, a float where an integer belongs, a
+negative count, a NaN) marks the record ``exact = False``: the batch checker then hands it to
+the record-by-record checker, which reports it with its usual message. So the columns never
+decide a check; they only say which records the fast path may count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import msgspec
+
+from capplan.reconcile.checks import STOP_REASONS
+from capplan.reconcile.formats import LOSS_FROM_STR, ORIGIN_FROM_STR
+
+if TYPE_CHECKING:
+    import numpy as np
+
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+_EMPTY = msgspec.Raw(b"")
+
+STOP_CODES: dict[str, int] = {name: code for code, name in enumerate(STOP_REASONS)}
+"""Stop reasons as small integers (-1: not given), in :data:`STOP_REASONS` order."""
+
+
+class ClassCounts(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """The ``counts`` field: non-negative positions per class (a missing class is 0)."""
+
+    prompt: NonNegative = 0
+    action: NonNegative = 0
+    tool: NonNegative = 0
+
+
+class LineRecord(msgspec.Struct, gc=False):
+    """One JSONL record as the fast path reads it; list fields are kept as raw JSON.
+
+    A line that does not decode into this type (a list-valued mask, a bool where an integer
+    belongs, a negative version, an unknown stop reason, NaN...) goes to the record-by-record
+    checker. Mapping-only keys (``_n_tokens``, ``_lp_offset``, ``_stop_logged``) are read as raw
+    values only so that a record carrying one is sent there too.
+    """
+
+    origin: str
+    loss_mask: str
+    counts: ClassCounts | None = None
+    token_ids: msgspec.Raw = _EMPTY
+    turns: msgspec.Raw = _EMPTY
+    cached_tokens: msgspec.Raw = _EMPTY
+    prefill_tokens: msgspec.Raw = _EMPTY
+    logprobs: msgspec.Raw = _EMPTY
+    policy_version: NonNegative | None = None
+    trainer_version: NonNegative | None = None
+    stop_reason: Literal["stop", "length", "tool_calls", "abort"] | None = None
+    tool_wait_s: Annotated[float, msgspec.Meta(ge=0, le=1e9)] | None = None
+    n_tokens: msgspec.Raw = msgspec.field(default=_EMPTY, name="_n_tokens")
+    lp_offset: msgspec.Raw = msgspec.field(default=_EMPTY, name="_lp_offset")
+    stop_logged: msgspec.Raw = msgspec.field(default=_EMPTY, name="_stop_logged")
+
+
+LINE_DECODER = msgspec.json.Decoder(LineRecord)
+"""Decodes one JSONL line into a :class:`LineRecord` (raises ``msgspec.DecodeError`` otherwise)."""
+
+
+@dataclass
+class Columns:
+    """A batch of records as flat arrays (see the module docstring); ``n`` records.
+
+    Offsets arrays have ``n + 1`` entries; "absent" means the field is missing or null.
+    """
+
+    n: int
+    exact: "np.ndarray"
+    """Whether the record was read without loss (else it goes to the record-by-record checker)."""
+    origin: "np.ndarray"
+    """Origin codes 0 prompt / 1 action / 2 tool / 255 invalid, all records end to end (uint8)."""
+    origin_offsets: "np.ndarray"
+    loss: "np.ndarray"
+    """Loss codes 0 / 1 / 255 invalid (uint8)."""
+    loss_offsets: "np.ndarray"
+    token_ids: "np.ndarray"
+    """Length of ``token_ids`` (-1 absent)."""
+    counts: "np.ndarray"
+    """``counts`` as (n, 3) prompt/action/tool; meaningful where ``has_counts``."""
+    has_counts: "np.ndarray"
+    has_turns: "np.ndarray"
+    turn_offsets: "np.ndarray"
+    """Offsets into ``turn_starts`` / ``turn_ends`` (records without turns have none)."""
+    turn_starts: "np.ndarray"
+    turn_ends: "np.ndarray"
+    has_cached: "np.ndarray"
+    cached_offsets: "np.ndarray"
+    cached: "np.ndarray"
+    has_prefill: "np.ndarray"
+    prefill_offsets: "np.ndarray"
+    prefill: "np.ndarray"
+    logprobs: "np.ndarray"
+    """Number of log-probs (-1 absent); a record is exact only if every one is a number small
+    enough that any sum of them is finite (see :func:`count_numbers`)."""
+    policy_version: "np.ndarray"
+    """-1 absent."""
+    trainer_version: "np.ndarray"
+    """-1 absent."""
+    stop: "np.ndarray"
+    """:data:`STOP_CODES` (-1 absent)."""
+    tool_wait_s: "np.ndarray"
+    """NaN absent."""
+
+
+# ---------------------------------------------------------------------------- code tables
+
+
+def _offsets(lengths: Any) -> "np.ndarray":
+    import numpy as np
+
+    out = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+
+def _segment_any(flags: "np.ndarray", offsets: "np.ndarray") -> "np.ndarray":
+    """Per segment ``[offsets[i], offsets[i+1])``: whether any flag is set (False when empty)."""
+    import numpy as np
+
+    if not flags.any():  # the common case: nothing flagged
+        return np.zeros(offsets.size - 1, dtype=bool)
+    cumulative = np.zeros(flags.size + 1, dtype=np.int64)
+    np.cumsum(flags, out=cumulative[1:])
+    return cumulative[offsets[1:]] > cumulative[offsets[:-1]]
+
+
+# ---------------------------------------------------------------------------- raw JSON lists
+
+_DIGIT = 1
+_OPEN = 2
+_CLOSE = 3
+_COMMA = 4
+_SPACE = 5
+_SIGN = 6
+_FRACTION = 7  # "." "e" "E" "+"
+
+
+def _char_classes() -> "np.ndarray":
+    import numpy as np
+
+    table = np.zeros(256, dtype=np.uint8)  # 0: a character no list of numbers contains
+    table[ord("0"):ord("9") + 1] = _DIGIT
+    table[ord("[")] = _OPEN
+    table[ord("]")] = _CLOSE
+    table[ord(",")] = _COMMA
+    for c in " \t\r\n":
+        table[ord(c)] = _SPACE
+    table[ord("-")] = _SIGN
+    for c in ".eE+":
+        table[ord(c)] = _FRACTION
+    return table
+
+
+_CLASSES: "np.ndarray | None" = None
+
+
+def _classes() -> "np.ndarray":
+    global _CLASSES
+    if _CLASSES is None:
+        _CLASSES = _char_classes()
+    return _CLASSES
+
+
+@dataclass
+class RawLists:
+    """Raw JSON values of one list field, end to end, with their character classes."""
+
+    present: "np.ndarray"
+    """The value is given and not null."""
+    is_list: "np.ndarray"
+    """The value is a JSON array."""
+    offsets: "np.ndarray"
+    chars: "np.ndarray"
+    classes: "np.ndarray"
+    depth: "np.ndarray"
+    """Bracket depth after each character."""
+    record: "np.ndarray"
+    """Record of each character."""
+
+
+def _raw_lists(raws: list[Any]) -> RawLists:
+    import numpy as np
+
+    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws))
+    offsets = _offsets(lengths)
+    chars = np.frombuffer(b"".join(raws), dtype=np.uint8)
+    classes = _classes()[chars]
+    first = np.full(len(raws), 0, dtype=np.uint8)
+    nonempty = lengths > 0
+    first[nonempty] = chars[offsets[:-1][nonempty]]
+    is_null = (lengths == 4) & (first == ord("n"))
+    present = nonempty & ~is_null
+    is_list = present & (first == ord("["))
+    opens = (classes == _OPEN).astype(np.int8)
+    opens -= classes == _CLOSE
+    depth = np.cumsum(opens, dtype=np.int32)
+    record = np.repeat(np.arange(len(raws), dtype=np.int64), lengths)
+    return RawLists(present, is_list, offsets, chars, classes, depth, record)
+
+
+_DIGITS_TO_ONE = bytes.maketrans(b"0123456789", b"1111111111")
+_NOT_DIGIT_TO_SPACE = bytes(c if 48 <= c <= 57 else 32 for c in range(256))
+
+
+def _simple_int_lists(raws: list[Any], nested: bool) -> tuple["np.ndarray", ...] | None:
+    """:func:`parse_int_lists` for the common case, with bytes methods over the whole batch: every
+    value absent or a compact array of integers below 10^18 (of ``[a,b]`` pairs when ``nested``).
+    ``None`` when the batch is not that simple."""
+    import numpy as np
+
+    n = len(raws)
+    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=n)
+    if np.any(lengths == 4):  # possibly null
+        return None
+    buf = b"".join(raws)
+    if b"1" * 19 in buf.translate(_DIGITS_TO_ONE):
+        return None
+    # valid JSON has a number on each side of every comma, so without digits a pair is "[,]"
+    if nested:
+        rest = buf.translate(None, b"0123456789").replace(b"[,]", b"P").replace(b"P,", b"").replace(b"[P]", b"")
+        if rest.replace(b"[]", b""):
+            return None
+    elif buf.translate(None, b"0123456789,").replace(b"[]", b""):
+        return None
+    offsets = _offsets(lengths)
+    chars = np.frombuffer(buf, dtype=np.uint8)
+    present = lengths > 0
+    values = np.fromstring(buf.translate(_NOT_DIGIT_TO_SPACE), dtype=np.int64, sep=" ")  # noqa: NPY201 (text mode)
+    if nested:
+        opens = np.flatnonzero(chars == ord("["))
+        counts = np.diff(np.searchsorted(opens, offsets)) - present  # the outer bracket is no pair
+    else:
+        commas = np.flatnonzero(chars == ord(","))
+        counts = np.diff(np.searchsorted(commas, offsets)) + (lengths > 2)
+    return present, np.ones(n, dtype=bool), _offsets(counts), values
+
+
+def parse_int_lists(raws: list[bytes], nested: bool) -> tuple["np.ndarray", "np.ndarray", "np.ndarray", "np.ndarray"]:
+    """Non-negative integers of raw JSON arrays, all records at once.
+
+    Parameters
+    ----------
+    raws : list of bytes
+        One raw JSON value per record (``b""`` when absent).
+    nested : bool
+        Arrays of ``[a, b]`` pairs (``turns``) rather than arrays of integers.
+
+    Returns
+    -------
+    (present, exact, offsets, values)
+        Whether each value is given (not null); whether it was read exactly (an array of
+        non-negative integers below 10^18, or of pairs of them); per-record offsets into
+        ``values`` (pairs: into ``values.reshape(-1, 2)``); the integers.
+    """
+    import numpy as np
+
+    simple = _simple_int_lists(raws, nested)
+    if simple is not None:
+        return simple  # type: ignore[return-value]
+    raw = _raw_lists(raws)
+    classes, depth, record = raw.classes, raw.depth, raw.record
+    n = len(raws)
+    allowed = (classes == _DIGIT) | (classes == _OPEN) | (classes == _CLOSE) | (classes == _COMMA) | (classes == _SPACE)
+    bad = np.zeros(n, dtype=bool)
+    bad[record[~allowed]] = True
+    want = 2 if nested else 1
+    bad[record[depth > want]] = True
+    digit = classes == _DIGIT
+    previous_digit = np.zeros_like(digit)
+    previous_digit[1:] = digit[:-1]
+    previous_digit[raw.offsets[:-1][raw.offsets[:-1] < digit.size]] = False  # a record starts a new number
+    start = digit & ~previous_digit
+    starts = np.flatnonzero(start)
+    number_record = record[starts]
+    # a digit's place value: digits from the end of its number
+    run = np.cumsum(start) - 1  # number index of each character (valid on digits)
+    digit_positions = np.flatnonzero(digit)
+    digit_run = run[digit_positions]
+    ends = np.zeros(starts.size, dtype=np.int64)
+    if digit_positions.size:
+        last = np.ones(digit_positions.size, dtype=bool)
+        last[:-1] = digit_run[1:] != digit_run[:-1]
+        ends[digit_run[last]] = digit_positions[last]
+    width = ends - starts + 1
+    too_long = width > 18
+    bad[number_record[too_long]] = True
+    place = ends[digit_run] - digit_positions
+    place = np.minimum(place, 18)
+    powers = 10 ** np.arange(19, dtype=np.int64)
+    weighted = (raw.chars[digit_positions].astype(np.int64) - 48) * powers[place]
+    values = np.zeros(0, dtype=np.int64)
+    if weighted.size:
+        values = np.add.reduceat(weighted, np.flatnonzero(np.r_[True, digit_run[1:] != digit_run[:-1]]))
+    if nested:
+        number_depth = depth[starts]
+        bad[number_record[number_depth != 2]] = True
+        inner_open = (classes == _OPEN) & (depth == 2)
+        inner = np.cumsum(inner_open) - 1
+        inner_of_number = inner[starts]
+        inner_count = np.flatnonzero(inner_open).size
+        per_inner = np.bincount(inner_of_number, minlength=inner_count) if inner_count else np.zeros(0, dtype=np.int64)
+        inner_record = record[np.flatnonzero(inner_open)]
+        bad[inner_record[per_inner != 2]] = True
+    else:
+        number_depth = depth[starts]
+        bad[number_record[number_depth != 1]] = True
+    exact = ~raw.present | (raw.is_list & ~bad)
+    keep = exact[number_record]  # numbers of records read exactly (so pairs stay aligned)
+    values = values[keep]
+    counts = np.bincount(number_record[keep], minlength=n)
+    if nested:
+        counts = counts // 2
+    offsets = _offsets(counts)
+    return raw.present, exact, offsets, values
+
+
+_NUMBER_CHARS = b"0123456789-+.eE,"
+_INTEGER_CHARS = b"0123456789-,"
+_SHAPE = bytes.maketrans(b"0123456789eE+-", b"1111111111eess")
+"""Digits to ``1``, exponent letters to ``e``, signs to ``s`` (for searching number shapes)."""
+
+
+def count_numbers(raws: list[Any], integers: bool) -> tuple["np.ndarray", "np.ndarray"]:
+    """Element counts of raw JSON arrays of numbers, all records at once.
+
+    Parameters
+    ----------
+    raws : list of bytes
+        One raw JSON value per record (``b""`` when absent).
+    integers : bool
+        Accept only integers (token IDs); else any JSON number whose magnitude is below 1e124
+        (log-probs: every digit run is at most 25 long and no exponent has three digits, so the
+        sum of up to 10^18 of them is finite).
+
+    Returns
+    -------
+    (count, exact)
+        The element count (-1 when absent or null); whether the value is a flat array of such
+        numbers (else the record goes to the record-by-record checker).
+
+    Notes
+    -----
+    The common case is checked with bytes methods over the whole batch (one pass each at memory
+    speed); a batch with anything unusual is examined record by record with numpy.
+    """
+    import numpy as np
+
+    n = len(raws)
+    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=n)
+    offsets = _offsets(lengths)
+    buf = b"".join(raws)
+    chars = np.frombuffer(buf, dtype=np.uint8)
+    first = np.zeros(n, dtype=np.uint8)
+    nonempty = lengths > 0
+    first[nonempty] = chars[offsets[:-1][nonempty]]
+    is_list = nonempty & (first == ord("["))
+    is_null = nonempty & ~is_list
+    lists = int(np.count_nonzero(is_list))
+    if is_null.any():
+        expected = b"".join([b"[]" if listed else (b"null" if null else b"") for listed, null in zip(is_list, is_null)])
+    else:
+        expected = b"[]" * lists
+    # every character a digit, sign, comma or number letter, one bracket pair per array, no spaces
+    simple = buf.translate(None, _INTEGER_CHARS if integers else _NUMBER_CHARS) == expected
+    if simple and not integers:
+        shape = buf.translate(_SHAPE)
+        simple = b"1" * 26 not in shape
+        if simple and b"e" in shape:
+            padded = np.frombuffer(shape + b"0000", dtype=np.uint8)
+            exponent = np.flatnonzero(padded == ord("e"))
+            first = exponent + 1 + (padded[exponent + 1] == ord("s"))
+            simple = not np.any((padded[first] == ord("1")) & (padded[first + 1] == ord("1")) & (padded[first + 2] == ord("1")))
+    if not simple:
+        return _count_numbers_exactly(raws, integers)
+    commas = np.flatnonzero(chars == ord(","))
+    per_record = np.diff(np.searchsorted(commas, offsets))
+    count = np.where(is_list, per_record + (lengths > 2), -1)
+    return count, np.ones(n, dtype=bool)
+
+
+def _count_numbers_exactly(raws: list[Any], integers: bool) -> tuple["np.ndarray", "np.ndarray"]:
+    """Element counts of raw JSON arrays of numbers, all records at once.
+
+    Parameters
+    ----------
+    raws : list of bytes
+        One raw JSON value per record (``b""`` when absent).
+    integers : bool
+        Accept only integers (token IDs); else any JSON number below 10^124 in magnitude
+        (log-probs: every digit run is at most 25 long and no exponent has three digits, so the
+        sum of up to 10^18 of them is finite).
+
+    Returns
+    -------
+    (count, exact)
+        The element count (-1 when absent or null); whether the value is a flat array of such
+        numbers (else the record goes to the record-by-record checker).
+    """
+    import numpy as np
+
+    raw = _raw_lists(raws)
+    classes, record = raw.classes, raw.record
+    n = len(raws)
+    allowed = (classes == _DIGIT) | (classes == _OPEN) | (classes == _CLOSE) | (classes == _COMMA) | (classes == _SPACE) | (
+        classes == _SIGN
+    )
+    if not integers:
+        allowed |= classes == _FRACTION
+    bad = np.zeros(n, dtype=bool)
+    bad[record[~allowed]] = True
+    bad[record[raw.depth > 1]] = True
+    digit = classes == _DIGIT
+    if not integers and digit.size:
+        breaks = np.flatnonzero(~digit)  # the same rule as count_numbers: runs <= 25, exponents < 100
+        runs = np.diff(np.r_[-1, breaks, digit.size]) - 1
+        if runs.size and runs.max() > 25:
+            long_at = np.r_[-1, breaks][runs > 25] + 1
+            bad[record[np.minimum(long_at, digit.size - 1)]] = True
+        exponent = np.flatnonzero((raw.chars == ord("e")) | (raw.chars == ord("E")))
+        if exponent.size:
+            padded = np.r_[digit, False, False, False, False]
+            sign = (raw.chars[np.minimum(exponent + 1, digit.size - 1)] == ord("-")) | (
+                raw.chars[np.minimum(exponent + 1, digit.size - 1)] == ord("+")
+            )
+            first = exponent + 1 + sign
+            three = padded[first] & padded[first + 1] & padded[first + 2]
+            bad[record[exponent[three]]] = True
+    commas = np.bincount(record[classes == _COMMA], minlength=n)
+    has_digit = np.bincount(record[digit], minlength=n) > 0
+    count = np.where(raw.present, commas + has_digit, -1)
+    exact = ~raw.present | (raw.is_list & ~bad)
+    return count, exact
+
+
+# ---------------------------------------------------------------------------- JSONL
+
+
+def decode_lines(lines: list[bytes]) -> list[LineRecord | None]:
+    """Each line as a :class:`LineRecord`, or ``None`` where it does not decode into one."""
+    decode = LINE_DECODER.decode
+    out: list[LineRecord | None]
+    try:
+        out = [decode(line) for line in lines]
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        out = []
+        for line in lines:
+            try:
+                out.append(decode(line))
+            except (msgspec.DecodeError, UnicodeDecodeError):
+                out.append(None)
+    return out
+
+
+def _fill(values: list[Any], missing: Any) -> list[Any]:
+    return [missing if v is None else v for v in values]
+
+
+def from_line_records(records: list[LineRecord]) -> Columns:
+    """The columns of decoded JSONL records (every one a :class:`LineRecord`)."""
+    from itertools import repeat
+    from operator import attrgetter, is_not
+
+    import numpy as np
+
+    n = len(records)
+    # one list comprehension per field (faster than operator.attrgetter on 3.11)
+    origins = [r.origin for r in records]
+    losses = [r.loss_mask for r in records]
+    counts = [r.counts for r in records]
+    token_ids = [r.token_ids for r in records]
+    turns = [r.turns for r in records]
+    cached = [r.cached_tokens for r in records]
+    prefill = [r.prefill_tokens for r in records]
+    logprobs = [r.logprobs for r in records]
+    policy = [r.policy_version for r in records]
+    trainer = [r.trainer_version for r in records]
+    stops = [r.stop_reason for r in records]
+    waits = [r.tool_wait_s for r in records]
+    exact = np.ones(n, dtype=bool)
+    for extra in ([r.n_tokens for r in records], [r.lp_offset for r in records], [r.stop_logged for r in records]):
+        exact &= np.fromiter(map(len, extra), dtype=np.int64, count=n) == 0
+    origin_lengths = np.fromiter(map(len, origins), dtype=np.int64, count=n)
+    loss_lengths = np.fromiter(map(len, losses), dtype=np.int64, count=n)
+    # bytes.translate maps every character in one pass at memory speed (an invalid one to 255)
+    origin = np.frombuffer("".join(origins).encode("latin-1", "replace").translate(ORIGIN_FROM_STR), dtype=np.uint8)
+    loss = np.frombuffer("".join(losses).encode("latin-1", "replace").translate(LOSS_FROM_STR), dtype=np.uint8)
+    has_counts = np.fromiter(map(is_not, counts, repeat(None)), dtype=bool, count=n)
+    count_values = np.zeros((n, 3), dtype=np.int64)
+    given = [c for c in counts if c is not None]
+    for k, name in enumerate(("prompt", "action", "tool")):
+        count_values[has_counts, k] = np.fromiter(map(attrgetter(name), given), dtype=np.int64, count=len(given))
+    token_count, token_exact = count_numbers(token_ids, integers=True)
+    has_turns, turns_exact, turn_offsets, turn_values = parse_int_lists(turns, nested=True)
+    has_cached, cached_exact, cached_offsets, cached_values = parse_int_lists(cached, nested=False)
+    has_prefill, prefill_exact, prefill_offsets, prefill_values = parse_int_lists(
+        prefill, nested=False
+    )
+    lp_count, lp_exact = count_numbers(logprobs, integers=False)
+    stop_codes = STOP_CODES
+    return Columns(
+        n=n,
+        exact=exact & token_exact & turns_exact & cached_exact & prefill_exact & lp_exact,
+        origin=origin,
+        origin_offsets=_offsets(origin_lengths),
+        loss=loss,
+        loss_offsets=_offsets(loss_lengths),
+        token_ids=token_count,
+        counts=count_values,
+        has_counts=has_counts,
+        has_turns=has_turns,
+        turn_offsets=turn_offsets,
+        turn_starts=turn_values[0::2],
+        turn_ends=turn_values[1::2],
+        has_cached=has_cached,
+        cached_offsets=cached_offsets,
+        cached=cached_values,
+        has_prefill=has_prefill,
+        prefill_offsets=prefill_offsets,
+        prefill=prefill_values,
+        logprobs=lp_count,
+        policy_version=np.array(_fill(list(policy), -1), dtype=np.int64),
+        trainer_version=np.array(_fill(list(trainer), -1), dtype=np.int64),
+        stop=np.array([-1 if s is None else stop_codes[s] for s in stops], dtype=np.int8),
+        tool_wait_s=np.array(_fill(list(waits), np.nan), dtype=np.float64),
+    )
+
+
+# ---------------------------------------------------------------------------- Parquet (Arrow)
+
+
+class Unsupported(Exception):
+    """A column type the fast path does not read (the batch goes record by record)."""
+
+
+def _list_parts(arr: Any) -> tuple["np.ndarray", "np.ndarray", Any]:
+    """A list column's per-row validity, offsets rebased to 0, and its child values in range."""
+    import numpy as np
+    import pyarrow as pa
+
+    kind = arr.type
+    if pa.types.is_fixed_size_list(kind):
+        size = kind.list_size
+        offsets = (np.arange(len(arr) + 1, dtype=np.int64) + arr.offset) * size
+    elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        offsets = np.asarray(arr.offsets, dtype=np.int64)
+    else:
+        raise Unsupported(str(kind))
+    valid = ~np.asarray(arr.is_null(), dtype=bool)
+    values = arr.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    return valid, offsets - offsets[0], values
+
+
+def _ints(values: Any) -> tuple["np.ndarray", "np.ndarray"]:
+    """An integer Arrow array as int64 and its validity (nulls read as 0)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if not pa.types.is_integer(values.type):
+        raise Unsupported(str(values.type))
+    if values.null_count == 0:
+        return np.asarray(values.cast(pa.int64()), dtype=np.int64), np.ones(len(values), dtype=bool)
+    valid = ~np.asarray(values.is_null(), dtype=bool)
+    data = np.asarray(values.fill_null(0).cast(pa.int64()), dtype=np.int64)
+    return data, valid
+
+
+def _record_of(offsets: "np.ndarray") -> "np.ndarray":
+    import numpy as np
+
+    return np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
+
+
+def _bad_per_record(bad: "np.ndarray", offsets: "np.ndarray") -> "np.ndarray":
+    """Per record: whether any of its list entries is bad."""
+    return _segment_any(bad, offsets)
+
+
+def _mask_column(arr: Any, n: int, letters: bytes, top: int) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
+    """A mask column (a string of letters or a list of integer codes) as codes, offsets, exactness."""
+    import numpy as np
+    import pyarrow as pa
+
+    if arr is None:
+        return np.zeros(0, dtype=np.uint8), np.zeros(n + 1, dtype=np.int64), np.zeros(n, dtype=bool)
+    kind = arr.type
+    valid = ~np.asarray(arr.is_null(), dtype=bool)
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        buffers = arr.buffers()
+        width = np.int64 if pa.types.is_large_string(kind) else np.int32
+        offsets = np.frombuffer(buffers[1], dtype=width)[arr.offset:arr.offset + len(arr) + 1].astype(np.int64)
+        data = buffers[2]
+        chars = np.frombuffer(data, dtype=np.uint8)[offsets[0]:offsets[-1]] if data is not None else np.zeros(0, np.uint8)
+        return np.frombuffer(chars.tobytes().translate(letters), dtype=np.uint8), offsets - offsets[0], valid
+    valid_rows, offsets, values = _list_parts(arr)
+    codes, present = _ints(values)
+    good = present & (codes >= 0) & (codes <= top)
+    out = np.where(good, codes, 255).astype(np.uint8)
+    return out, offsets, valid_rows
+
+
+def from_arrow(batch: Any) -> Columns:
+    """The columns of a Parquet record batch, read from its Arrow buffers.
+
+    Raises
+    ------
+    Unsupported
+        A column has a type the fast path does not read exactly (its rows go record by record).
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = set(batch.schema.names)
+    if names & {"_n_tokens", "_lp_offset", "_stop_logged"}:
+        raise Unsupported("mapping-only column")
+    n = batch.num_rows
+
+    def column(name: str) -> Any:
+        return batch.column(name) if name in names else None
+
+    exact = np.ones(n, dtype=bool)
+    origin, origin_offsets, origin_ok = _mask_column(column("origin"), n, ORIGIN_FROM_STR, 2)
+    loss, loss_offsets, loss_ok = _mask_column(column("loss_mask"), n, LOSS_FROM_STR, 1)
+    exact &= origin_ok & loss_ok
+
+    counts = np.zeros((n, 3), dtype=np.int64)
+    has_counts = np.zeros(n, dtype=bool)
+    arr = column("counts")
+    if arr is not None:
+        if not pa.types.is_struct(arr.type):
+            raise Unsupported(str(arr.type))
+        has_counts = ~np.asarray(arr.is_null(), dtype=bool)
+        fields = [arr.type.field(i).name for i in range(arr.type.num_fields)]
+        if not set(fields) <= {"prompt", "action", "tool"}:
+            raise Unsupported("counts with other fields")
+        for k, name in enumerate(("prompt", "action", "tool")):
+            if name in fields:
+                values, present = _ints(pc.struct_field(arr, name))
+                counts[:, k] = values
+                exact &= ~has_counts | (present & (values >= 0))
+
+    token_ids = np.full(n, -1, dtype=np.int64)
+    arr = column("token_ids")
+    if arr is not None:
+        valid, offsets, _ = _list_parts(arr)
+        token_ids = np.where(valid, np.diff(offsets), -1)
+
+    has_turns = np.zeros(n, dtype=bool)
+    turn_offsets = np.zeros(n + 1, dtype=np.int64)
+    turn_starts = turn_ends = np.zeros(0, dtype=np.int64)
+    arr = column("turns")
+    if arr is not None:
+        has_turns, outer, inner = _list_parts(arr)
+        inner_valid, inner_offsets, values = _list_parts(inner)
+        ints, present = _ints(values)
+        pair = (np.diff(inner_offsets) == 2) & inner_valid
+        pair_ok = pair & ~_segment_any(~present | (ints < 0), inner_offsets)
+        record_ok = ~_bad_per_record(~pair_ok, outer)
+        exact &= ~has_turns | record_ok
+        keep = record_ok[_record_of(outer)] & pair  # the spans of records read exactly
+        first = inner_offsets[:-1][keep]
+        turn_starts, turn_ends = ints[first], ints[first + 1]
+        turn_offsets = _offsets(np.bincount(_record_of(outer)[keep], minlength=n))
+
+    def int_list(name: str) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
+        arr = column(name)
+        if arr is None:
+            return np.zeros(n, dtype=bool), np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        valid, offsets, values = _list_parts(arr)
+        ints, present = _ints(values)
+        bad = _bad_per_record(~present | (ints < 0), offsets)
+        nonlocal exact
+        exact &= ~valid | ~bad
+        return valid, offsets, ints
+
+    has_cached, cached_offsets, cached = int_list("cached_tokens")
+    has_prefill, prefill_offsets, prefill = int_list("prefill_tokens")
+
+    logprobs = np.full(n, -1, dtype=np.int64)
+    arr = column("logprobs")
+    if arr is not None:
+        valid, offsets, values = _list_parts(arr)
+        if not (pa.types.is_floating(values.type) or pa.types.is_integer(values.type)):
+            raise Unsupported(str(values.type))
+        data = np.asarray(values.cast(pa.float64()).fill_null(np.nan), dtype=np.float64)
+        bad = _bad_per_record(~(np.abs(data) <= 1e290), offsets)  # any sum of up to 10^18 stays finite
+        exact &= ~valid | ~bad
+        logprobs = np.where(valid, np.diff(offsets), -1)
+
+    def version(name: str) -> "np.ndarray":
+        arr = column(name)
+        if arr is None:
+            return np.full(n, -1, dtype=np.int64)
+        values, present = _ints(arr)
+        nonlocal exact
+        exact &= ~present | (values >= 0)
+        return np.where(present, values, -1)
+
+    policy_version = version("policy_version")
+    trainer_version = version("trainer_version")
+
+    stop = np.full(n, -1, dtype=np.int8)
+    arr = column("stop_reason")
+    if arr is not None:
+        if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+            raise Unsupported(str(arr.type))
+        codes = pc.index_in(arr, value_set=pa.array(list(STOP_CODES)))
+        present = ~np.asarray(arr.is_null(), dtype=bool)
+        known = ~np.asarray(codes.is_null(), dtype=bool)
+        exact &= ~present | known
+        stop = np.asarray(codes.fill_null(-1), dtype=np.int8)
+
+    tool_wait_s = np.full(n, np.nan)
+    arr = column("tool_wait_s")
+    if arr is not None:
+        if not (pa.types.is_floating(arr.type) or pa.types.is_integer(arr.type)):
+            raise Unsupported(str(arr.type))
+        present = ~np.asarray(arr.is_null(), dtype=bool)
+        data = np.asarray(arr.cast(pa.float64()).fill_null(np.nan), dtype=np.float64)
+        exact &= ~present | ((data >= 0) & (data <= 1e9))
+        tool_wait_s = np.where(present, data, np.nan)
+
+    return Columns(
+        n=n, exact=exact, origin=origin, origin_offsets=origin_offsets, loss=loss, loss_offsets=loss_offsets,
+        token_ids=token_ids, counts=counts, has_counts=has_counts, has_turns=has_turns, turn_offsets=turn_offsets,
+        turn_starts=turn_starts, turn_ends=turn_ends, has_cached=has_cached, cached_offsets=cached_offsets,
+        cached=cached, has_prefill=has_prefill, prefill_offsets=prefill_offsets, prefill=prefill, logprobs=logprobs,
+        policy_version=policy_version, trainer_version=trainer_version,
+        stop=stop, tool_wait_s=tool_wait_s,
+    )
+
+
+PARQUET_COLUMNS = (
+    "id", "origin", "loss_mask", "counts", "token_ids", "turns", "cached_tokens", "prefill_tokens", "logprobs",
+    "policy_version", "trainer_version", "stop_reason", "tool_wait_s", "_n_tokens", "_lp_offset", "_stop_logged",
+)
+"""The columns of capplan's record format (the others are never read)."""
