@@ -213,6 +213,44 @@ class EngineProfile(BaseModel):
             return self.time
         return self.time.model_copy(update={k: v for k, v in o.model_dump().items() if v is not None})
 
+    def with_settings(
+        self,
+        *,
+        gpu_memory_utilization: float | None = None,
+        block_size: int | None = None,
+        max_num_seqs: int | None = None,
+        max_num_batched_tokens: int | None = None,
+    ) -> "EngineProfile":
+        """This profile with vLLM engine arguments applied to its memory terms (on every GPU
+        class), its ``calibration`` naming them; ``self`` when none is given.
+
+        Raises
+        ------
+        InputError
+            A value out of range, naming the engine argument (``--max-num-seqs 0: ...``).
+        """
+        from pydantic import ValidationError
+
+        from capplan.errors import InputError
+
+        given = {
+            "gpu_memory_utilization": gpu_memory_utilization, "block_size": block_size,
+            "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
+        }
+        given = {k: v for k, v in given.items() if v is not None}
+        if not given:
+            return self
+        memory = self.memory.model_dump()
+        for key, value in given.items():
+            memory[key] = {"large": value, "small": value} if key in ("max_num_seqs", "max_num_batched_tokens") else value
+        note = ", ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in given.items())
+        try:
+            return EngineProfile.model_validate({**self.model_dump(), "memory": memory, "calibration": f"{self.calibration}; {note}"})
+        except ValidationError as exc:
+            err = exc.errors(include_url=False)[0]
+            key = next((str(p) for p in err["loc"] if str(p) in given), "")
+            raise InputError(f"--{key.replace('_', '-')} {given.get(key)}: {err['msg'].lower()}") from None
+
 
 DEFAULT_ENGINE = "vllm-0.19"
 """Engine profile used when none is named: vLLM 0.17-0.19, whose start-up arithmetic and step

@@ -358,6 +358,7 @@ def _int_field(row: "CorpusRow", name: str) -> int | None:
 
 def rl_inputs(row: "CorpusRow", engine: "EngineProfile | None", assumed: list[str]) -> tuple[Any, Any]:
     """(workload, PlanInputs) of an ``rl`` row; raises :class:`Unsupported` with the reason."""
+    from capplan.engine import default_engine
     from capplan.errors import CapplanError
     from capplan.plan import PlanInputs
 
@@ -403,6 +404,13 @@ def rl_inputs(row: "CorpusRow", engine: "EngineProfile | None", assumed: list[st
     if mode == "async" and staleness is None:
         raise Unsupported("the staleness bound is not stated")
     framework = (row.get("framework") or "").lower()
+    if "open-instruct" in framework and mode != "colocated":
+        cap = open_instruct_max_num_seqs(workload, inference // tp)
+        engine = (engine or default_engine()).with_settings(max_num_seqs=cap)
+        assumed.append(
+            f"open-instruct's engines admit at most {cap} sequences each (one step's prompts x samples over its "
+            f"{inference // tp} engines: grpo_fast.py inference_batch_size before open-instruct commit f87c667)"
+        )
     sync_pattern_name = "reshard" if mode == "colocated" else "nccl"
     # NeMo RL's async GRPO trains each step's batch whole (max_trajectory_age_steps); OLMo 3 streams groups
     ingest = "batches" if ("nemo rl" in framework or "verl" in framework) else "groups"
@@ -416,6 +424,28 @@ def rl_inputs(row: "CorpusRow", engine: "EngineProfile | None", assumed: list[st
     if "nemo rl" in framework and row.get("train_parallelism"):
         assumed.append("trainer MFU at the plan's FSDP layout (the run's Megatron layout is not modelled)")
     return workload, inputs
+
+
+OPEN_INSTRUCT_BATCH_CAP_SOURCE = (
+    "https://github.com/allenai/open-instruct/blob/f87c66771f202e30ea14d1eb9c0f34df7349feb4~1/open_instruct/grpo_fast.py "
+    "(Args.__post_init__: inference_batch_size = ceil(num_samples_per_prompt_rollout x num_unique_prompts_rollout / "
+    "vllm_num_engines)) and open_instruct/vllm_utils.py (_prefetch_worker admits a prompt only while an engine has "
+    "fewer active sequences than inference_batch_size)"
+)
+"""Where :func:`open_instruct_max_num_seqs` comes from: open-instruct as the OLMo 3 runs used it
+(commit f87c667 of 2025-11-17 replaced the rule by vLLM's KV-cache concurrency)."""
+
+
+def open_instruct_max_num_seqs(workload: Any, engines: int) -> int:
+    """Sequences one open-instruct vLLM engine runs at once: one step's prompts x samples over the
+    engines, rounded up (:data:`OPEN_INSTRUCT_BATCH_CAP_SOURCE`); the queue refills an engine as
+    its sequences finish, so the engine stays at this batch while prompts remain.
+
+    >>> from types import SimpleNamespace
+    >>> open_instruct_max_num_seqs(SimpleNamespace(volume=SimpleNamespace(conversations_per_step=1024)), 20)
+    52
+    """
+    return max(1, math.ceil(workload.volume.conversations_per_step / max(engines, 1)))
 
 
 def _with_fields(row: "CorpusRow", extra: dict[str, Any]) -> "CorpusRow":

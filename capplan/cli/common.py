@@ -173,31 +173,12 @@ def engine_settings(
     max_num_batched_tokens: int | None = None,
 ) -> "Any":
     """``profile`` (an :class:`~capplan.engine.EngineProfile`) with vLLM engine arguments applied
-    to its memory terms, validated, its ``calibration`` naming the overrides; unchanged when none
-    is given. A value out of range is a one-line error naming the flag."""
-    from pydantic import ValidationError
-
-    from capplan.engine import EngineProfile
-
-    given = {
-        "gpu_memory_utilization": gpu_memory_utilization, "block_size": block_size,
-        "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
-    }
-    given = {k: v for k, v in given.items() if v is not None}
-    if not given:
-        return profile
-    memory = profile.memory.model_dump()
-    for key, value in given.items():
-        memory[key] = {"large": value, "small": value} if key in ("max_num_seqs", "max_num_batched_tokens") else value
-    note = ", ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in given.items())
-    try:
-        return EngineProfile.model_validate(
-            {**profile.model_dump(), "memory": memory, "calibration": f"{profile.calibration}; {note}"}
-        )
-    except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        key = next((str(p) for p in err["loc"] if str(p) in given), "")
-        raise fail(f"--{key.replace('_', '-')} {given.get(key)}: {err['msg'].lower()}") from None
+    (:meth:`~capplan.engine.EngineProfile.with_settings`); a value out of range is a one-line
+    error naming the flag."""
+    return call(lambda: profile.with_settings(
+        gpu_memory_utilization=gpu_memory_utilization, block_size=block_size, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+    ))
 
 
 def workload_settings(workload: "Any", *, prefix_caching: bool | None = None, max_model_len: int | None = None) -> "Any":
