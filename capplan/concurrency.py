@@ -2,7 +2,7 @@
 
 A conversation alternates between decoding (it needs a decode slot and its KV grows) and waiting
 on a tool (no GPU work; its KV stays resident with ``kv_during_tool_wait: retain`` and is freed
-with ``evict``). Seed 000: a waiting conversation is not GPU demand, so waiting and runnable
+with ``evict``). A waiting conversation is not GPU demand, so waiting and runnable
 conversations are reported separately.
 
 By Little's law, with ``N`` conversations resident in steady state the KV in use is

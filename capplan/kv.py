@@ -1,6 +1,6 @@
 """KV-cache memory and concurrency: bytes per token, the per-GPU memory budget, capacity.
 
-The formula of the domain notes (seed 003) for a standard decoder with grouped-query attention::
+The KV formula for a standard decoder with grouped-query attention::
 
     M_KV = 2 x L x B x S x H_kv x d_h x b          [bytes]
 
@@ -512,7 +512,7 @@ def kv_bytes_per_token(spec: "ModelSpec", kv_dtype: str = "bf16", tp: int = 1, p
 
     Examples
     --------
-    The seed's teaching model (L=32, 8 KV heads, d_h=128, BF16): 2 x 32 x 8 x 128 x 2 = 131,072.
+    The teaching model (L=32, 8 KV heads, d_h=128, BF16): 2 x 32 x 8 x 128 x 2 = 131,072.
 
     >>> from capplan.modelspec import load_model_spec
     >>> kv_bytes_per_token(load_model_spec("llama-3.1-8b"))
@@ -675,7 +675,7 @@ def compute_kv(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> KVRes
 
     Examples
     --------
-    The seed's teaching case, 8 sequences of 8,192 tokens of a 32-layer, 8-KV-head, d_h=128 BF16
+    The teaching case, 8 sequences of 8,192 tokens of a 32-layer, 8-KV-head, d_h=128 BF16
     model: 8 x 8192 x 131,072 bytes = 8 GiB.
 
     >>> from capplan.hardware import load_hardware

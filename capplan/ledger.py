@@ -543,7 +543,7 @@ def compute_ledger(workload: Workload, conversations: int | None = None, seed: i
 
     Examples
     --------
-    The seed's replay: 12 prompt tokens, two turns of 4 actions, 5 tool tokens between them,
+    The replay example: 12 prompt tokens, two turns of 4 actions, 5 tool tokens between them,
     each turn a fresh request with no reuse:
 
     >>> from capplan.workload import load_workload

@@ -1,4 +1,4 @@
-"""The workload map (seed 000): which components a method needs, who owns what, what flows where.
+"""The workload map: which components a method needs, who owns what, what flows where.
 
 For each arrow the map names the record it transfers and the ledger counter that measures it, so
 a tool-waiting conversation can never be mistaken for a runnable decode request, and a method's

@@ -158,7 +158,7 @@ def test_map_formats(runner, fmt):
 
 
 def test_map_sft_has_no_rollout_engine():
-    """Seed 000: SFT on an existing dataset needs no rollout engine and no tool workers."""
+    """SFT on an existing dataset needs no rollout engine and no tool workers."""
     from capplan.workload import load_workload
     from capplan.workload_map import build_map
 

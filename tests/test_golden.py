@@ -40,7 +40,7 @@ MODEL_OF = {
     "seed-replay-claim16": "llama-3.1-8b",
     "sft": "qwen3-8b",
 }
-"""Every bundled workload and the model its commands run with (its own, or one for the seeds)."""
+"""Every bundled workload and the model its commands run with (its own, or one for the replay examples)."""
 
 RL = ["agentic-tool-rl", "distillation", "reasoning-rl-olmo3-32b", "reasoning-rl-olmo3-7b", "seed-replay-auto"]
 """Workloads with both a rollout engine and a trainer (what ``simulate`` accepts)."""

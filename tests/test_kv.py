@@ -31,7 +31,7 @@ def spec(name: str):
 
 
 def test_seed_teaching_case_is_8_gib():
-    """Seed 003: L=32, B=8, S=8192, H_kv=8, d_h=128, BF16:
+    """The teaching case: L=32, B=8, S=8192, H_kv=8, d_h=128, BF16:
     2 x 32 x 8 x 8192 x 8 x 128 x 2 = 8,589,934,592 bytes = 8 GiB (Llama-3.1-8B has that shape)."""
     per_seq = kv_bytes_per_sequence_per_gpu(spec("llama-3.1-8b"), 8192)
     assert 8 * per_seq == 8_589_934_592 == 8 * GIB

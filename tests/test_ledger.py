@@ -128,7 +128,7 @@ def test_evict_during_tool_wait_loses_auto_reuse():
 
 
 def test_waiting_is_not_work():
-    """Doubling the tool wait doubles wait time and changes no forwarded counter (seed 000's question)."""
+    """Doubling the tool wait doubles wait time and changes no forwarded counter (the replay example's question)."""
     base = {"prompt_tokens": 12, "turns": [{"action_tokens": 4, "tool_tokens": 5, "tool_wait_s": 2}, {"action_tokens": 4}]}
     slow = {"prompt_tokens": 12, "turns": [{"action_tokens": 4, "tool_tokens": 5, "tool_wait_s": 4}, {"action_tokens": 4}]}
     a, b = compute_ledger(make(base)), compute_ledger(make(slow))

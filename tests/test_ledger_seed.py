@@ -1,4 +1,4 @@
-"""The seed's worked replay example (seed 000), derived by hand in each docstring."""
+"""The worked replay example, derived by hand in each docstring."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_seed_replay_auto_reuse():
 
 
 def test_seed_replay_claim16_is_not_backed():
-    """Claiming 16 reused positions on turn 2 (seed 000's second paragraph).
+    """Claiming 16 reused positions on turn 2 (the replay example's second case).
 
     The ledger reports the claim as given, without clamping: cache_hit = 16 (prompt 12 +
     action 4), prefill = 12 + (21 - 16) = 17 (prompt 12, tool 5). But only 15 positions were
@@ -67,7 +67,7 @@ def test_seed_replay_claim16_is_not_backed():
 
 
 def test_seed_claim15_is_backed(write_yaml):
-    """Seed 000 "check yourself" 3: with 15 computed positions reused, 21 - 15 = 6 remain."""
+    """The replay example's third check: with 15 computed positions reused, 21 - 15 = 6 remain."""
     path = write_yaml(
         """
         version: 1

@@ -103,7 +103,7 @@ def test_filtering_multiplies_rollout_work():
 
 
 def test_static_batching_waste_of_the_seed():
-    """Seed 002: mean 14,628 and max 32,768 with large groups -> 1 - 14628/32768 = 55.4% of slot-steps wasted.
+    """OLMo 3 (section 4.4.3): mean 14,628 and max 32,768 with large groups -> 1 - 14628/32768 = 55.4% of slot-steps wasted.
 
     A sample whose every group of 64 holds one 32,768-token sequence and 63 others averaging
     (64 x 14628 - 32768) / 63 tokens has exactly that mean and maximum.

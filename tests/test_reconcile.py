@@ -1,6 +1,6 @@
 """``capplan ledger reconcile``: per-record checks, the observed ledger, mappings, exit codes.
 
-Every fixture in ``tests/fixtures/reconcile/`` holds the seed's replay record (12 prompt tokens,
+Every fixture in ``tests/fixtures/reconcile/`` holds the replay example's record (12 prompt tokens,
 two turns of 4 sampled actions, 5 tool tokens between them, turn 2 reusing the 15 positions turn 1
 computed) on lines 1 and 3; line 2 breaks exactly one check.
 """

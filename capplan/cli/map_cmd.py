@@ -1,4 +1,4 @@
-"""``capplan map``: the workload map of seed 000."""
+"""``capplan map``: the workload map (components, owners, records and counters of a method)."""
 
 from __future__ import annotations
 

@@ -125,7 +125,7 @@ def reconcile(
 
     Examples
     --------
-    The seed's replay record logged by a pipeline with automatic prefix reuse: turn 2 reuses the
+    The replay example's record logged by a pipeline with automatic prefix reuse: turn 2 reuses the
     12 + 3 = 15 positions turn 1 computed and prefills 21 - 15 = 6:
 
     >>> import json, tempfile
