@@ -11,6 +11,11 @@ in the same order (tested on every bundled workload and every fixture).
 
 Only the staleness bound depends on earlier records (the newest policy version so far); it is
 applied while walking, so a record that exceeds it is handed to the record-by-record checker too.
+
+Files are read as the record-by-record reader reads them wherever that decides what is counted: a
+gzip file line by line (a stream that breaks part-way gives the same lines and the same failed
+record), Parquet row group by row group in the same batches of the same columns (a corrupt page
+breaks both at the same row).
 """
 
 from __future__ import annotations

@@ -12,9 +12,12 @@ and one array per scalar field. Two sources fill it:
   Python object per value.
 
 Anything a source cannot represent exactly (a list mask, a float where an integer belongs, a
-negative count, a NaN) marks the record ``exact = False``: the batch checker then hands it to
-the record-by-record checker, which reports it with its usual message. So the columns never
-decide a check; they only say which records the fast path may count.
+negative count, a NaN, an integer past 2^53), and any line the record-by-record reader might read
+otherwise than ``msgspec`` (bytes that are not UTF-8 in a value ``msgspec`` skips, nesting that
+could pass :data:`~capplan.reconcile.readers.MAX_JSON_DEPTH`; :func:`read_alike`), marks the
+record ``exact = False``: the batch checker then hands it to the record-by-record checker, which
+reports it with its usual message. So the columns never decide a check; they only say which
+records the fast path may count.
 """
 
 from __future__ import annotations
@@ -575,7 +578,7 @@ def read_alike(lines: list[bytes], known_bytes: "np.ndarray", ascii_lines: bool 
     return ok
 
 
-def _fill(values: "tuple[Any, ...] | list[Any]", missing: Any) -> list[Any]:
+def _fill(values: list[Any], missing: Any) -> list[Any]:
     return [missing if v is None else v for v in values]
 
 
