@@ -259,7 +259,8 @@ def small_batches(monkeypatch):
     import capplan.reconcile.readers as readers
 
     monkeypatch.setattr(batch, "BATCH_RECORDS", 16)
-    monkeypatch.setattr(batch, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(readers, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(readers, "GZIP_BLOCK_BYTES", 64)
     monkeypatch.setattr(readers, "PARQUET_BATCH_ROWS", 8)
 
 

@@ -32,7 +32,7 @@ The package, one concern per module:
 * :mod:`capplan.reconcile.report`: the :class:`Reconciliation`, its summary and the comparison
   with the plan.
 
-Memory stays flat: records are read one at a time (Parquet: one record batch at a time), counted
+Memory stays flat: records are read a block (Parquet: a record batch) at a time, counted
 into per-batch rows that are folded into fixed-size histograms (exact below 2,048, relative bin
 width 2^-10 above), and only the first ``max_errors`` failures are kept.
 """

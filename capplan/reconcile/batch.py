@@ -12,8 +12,8 @@ in the same order (tested on every bundled workload and every fixture).
 Only the staleness bound depends on earlier records (the newest policy version so far); it is
 applied while walking, so a record that exceeds it is handed to the record-by-record checker too.
 
-Files are read as the record-by-record reader reads them wherever that decides what is counted: a
-gzip file line by line (a stream that breaks part-way gives the same lines and the same failed
+Files are read as the record-by-record reader reads them wherever that decides what is counted:
+JSONL in the same blocks (a stream that breaks part-way gives the same lines and the same failed
 record), Parquet row group by row group in the same batches of the same columns (a corrupt page
 breaks both at the same row).
 """
@@ -477,8 +477,6 @@ class BatchCounter:
 
 BATCH_RECORDS = 8192
 """Records checked together [records] (Parquet: :data:`~capplan.reconcile.readers.PARQUET_BATCH_ROWS`)."""
-BLOCK_BYTES = 1 << 22
-"""Bytes read from a plain JSONL file at a time (split into lines in one call) [bytes]."""
 
 
 def count_batches(
@@ -512,36 +510,32 @@ def _report(progress: Callable[[int, int], None] | None, before: int, after: int
             progress(done, size)
 
 
-def _chunks_from_blocks(fh: Any) -> Iterator[tuple[list[bytes], bool]]:
-    """Lines of a plain file in lists of :data:`BATCH_RECORDS`, read :data:`BLOCK_BYTES` at a time,
-    each list with whether all its lines are ASCII (known from the blocks, at memory speed). A
-    read error is raised after the lines read before it (the line it cut is lost)."""
-    from capplan.reconcile.readers import READ_ERRORS
+def _chunks(fh: Any, block_bytes: int) -> Iterator[tuple[list[bytes], bool]]:
+    """The lines of :func:`~capplan.reconcile.readers.line_blocks` regrouped in lists of
+    :data:`BATCH_RECORDS`, each with whether all its lines are ASCII (known from the blocks). A
+    read error is raised after the lines read before it."""
+    from capplan.reconcile.readers import READ_ERRORS, line_blocks
 
-    rest = b""
+    blocks = line_blocks(fh, block_bytes)
     pending: list[bytes] = []
     error: BaseException | None = None
     done = False
-    first = appended = 0  # line numbers (from 0) of pending[0] and of the next line split off
+    first = appended = 0  # line numbers (from 0) of pending[0] and of the next line read
     dirty_from = dirty_to = 0  # lines that may hold a byte that is not ASCII: [dirty_from, dirty_to)
     while True:
         while not done and len(pending) < BATCH_RECORDS:
             try:
-                block = fh.read(BLOCK_BYTES)
+                lines, ascii_lines = next(blocks)
+            except StopIteration:
+                done = True
+                break
             except READ_ERRORS as exc:
                 error, done = exc, True
                 break
-            if not block:
-                if rest:
-                    pending.append(rest)
-                done = True
-                break
-            lines = (rest + block).split(b"\n")
-            rest = lines.pop()
-            if not block.isascii():
+            if not ascii_lines:
                 if dirty_to <= first:
                     dirty_from = appended
-                dirty_to = appended + len(lines) + 1  # with the line the block leaves unfinished
+                dirty_to = appended + len(lines)
             pending.extend(lines)
             appended += len(lines)
         if not pending:
@@ -553,32 +547,6 @@ def _chunks_from_blocks(fh: Any) -> Iterator[tuple[list[bytes], bool]]:
         raise error
 
 
-def _chunks_from_lines(fh: Any) -> Iterator[tuple[list[bytes], bool]]:
-    """Lines of a gzip file in lists of :data:`BATCH_RECORDS`, read line by line as the
-    record-by-record reader reads them (:func:`~capplan.reconcile.readers.open_lines`), so that a
-    stream that breaks part-way gives both the same lines; the error is raised after them. (Whether
-    the lines are ASCII is left to :func:`~capplan.reconcile.columns.read_alike`.)"""
-    from capplan.reconcile.readers import READ_ERRORS
-
-    lines = iter(fh)
-    while True:
-        chunk: list[bytes] = []
-        append = chunk.append
-        try:
-            for line in lines:
-                append(line)
-                if len(chunk) == BATCH_RECORDS:
-                    break
-        except READ_ERRORS:
-            if chunk:
-                yield chunk, False
-            raise
-        if chunk:
-            yield chunk, False
-        if len(chunk) < BATCH_RECORDS:
-            return
-
-
 def _count_jsonl(log: "TrajectoryLog", counter: BatchCounter, progress: Callable[[int, int], None] | None, size: int) -> int:
     import numpy as np
 
@@ -586,8 +554,8 @@ def _count_jsonl(log: "TrajectoryLog", counter: BatchCounter, progress: Callable
     from capplan.reconcile.columns import LineRecord, decode_lines, from_line_records
     from capplan.reconcile.readers import READ_ERRORS, decode_line, open_jsonl, stream_broken
 
-    fh, compressed, tell, log._close = open_jsonl(log.path)
-    chunks = _chunks_from_lines(fh) if compressed else _chunks_from_blocks(fh)
+    fh, block_bytes, tell, log._close = open_jsonl(log.path)
+    chunks = _chunks(fh, block_bytes)
     number = 0
     placeholder = LineRecord(origin="", loss_mask="")
     while True:

@@ -35,9 +35,17 @@ def is_parquet(path: Path) -> bool:
         return fh.read(4) == b"PAR1"
 
 
-def open_jsonl(path: Path) -> tuple[Any, bool, Callable[[], int], Callable[[], None]]:
-    """A JSONL file opened for reading (gzip detected by its magic bytes), whether it is
-    compressed, a byte-position probe of the file on disk, and a closer."""
+BLOCK_BYTES = 1 << 22
+"""Most bytes of a plain JSONL file read at a time [bytes]."""
+GZIP_BLOCK_BYTES = 1 << 16
+"""Most decompressed bytes of a gzip JSONL file read at a time [bytes]: a stream corrupt in the
+middle loses what the read that meets the damage had decompressed, so at most this much."""
+
+
+def open_jsonl(path: Path) -> tuple[Any, int, Callable[[], int], Callable[[], None]]:
+    """A JSONL file opened for reading (gzip detected by its magic bytes), the bytes to read from
+    it at a time (:data:`BLOCK_BYTES`, :data:`GZIP_BLOCK_BYTES`), a byte-position probe of the file
+    on disk, and a closer."""
     raw = open(path, "rb")  # noqa: SIM115 (closed by the returned closer)
     head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
     compressed = head == b"\x1f\x8b"
@@ -47,17 +55,36 @@ def open_jsonl(path: Path) -> tuple[Any, bool, Callable[[], int], Callable[[], N
         fh.close()
         raw.close()
 
-    return fh, compressed, raw.tell, close
+    return fh, GZIP_BLOCK_BYTES if compressed else BLOCK_BYTES, raw.tell, close
 
 
-def open_lines(path: Path) -> tuple[Iterator[bytes], Callable[[], int], Callable[[], None]]:
-    """Lines of a JSONL file (gzip detected by its magic bytes), a byte-position probe, a closer.
+def line_blocks(fh: Any, block_bytes: int) -> Iterator[tuple[list[bytes], bool]]:
+    """The complete lines of an open JSONL file, one list per block read, each with whether its
+    lines are all ASCII. A read error (:data:`READ_ERRORS`) is raised after the lines read before
+    it; the line it cuts is lost.
 
-    A gzip file is read by its lines in both paths (not in blocks): a stream that breaks part-way
-    then gives the same lines, and the same byte position, to both.
+    Both paths read through here, so a stream that breaks part-way gives both the same lines and
+    the same byte position. Each block is one ``read1`` of at most ``block_bytes``: one read of a
+    plain file, or one decompressed piece of a gzip stream. A truncated gzip stream loses nothing
+    but the line it cuts (the read that meets its end returns what came before it); one corrupt in
+    the middle loses the piece being decompressed.
     """
-    fh, _compressed, tell, close = open_jsonl(path)
-    return iter(fh), tell, close
+    rest = b""
+    rest_ascii = True
+    while True:
+        block = fh.read1(block_bytes)
+        if not block:
+            if rest:
+                yield [rest], rest_ascii
+            return
+        ascii_block = block.isascii()
+        lines = (rest + block).split(b"\n")
+        rest = lines.pop()
+        if lines:
+            yield lines, ascii_block and rest_ascii
+            rest_ascii = ascii_block
+        else:
+            rest_ascii = rest_ascii and ascii_block
 
 
 class NotJSON:
@@ -296,12 +323,14 @@ class TrajectoryLog:
                 for number, row in rows:
                     yield number, row
                 return
-            lines, self.bytes_read, self._close = open_lines(self.path)
+            fh, block_bytes, self.bytes_read, self._close = open_jsonl(self.path)
             try:
-                for number, raw in enumerate(lines, 1):
-                    value = decode_line(raw)
-                    if value is not BLANK:
-                        yield number, value
+                for lines, _ascii in line_blocks(fh, block_bytes):
+                    for raw in lines:
+                        number += 1
+                        value = decode_line(raw)
+                        if value is not BLANK:
+                            yield number, value
             except READ_ERRORS as exc:
                 # a truncated or corrupt gzip stream: what was read is counted, the break is a failed record
                 if number == 0:
