@@ -267,6 +267,34 @@ def test_malformed_lines_do_not_stop_the_run(tmp_path):
     assert r.failures[1].message == "not a JSON object (got list)"
 
 
+@pytest.mark.parametrize(
+    ("line", "depth"),
+    [
+        (b"{}", 1),
+        (b"[[], [[]]]", 3),
+        (b'[{"a": [1, {"b": null}]}]', 4),
+        (b'{"id": "[[[[{{{{"}', 1),
+        (b'{"id": "\\"[[", "x": ["\\\\", [2]]}', 3),  # escaped quote, escaped backslash
+        (b"7", 0),
+    ],
+)
+def test_json_depth(line, depth):
+    from capplan.reconcile.readers import json_depth
+
+    assert json_depth(line) == depth
+
+
+def test_lines_deeper_than_the_bound_are_unreadable():
+    """The bound is MAX_JSON_DEPTH = 512 levels, whatever the recursion limit left to the caller."""
+    from capplan.reconcile.readers import MAX_JSON_DEPTH, NotJSON, decode_line
+
+    assert MAX_JSON_DEPTH == 512
+    assert isinstance(decode_line(b"[" * 512 + b"]" * 512), list)
+    deeper = decode_line(b"[" * 513 + b"]" * 513)
+    assert isinstance(deeper, NotJSON) and deeper.message == "not readable JSON: nested too deeply"
+    assert isinstance(decode_line(b"[" * 100_000), NotJSON)  # not even closed
+
+
 def test_max_errors_lists_the_first_and_counts_the_rest(runner, tmp_path):
     path = _write(tmp_path / "t.jsonl", [_record(stop_reason="eos")] * 5)
     result = runner.invoke(app, ["ledger", "reconcile", str(path), "--max-errors", "2", "-f", "csv"])

@@ -71,7 +71,9 @@ def test_batches_equal_records_on_every_fixture(fixture, max_staleness):
 
 
 def _mutate(rng: random.Random, record: dict) -> dict:
-    """Break (or merely vary) one field of a record, chosen at random."""
+    """Break (or merely vary) one field of a record, chosen at random (the hardening cases among
+    them: a trainer version older than the policy version, positive log-probs at sampled positions
+    or elsewhere, control characters in ids)."""
     rec = copy.deepcopy(record)
     choice = rng.randrange(16)
     if choice == 0:
@@ -89,7 +91,11 @@ def _mutate(rng: random.Random, record: dict) -> dict:
     elif choice == 6:
         rec["tool_wait_s"] = rng.choice([None, 0, 2, 1.25, -1.0, 2e9])
     elif choice == 7:
-        rec["logprobs"] = rng.choice([None, [-0.1] * 7, [-0.1] * 25, [1e308] * 8, [-1.5e-05] * 8, [-0.1] * 7 + [None]])
+        rec["logprobs"] = rng.choice([
+            None, [-0.1] * 7, [-0.1] * 25, [1e308] * 8, [-1.5e-05] * 8, [-0.1] * 7 + [None],
+            [-0.1] * 7 + [0.5], [0.0] * 8, [0.0] * 12 + [-0.1] * 4 + [0.5] * 5 + [-0.1] * 4,
+            [0.0] * 12 + [-0.1] * 3 + [2.0] + [0.0] * 5 + [-0.1] * 4,
+        ])
     elif choice == 8:
         rec["loss_mask"] = rng.choice(["0000000000001111000001111", "1000000000001111000001111", "000000000000111100000111x"])
     elif choice == 9:
@@ -102,6 +108,11 @@ def _mutate(rng: random.Random, record: dict) -> dict:
         rec["_lp_offset"] = 0
     elif choice == 13:
         rec["token_ids"] = rng.choice([list(range(25)), list(range(24)), None])
+    elif choice == 14:
+        rec["id"] = rng.choice(["x\x1b[2K\r\nok   all checks passed\n", "\u202eevil", "caf\u00e9"])
+    elif choice == 15:
+        version = rec.get("policy_version")
+        rec["trainer_version"] = (version if type(version) is int else 7) - rng.choice([1, 0, -1])  # older, equal, newer
     return rec
 
 
@@ -218,3 +229,386 @@ def test_one_file_is_reported_as_before(runner):
     result = runner.invoke(app, ["ledger", "reconcile", str(FIX / "clean.jsonl"), "-f", "json"])
     assert result.exit_code == 0
     assert "files" not in json.loads(result.stdout)
+
+
+# ---------------------------------------------------------------------------- the hardening cases
+#
+# Each case is a file built to break what the record-by-record reader and checks were hardened
+# against. The batch path must give exactly the record-by-record report (failures with their
+# lines and messages, counters, lines read); each test also checks the failures are there, so
+# that "equal" cannot mean "equally blind".
+
+
+def _seed(i: int, **changes: object) -> dict:
+    rec = copy.deepcopy(SEED)
+    rec["id"] = f"r{i}"
+    rec.update(changes)
+    return rec
+
+
+def _failed(doc: dict, check: str) -> list[int]:
+    """Lines (rows) of the listed failures of ``check``."""
+    return [f.get("line", f.get("row")) for f in doc["failures"] if f["check"] == check]
+
+
+@pytest.fixture
+def small_batches(monkeypatch):
+    """Batches of 16 records and 64-byte blocks, so a few hundred records cross many batch and
+    block boundaries (Parquet: batches of 8 rows, in both paths)."""
+    import capplan.reconcile.batch as batch
+    import capplan.reconcile.readers as readers
+
+    monkeypatch.setattr(batch, "BATCH_RECORDS", 16)
+    monkeypatch.setattr(readers, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(readers, "GZIP_BLOCK_BYTES", 64)
+    monkeypatch.setattr(readers, "PARQUET_BATCH_ROWS", 8)
+
+
+@pytest.mark.parametrize("max_staleness", [None, 3])
+def test_negative_staleness(tmp_path, small_batches, max_staleness):
+    """A trainer_version older than the policy_version fails staleness (lines 5 and 33: versions 9
+    against 4, 8 against 7); a record without a trainer_version is measured against the newest
+    version so far, never behind."""
+    records = [_seed(i) for i in range(40)]
+    records[4].update(policy_version=9, trainer_version=4)
+    records[32].update(policy_version=8, trainer_version=7)
+    records[20].pop("trainer_version")
+    doc = _same(_write_jsonl(tmp_path / "r.jsonl", records), max_staleness=max_staleness)
+    assert _failed(doc, "staleness") == [5, 33]
+    assert doc["records_failed"] == 2
+    doc = _same(_write_parquet(tmp_path / "r.parquet", records), max_staleness=max_staleness)
+    assert _failed(doc, "staleness") == [5, 33]
+
+
+POSITIVE_LOGPROBS = [
+    # (raw JSON of logprobs, the record fails): one per sampled position (8), or one per position (25)
+    ("[-0.1,-0.1,-0.1,-0.1,-0.1,-0.1,-0.1,2.5]", True),
+    ("[1,-0.1,-0.1,-0.1,-0.1,-0.1,-0.1,-0.1]", True),
+    ("[-0.1,-0.1,-0.1,1e-5,-0.1,-0.1,-0.1,-0.1]", True),
+    ("[-0.1,-0.1,-0.1,0.000001E+2,-0.1,-0.1,-0.1,-0.1]", True),
+    ("[0,0.0,0e5,-0.0,0E-3,-0,0.000,-0.1]", False),  # zeros are log-probs of probability 1
+    ("[-0.1,-0.1,-0.1,-0.1,-0.1,-0.1,-0.1,-1e-05]", False),
+    ("[ -0.1, -0.1 , -0.1,-0.1,-0.1,-0.1,-0.1, 0.5 ]", True),  # spaces: read the slow way
+    # one per position: only the sampled positions (12-15, 21-24) are checked
+    ("[" + ",".join(["0.7"] * 12 + ["-0.1"] * 4 + ["3"] * 5 + ["-0.1"] * 4) + "]", False),
+    ("[" + ",".join(["0.0"] * 12 + ["-0.1"] * 3 + ["0.25"] + ["0.0"] * 5 + ["-0.1"] * 4) + "]", True),
+]
+
+
+@pytest.mark.parametrize(("raw", "fails"), POSITIVE_LOGPROBS, ids=[f"lp{i}" for i in range(len(POSITIVE_LOGPROBS))])
+def test_positive_logprobs(tmp_path, small_batches, raw, fails):
+    """Positive log-probs at sampled positions fail; zeros, negative exponents and positive values
+    at positions nobody sampled do not. The record sits among clean ones, on line 7."""
+    lines = [json.dumps(_seed(i)) for i in range(30)]
+    rec = _seed(6)
+    rec.pop("logprobs")
+    lines[6] = json.dumps(rec)[:-1] + ', "logprobs": ' + raw + "}"
+    doc = _same(_write_jsonl(tmp_path / "r.jsonl", lines))
+    assert _failed(doc, "logprobs") == ([7] if fails else [])
+    assert json.loads(lines[6])["logprobs"]  # the line is valid JSON
+    records = [json.loads(line) for line in lines]
+    doc = _same(_write_parquet(tmp_path / "r.parquet", records))
+    assert _failed(doc, "logprobs") == ([7] if fails else [])
+
+
+def _deep(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize(
+    ("where", "depth", "unreadable"),
+    [
+        ("extra", 100_000, True),  # past the interpreter's recursion limit
+        ("extra", 600, True),  # past MAX_JSON_DEPTH (512), within the recursion limit: decoders accept it
+        ("extra", 511, False),  # 511 + the record's object = 512 levels
+        ("extra", 512, True),
+        ("id", 700, True),
+        ("turns", 600, True),
+        ("logprobs", 2000, True),
+    ],
+)
+def test_deep_nesting(tmp_path, small_batches, where, depth, unreadable):
+    """A line nested deeper than MAX_JSON_DEPTH is one failed record, "nested too deeply", at any
+    depth of the caller's stack; one within it is read (and fails whatever check its value fails)."""
+    lines = [json.dumps(_seed(i)) for i in range(20)]
+    rec = _seed(9)
+    rec.pop(where, None)
+    lines[9] = json.dumps(rec)[:-1] + f', "{where}": {_deep(depth)}' + "}"
+    doc = _same(_write_jsonl(tmp_path / "r.jsonl", lines))
+    deep = [f for f in doc["failures"] if f["message"] == "not readable JSON: nested too deeply"]
+    assert [f["line"] for f in deep] == ([10] if unreadable else [])
+    assert doc["records"] == 20 and doc["lines"] == 20
+    if not unreadable:
+        assert doc["records_failed"] == 0 and doc["records_counted"] == 20
+
+
+def test_deep_nesting_does_not_depend_on_the_stack(tmp_path):
+    """A 600-deep line is unreadable whether reconcile is called at the top of the stack or 300
+    frames down (the json module alone would read it at the top and fail at the bottom)."""
+    lines = [json.dumps(_seed(0)), json.dumps(_seed(1))[:-1] + f', "x": {_deep(600)}' + "}"]
+    path = _write_jsonl(tmp_path / "r.jsonl", lines)
+
+    def nested(frames: int, batches: bool) -> dict:
+        return nested(frames - 1, batches) if frames else reconcile(path, batches=batches).as_dict()
+
+    docs = [nested(frames, batches) for frames in (0, 300) for batches in (True, False)]
+    assert all(doc == docs[0] for doc in docs)
+    assert [f["message"] for f in docs[0]["failures"]] == ["not readable JSON: nested too deeply"]
+
+
+def test_brackets_inside_strings_are_not_nesting(tmp_path, small_batches):
+    """An id of 2,000 brackets is one string: the record is read and counted."""
+    lines = [json.dumps(_seed(0)), json.dumps(_seed(1, id="[" * 1000 + "{" * 1000, note=["]" * 3000]))]
+    doc = _same(_write_jsonl(tmp_path / "r.jsonl", lines))
+    assert doc["records_counted"] == 2 and doc["failures"] == []
+
+
+def _gzip_with_flushes(lines: list[bytes], every: int) -> tuple[bytes, list[int]]:
+    """A gzip file of ``lines`` with a full flush every ``every`` lines; returns it and the byte
+    offset after each flush (where a new deflate block starts, byte-aligned)."""
+    import zlib
+
+    compressor = zlib.compressobj(wbits=31)
+    data, marks = b"", []
+    for k in range(0, len(lines), every):
+        data += compressor.compress(b"".join(lines[k:k + every])) + compressor.flush(zlib.Z_FULL_FLUSH)
+        marks.append(len(data))
+    return data + compressor.flush(), marks
+
+
+@pytest.mark.parametrize("batch_records", [16, 8192])
+@pytest.mark.parametrize("damage", ["cut-0.3", "cut-0.7", "cut-0.999", "bad-block", "bad-crc"])
+def test_truncated_or_corrupt_gzip(tmp_path, monkeypatch, batch_records, damage):
+    """The lines before the break are counted; the break is one failed record on the next line,
+    naming the file and the byte, with the message of the record-by-record reader. A corrupt
+    deflate block (block type 3, reserved) breaks the stream in the middle: the lines decompressed
+    before the error depend on how the stream is read, and both paths read it alike."""
+    import capplan.reconcile.batch as batch
+
+    monkeypatch.setattr(batch, "BATCH_RECORDS", batch_records)
+    lines = [(json.dumps(_seed(i)) + "\n").encode() for i in range(1200)]
+    data, marks = _gzip_with_flushes(lines, 200)
+    damaged = bytearray(data)
+    if damage.startswith("cut-"):
+        damaged = damaged[: int(len(data) * float(damage[4:]))]
+    elif damage == "bad-block":
+        damaged[marks[2]] = 0x07  # BFINAL=1, BTYPE=11
+    else:
+        damaged[-5] ^= 0xFF  # the CRC-32 of the trailer
+    path = tmp_path / "r.jsonl.gz"
+    path.write_bytes(bytes(damaged))
+    doc = _same(path)
+    broken = [f for f in doc["failures"] if "compressed stream broken after line" in f["message"]]
+    assert len(broken) == 1 and broken[0]["line"] == doc["lines"] == doc["records"]
+    assert broken[0]["message"].startswith(f"r.jsonl.gz: compressed stream broken after line {doc['lines'] - 1:,} (byte ")
+    assert doc["records_counted"] == doc["lines"] - 1
+    if damage == "bad-block":
+        assert "invalid block type" in broken[0]["message"] and 400 < doc["lines"] <= 601
+    if damage == "bad-crc":
+        assert doc["records_counted"] == 1200
+
+
+def test_gzip_unreadable_from_the_start_is_an_input_error(tmp_path):
+    path = tmp_path / "r.jsonl.gz"
+    path.write_bytes(b"\x1f\x8b\x08\x00garbage")
+    for batches in (True, False):
+        with pytest.raises(InputError, match="r.jsonl.gz: unreadable after line 0"):
+            reconcile(path, batches=batches)
+
+
+def _damage_parquet(path: Path, group: int, column: str | None = None, from_fraction: float = 0.0) -> None:
+    """Overwrite the pages of row group ``group`` (only ``column``'s, when given) with 0xff from
+    ``from_fraction`` of each column chunk on; the footer stays intact."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    meta = pq.ParquetFile(path).metadata.row_group(group)
+    data = bytearray(path.read_bytes())
+    for i in range(meta.num_columns):
+        chunk = meta.column(i)
+        if column is not None and chunk.path_in_schema.split(".")[0] != column:
+            continue
+        start = chunk.dictionary_page_offset or chunk.data_page_offset
+        begin = start + int(chunk.total_compressed_size * from_fraction)
+        data[begin:start + chunk.total_compressed_size] = b"\xff" * (start + chunk.total_compressed_size - begin)
+    path.write_bytes(bytes(data))
+
+
+def _parquet_pages(path: Path, records: list[dict], extra: bool = False) -> Path:
+    """200 records in 4 row groups of 50, in small uncompressed pages (a column chunk has many)."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pa.Table.from_pylist(records)
+    if extra:
+        table = table.append_column("reward", pa.array([float(i) for i in range(len(records))]))
+    pq.write_table(table, path, row_group_size=50, data_page_size=128, compression="none", use_dictionary=False)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("group", "column", "from_fraction", "row"),
+    [
+        (1, None, 0.0, 51),  # the whole group: unreadable from its first row
+        (2, "logprobs", 0.5, None),  # a page header in the second half: unreadable part-way
+        (3, "origin", 0.0, 151),
+    ],
+)
+def test_corrupt_parquet_page(tmp_path, small_batches, group, column, from_fraction, row):
+    """A corrupt page costs its row group from the batch it lies in on (one failed record, at the
+    first row not read), not the file: the other groups are counted, with their own row numbers."""
+    path = _parquet_pages(tmp_path / "r.parquet", [_seed(i) for i in range(200)])
+    _damage_parquet(path, group, column, from_fraction)
+    doc = _same(path, max_errors=100)
+    broken = [f for f in doc["failures"] if "is unreadable from row" in f["message"]]
+    assert len(broken) == 1
+    first = group * 50 + 1
+    assert broken[0]["message"].startswith(f"r.parquet: Parquet row group {group} (rows {first}-{first + 49}) is unreadable from row ")
+    if row is not None:
+        assert broken[0]["row"] == row
+    else:
+        assert first < broken[0]["row"] <= first + 49
+    # rows are numbered as in the file; a file ends at its last row, or at a break in its last group
+    assert doc["lines"] == (200 if group < 3 else broken[0]["row"])
+    not_counted = first + 50 - broken[0]["row"]
+    assert doc["records"] == 200 - not_counted + 1
+
+
+def test_corrupt_page_in_a_column_not_read(tmp_path, small_batches):
+    """A column capplan's format does not have is never read: its corrupt pages cost nothing."""
+    path = _parquet_pages(tmp_path / "r.parquet", [_seed(i) for i in range(200)], extra=True)
+    _damage_parquet(path, 2, "reward")
+    doc = _same(path)
+    assert doc["records_counted"] == 200 and doc["failures"] == []
+
+
+def test_parquet_string_not_utf8(tmp_path, small_batches):
+    """An id that is not UTF-8 makes its batch unconvertible: the record-by-record reader reports
+    the row group unreadable from that batch on, and so does the batch path (rows 9-16 of group 0)."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    import numpy as np
+
+    records = [_seed(i) for i in range(40)]
+    table = pa.Table.from_pylist(records)
+    ids = [f"r{i}".encode() for i in range(40)]
+    ids[12] = b"r\xff"
+    offsets = np.cumsum([0] + [len(x) for x in ids]).astype(np.int32)
+    bad = pa.Array.from_buffers(pa.string(), 40, [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(b"".join(ids))])
+    table = table.set_column(table.schema.get_field_index("id"), "id", bad)
+    pq.write_table(table, tmp_path / "r.parquet", row_group_size=20)
+    doc = _same(tmp_path / "r.parquet")
+    assert [(f["row"], f["message"].split(" (")[0]) for f in doc["failures"]] == [
+        (9, "r.parquet: Parquet row group 0")
+    ]
+    assert doc["records_counted"] == 8 + 20
+
+
+@pytest.mark.parametrize("kind", ["binary", "large_binary"])
+def test_parquet_binary_masks(tmp_path, kind):
+    """Masks stored as binary hold codes (0/1/2) or letters, record by record; a byte that is
+    neither fails well_formed. The batch path reads them from the buffers, not row by row."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from capplan.reconcile.columns import from_arrow
+
+    codes = bytes([0] * 12 + [1] * 4 + [2] * 5 + [1] * 4)
+    records = []
+    for i in range(30):
+        rec = _seed(i)
+        rec["origin"] = codes if i % 2 else rec["origin"].encode()
+        rec["loss_mask"] = rec["loss_mask"].encode() if i % 3 else bytes(b - 48 for b in rec["loss_mask"].encode())
+        records.append(rec)
+    records[7]["origin"] = codes[:3] + b"\x09" + codes[4:]
+    records[8]["loss_mask"] = b"0" * 24 + b"\x01"  # letters and a code: neither coding
+    table = pa.Table.from_pylist(records)
+    for name in ("origin", "loss_mask"):
+        table = table.set_column(table.schema.get_field_index(name), name, table.column(name).cast(getattr(pa, kind)()))
+    pq.write_table(table, tmp_path / "r.parquet")
+    doc = _same(tmp_path / "r.parquet")
+    assert [(f["row"], f["field"]) for f in doc["failures"]] == [(8, "origin"), (9, "loss_mask")]
+    assert doc["records_counted"] == 28
+    assert doc["per_conversation"] == reconcile(FIX / "clean.jsonl").as_dict()["per_conversation"]
+    cols = from_arrow(table.to_batches()[0])
+    assert bool(cols.exact.all()) and cols.origin.max() == 255  # read from the buffers; row 8's byte 9 flagged
+
+
+def test_areal_left_padding(tmp_path):
+    """AReaL pads left for generation and right in batches: both trim to the one run of 1s of the
+    attention mask; a hole inside it fails. (Mappings are read record by record in both paths.)"""
+    base = json.loads((FIX / "areal.jsonl").read_text().splitlines()[0])
+
+    def padded(left: int, right: int, hole: bool = False) -> dict:
+        rec = copy.deepcopy(base)
+        for key, pad in (("input_ids", 0), ("loss_mask", 0), ("logprobs", 0.0), ("versions", -1)):
+            rec[key] = [[pad] * left + rec[key][0] + [pad] * right]
+        mask = [0] * left + [1] * 25 + [0] * right
+        if hole:
+            mask[left + 3] = 0
+        rec["attention_mask"] = [mask]
+        return rec
+
+    path = _write_jsonl(tmp_path / "a.jsonl", [base, padded(4, 0), padded(0, 3), padded(2, 2), padded(2, 0, hole=True)])
+    doc = _same(path, mapping="areal")
+    assert [(f["line"], f["field"]) for f in doc["failures"]] == [(5, "attention_mask")]
+    assert doc["records_counted"] == 4
+    assert doc["per_conversation"] == reconcile(FIX / "areal.jsonl", mapping="areal").as_dict()["per_conversation"]
+
+
+CONTROL_IDS = ["x\x1b[2K\r\nok   all checks passed\n", "\x07bell\x00nul", "\u202eevil", "tab\there"]
+
+
+def test_control_characters_in_ids(tmp_path, small_batches):
+    """Ids with control characters, line breaks and bidirectional overrides: reported alike by both
+    paths, kept as given in JSON, escaped in the one-line form."""
+    records = [_seed(i) for i in range(20)]
+    for k, record_id in enumerate(CONTROL_IDS):
+        records[3 + 4 * k].update(id=record_id, stop_reason="eos")
+    for path in (_write_jsonl(tmp_path / "r.jsonl", records), _write_parquet(tmp_path / "r.parquet", records)):
+        doc = _same(path)
+        assert [f["id"] for f in doc["failures"]] == CONTROL_IDS
+        for failure in reconcile(path).failures:
+            text = str(failure)
+            assert not any(c in text for c in "\x1b\x07\x00\r\n\t\u202e"), text
+
+
+def test_lines_not_utf8(tmp_path, small_batches):
+    """A byte that is not UTF-8 in a field msgspec skips (an unknown field, the id) makes the line
+    unreadable for the record-by-record reader; the batch path sends it there. Valid non-ASCII
+    text is read. Blocks of 64 bytes put the bytes at every position relative to a block."""
+    lines = [json.dumps(_seed(i), ensure_ascii=False).encode() for i in range(40)]
+    lines[5] = lines[5][:-1] + b', "note": "caf\xe9"}'  # latin-1, not UTF-8
+    lines[17] = lines[17].replace(b'"r17"', b'"r\xc3\xa9\xff"')
+    lines[23] = lines[23][:-1] + ', "note": "café ✓"}'.encode()
+    lines[31] = lines[31][:-1] + b', "note": "\xed\xa0\x80"}'  # an encoded surrogate: json.loads accepts it
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    doc = _same(path)
+    assert _failed(doc, "well_formed") == [6, 18]
+    assert doc["records_counted"] == 38
+
+
+def test_values_past_int64(tmp_path, small_batches):
+    """Integers the columns cannot hold go record by record, where they are read as Python ints."""
+    records = [_seed(i) for i in range(20)]
+    records[3].update(policy_version=2**70, trainer_version=2**70 + 1)
+    records[6]["counts"] = {"prompt": 2**64, "action": 8, "tool": 5}
+    records[9].update(policy_version=2**53 + 1, trainer_version=2**53 + 1)
+    doc = _same(_write_jsonl(tmp_path / "r.jsonl", records))
+    assert _failed(doc, "mask_lengths") == [7]
+    assert str(2**70) in doc["policy_versions"]
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pa.Table.from_pylist([_seed(i) for i in range(20)])
+    versions = pa.array([7] * 19 + [2**64 - 1], type=pa.uint64())
+    table = table.set_column(table.schema.get_field_index("trainer_version"), "trainer_version", versions)
+    pq.write_table(table, tmp_path / "r.parquet")
+    doc = _same(tmp_path / "r.parquet")
+    assert doc["failures"] == [] and doc["records_counted"] == 20
+
+
+def test_line_record_field_order():
+    """from_line_records reads LineRecord's fields by name; this pins the record's fields."""
+    from capplan.reconcile.columns import LineRecord
+
+    assert LineRecord.__struct_fields__ == (
+        "origin", "loss_mask", "counts", "token_ids", "turns", "cached_tokens", "prefill_tokens", "logprobs",
+        "policy_version", "trainer_version", "stop_reason", "tool_wait_s", "n_tokens", "lp_offset", "stop_logged",
+    )

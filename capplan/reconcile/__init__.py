@@ -32,7 +32,7 @@ The package, one concern per module:
 * :mod:`capplan.reconcile.report`: the :class:`Reconciliation`, its summary and the comparison
   with the plan.
 
-Memory stays flat: records are read one at a time (Parquet: one record batch at a time), counted
+Memory stays flat: records are read a block (Parquet: a record batch) at a time, counted
 into per-batch rows that are folded into fixed-size histograms (exact below 2,048, relative bin
 width 2^-10 above), and only the first ``max_errors`` failures are kept.
 """
@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from capplan.errors import InputError
 from capplan.reconcile.checks import LOGPROB_METHODS, RECORD_CHECKS, STOP_REASONS, Failure, RecordChecker
-from capplan.reconcile.formats import MAPPINGS
+from capplan.reconcile.formats import CAPPLAN_COLUMNS, MAPPINGS
 from capplan.reconcile.batch import count_batches
 from capplan.reconcile.readers import NotJSON, TrajectoryLog
 from capplan.reconcile.report import PlanRow, Reconciliation, summarize
@@ -172,7 +172,8 @@ def count_file(
         if batches and read is None:
             lines = count_batches(log, checker, progress, size)
         else:
-            for line, value in log.records():
+            # capplan's own format reads only its own Parquet columns, like the batch path
+            for line, value in log.records(list(CAPPLAN_COLUMNS) if read is None else None):
                 if value.__class__ is NotJSON:
                     checker.malformed(line, value.message)
                     continue

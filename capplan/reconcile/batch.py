@@ -11,12 +11,17 @@ in the same order (tested on every bundled workload and every fixture).
 
 Only the staleness bound depends on earlier records (the newest policy version so far); it is
 applied while walking, so a record that exceeds it is handed to the record-by-record checker too.
+
+Files are read as the record-by-record reader reads them wherever that decides what is counted:
+JSONL in the same blocks (a stream that breaks part-way gives the same lines and the same failed
+record), Parquet row group by row group in the same batches of the same columns (a corrupt page
+breaks both at the same row).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from capplan.reconcile.checks import _MAX_KEYS, STOP_REASONS, RecordChecker
 from capplan.reconcile.histograms import FLAG_CACHE_LOGGED, FLAG_KEPT, FLAG_TRUNCATED
@@ -28,6 +33,8 @@ if TYPE_CHECKING:
     from capplan.reconcile.readers import TrajectoryLog
 
 _LENGTH = STOP_REASONS.index("length")
+_LARGEST_VERSION = 2**53
+"""Largest newest-policy-version the batch path computes lags with (the columns hold no larger)."""
 
 
 @dataclass
@@ -182,6 +189,9 @@ def screen(
         # staleness: a version when the bound needs one (the bound itself is applied in order)
         if max_staleness is not None:
             clean &= cols.policy_version >= 0
+        # staleness: no trainer_version older than the record's policy_version (the lag against
+        # the newest version so far is never negative)
+        clean &= (cols.trainer_version < 0) | (cols.policy_version < 0) | (cols.trainer_version >= cols.policy_version)
         clean &= _turns(cols, rows, prompt, action, needs_logprobs, actions_before, tools_before)
         cache_logged = cols.has_cached | cols.has_prefill
         flags |= np.where(cache_logged, FLAG_CACHE_LOGGED, 0)
@@ -296,11 +306,13 @@ def _turns(
     input_action = np.bincount(record, weights=before, minlength=n).astype(np.int64)
     hits = [np.bincount(record, weights=h, minlength=n).astype(np.int64) for h in (hit_prompt, hit_action, hit_tool)]
     nonempty = np.bincount(record, weights=length > 0, minlength=n).astype(np.int64)
-    # logprobs: one per sampled position (or per position), every one a finite number
+    # logprobs: one per sampled position (or per position), every one a finite number, none above
+    # 0 (a record with a log-prob above 0 anywhere goes record by record: only those at sampled
+    # positions fail it)
     count = cols.logprobs
     absent = count < 0
     lp_ok = np.where(absent, ~(needs_logprobs & (sampled > 0)), (count == sampled) | (count == positions))
-    ok &= lp_ok
+    ok &= lp_ok & ~cols.logprobs_positive
     pairs = np.zeros(cols.origin.size, dtype=np.uint8)
     if cols.origin.size > 1:
         pairs[:-1] = (cols.origin[:-1] == 1) & (cols.origin[1:] == 2)
@@ -350,7 +362,8 @@ class BatchCounter:
             "max_staleness": checker.max_staleness,
         }
         self.capped = False
-        """Past the cap on distinct versions or lags: every record goes record by record."""
+        """Past the cap on distinct versions or lags, or past a version too large for int64
+        arithmetic: every record goes record by record."""
 
     def feed(
         self,
@@ -406,6 +419,9 @@ class BatchCounter:
 
         checker = self.checker
         if checker.rollout:
+            if checker.newest_version is not None and checker.newest_version > _LARGEST_VERSION:
+                self.capped = True  # a version past int64 arithmetic: from here on, record by record
+                return i
             versions = screened.policy_version[i:j]
             trainers = screened.trainer_version[i:j]
             given = versions >= 0
@@ -460,22 +476,24 @@ class BatchCounter:
 
 
 BATCH_RECORDS = 8192
-"""Records checked together [records]."""
-BLOCK_BYTES = 1 << 22
-"""Bytes read from a JSONL file at a time (split into lines in one call) [bytes]."""
+"""Records checked together [records] (Parquet: :data:`~capplan.reconcile.readers.PARQUET_BATCH_ROWS`)."""
 
 
 def count_batches(
     log: "TrajectoryLog", checker: RecordChecker, progress: Callable[[int, int], None] | None, size: int
 ) -> int:
     """Check and count every record of an open log (capplan's format) in batches; returns the
-    lines (or Parquet rows) read.
+    lines (or Parquet rows) read, as the record-by-record reader counts them.
+
+    A gzip stream that breaks part-way, or a Parquet row group with a corrupt page, is one failed
+    record at the same line (row) and with the same message as in the record-by-record path, and
+    the records before it (Parquet: in the other row groups) are counted.
 
     Raises
     ------
     InputError
-        The file cannot be read part-way (a corrupt gzip stream), or it is Parquet and pyarrow is
-        missing or the file is corrupt.
+        The file cannot be read before its first line, or it is Parquet and pyarrow is missing or
+        the footer is corrupt.
     """
     counter = BatchCounter(checker)
     if log.parquet:
@@ -492,47 +510,112 @@ def _report(progress: Callable[[int, int], None] | None, before: int, after: int
             progress(done, size)
 
 
-def _count_jsonl(log: "TrajectoryLog", counter: BatchCounter, progress: Callable[[int, int], None] | None, size: int) -> int:
-    import gzip
+def _chunks(fh: Any, block_bytes: int) -> Iterator[tuple[list[bytes], bool]]:
+    """The lines of :func:`~capplan.reconcile.readers.line_blocks` regrouped in lists of
+    :data:`BATCH_RECORDS`, each with whether all its lines are ASCII (known from the blocks). A
+    read error is raised after the lines read before it."""
+    from capplan.reconcile.readers import READ_ERRORS, line_blocks
 
+    blocks = line_blocks(fh, block_bytes)
+    pending: list[bytes] = []
+    error: BaseException | None = None
+    done = False
+    first = appended = 0  # line numbers (from 0) of pending[0] and of the next line read
+    dirty_from = dirty_to = 0  # lines that may hold a byte that is not ASCII: [dirty_from, dirty_to)
+    while True:
+        while not done and len(pending) < BATCH_RECORDS:
+            try:
+                lines, ascii_lines = next(blocks)
+            except StopIteration:
+                done = True
+                break
+            except READ_ERRORS as exc:
+                error, done = exc, True
+                break
+            if not ascii_lines:
+                if dirty_to <= first:
+                    dirty_from = appended
+                dirty_to = appended + len(lines)
+            pending.extend(lines)
+            appended += len(lines)
+        if not pending:
+            break
+        chunk, pending = pending[:BATCH_RECORDS], pending[BATCH_RECORDS:]
+        yield chunk, not (dirty_from < first + len(chunk) and dirty_to > first)
+        first += len(chunk)
+    if error is not None:
+        raise error
+
+
+def _count_jsonl(log: "TrajectoryLog", counter: BatchCounter, progress: Callable[[int, int], None] | None, size: int) -> int:
     import numpy as np
 
     from capplan.errors import InputError
     from capplan.reconcile.columns import LineRecord, decode_lines, from_line_records
-    from capplan.reconcile.readers import decode_line, open_blocks
+    from capplan.reconcile.readers import READ_ERRORS, decode_line, open_jsonl, stream_broken
 
-    handle, tell, log._close = open_blocks(log.path)
+    fh, block_bytes, tell, log._close = open_jsonl(log.path)
+    chunks = _chunks(fh, block_bytes)
     number = 0
     placeholder = LineRecord(origin="", loss_mask="")
-    rest = b""
-    pending: list[bytes] = []
     while True:
-        while len(pending) < BATCH_RECORDS:
-            try:
-                block = handle.read(BLOCK_BYTES)
-            except (OSError, EOFError, gzip.BadGzipFile) as exc:
-                raise InputError(f"{log.path}: unreadable after line {number + len(pending)}: {exc}") from None
-            if not block:
-                if rest:
-                    pending.append(rest)
-                    rest = b""
-                break
-            lines = (rest + block).split(b"\n")
-            rest = lines.pop()
-            pending.extend(lines)
-        if not pending:
+        try:
+            chunk, ascii_lines = next(chunks)
+        except StopIteration:
             return number
-        chunk, pending = pending[:BATCH_RECORDS], pending[BATCH_RECORDS:]
+        except READ_ERRORS as exc:
+            # as the record-by-record reader: what was read is counted, the break is a failed record
+            if number == 0:
+                raise InputError(f"{log.path}: unreadable after line 0: {exc}") from None
+            number += 1
+            counter.checker.malformed(number, stream_broken(log.path, number - 1, tell(), exc).message)
+            return number
         decoded = decode_lines(chunk)
         unread = [i for i, value in enumerate(decoded) if value is None]
         for i in unread:
             decoded[i] = placeholder
-        cols = from_line_records(decoded)  # type: ignore[arg-type]
+        cols = from_line_records(decoded, chunk, ascii_lines)  # type: ignore[arg-type]
         cols.exact[unread] = False
         numbers = np.arange(number + 1, number + 1 + len(chunk))
         counter.feed(cols, numbers, lambda i: decode_line(chunk[i]))
         _report(progress, number, number + len(chunk), tell(), size)
         number += len(chunk)
+
+
+def _plain_type(kind: Any) -> bool:
+    """Whether every value of an Arrow type converts to Python without fail (no strings: a string
+    that is not UTF-8 fails; no dates, decimals or extension types)."""
+    import pyarrow as pa
+
+    t = pa.types
+    if t.is_integer(kind) or t.is_floating(kind) or t.is_boolean(kind) or t.is_null(kind):
+        return True
+    if t.is_binary(kind) or t.is_large_binary(kind):
+        return True
+    if t.is_list(kind) or t.is_large_list(kind) or t.is_fixed_size_list(kind):
+        return _plain_type(kind.value_type)
+    if t.is_struct(kind):
+        return all(_plain_type(kind.field(i).type) for i in range(kind.num_fields))
+    return False
+
+
+def _conversion_may_fail(batch: Any) -> bool:
+    """Whether ``batch.to_pylist()`` might raise (a string that is not ASCII, which may not be
+    UTF-8, or a type :func:`_plain_type` does not vouch for). The record-by-record reader converts
+    every batch and counts a failure as an unreadable row group, so such a batch is converted
+    whole before any of its rows is counted."""
+    import numpy as np
+    import pyarrow as pa
+
+    for arr in batch.columns:
+        kind = arr.type
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            data = arr.buffers()[2]
+            if data is not None and data.size and int(np.frombuffer(data, dtype=np.uint8).max()) >= 0x80:
+                return True
+        elif not _plain_type(kind):
+            return True
+    return False
 
 
 def _count_parquet(
@@ -541,24 +624,32 @@ def _count_parquet(
     import numpy as np
 
     from capplan.reconcile.columns import PARQUET_COLUMNS, Unsupported, from_arrow
-    from capplan.reconcile.readers import open_parquet
+    from capplan.reconcile.readers import NotJSON, open_parquet, parquet_batches
 
     parquet_file = open_parquet(log.path)
     total_rows = max(parquet_file.metadata.num_rows, 1)
     names = set(parquet_file.schema_arrow.names)
+    columns = [c for c in PARQUET_COLUMNS if c in names]
     number = 0
-    for batch in parquet_file.iter_batches(
-        batch_size=BATCH_RECORDS, columns=[c for c in PARQUET_COLUMNS if c in names], use_threads=False
-    ):
-        rows = batch.num_rows
+    for first, batch, rows in parquet_batches(parquet_file, log.path, columns, _conversion_may_fail):
+        if batch.__class__ is NotJSON:  # a row group with a corrupt page, from row `first` on
+            counter.checker.malformed(first, batch.message)
+            number = first
+            continue
+        n = batch.num_rows
+        if n == 0:
+            continue
         try:
             cols = from_arrow(batch)
         except Unsupported:
-            for k, row in enumerate(batch.to_pylist()):
-                counter.checker.feed(number + 1 + k, row, None)
+            for k, row in enumerate(batch.to_pylist() if rows is None else rows):
+                counter.checker.feed(first + k, row, None)
         else:
-            numbers = np.arange(number + 1, number + 1 + rows)
-            counter.feed(cols, numbers, lambda i: batch.slice(i, 1).to_pylist()[0])
-        _report(progress, number, number + rows, (number + rows) * size // total_rows, size)
-        number += rows
+            numbers = np.arange(first, first + n)
+            if rows is None:
+                counter.feed(cols, numbers, lambda i: batch.slice(i, 1).to_pylist()[0])
+            else:
+                counter.feed(cols, numbers, rows.__getitem__)
+        _report(progress, number, first + n - 1, (first + n - 1) * size // total_rows, size)
+        number = first + n - 1
     return number

@@ -12,25 +12,31 @@ and one array per scalar field. Two sources fill it:
   Python object per value.
 
 Anything a source cannot represent exactly (a list mask, a float where an integer belongs, a
-negative count, a NaN) marks the record ``exact = False``: the batch checker then hands it to
-the record-by-record checker, which reports it with its usual message. So the columns never
-decide a check; they only say which records the fast path may count.
+negative count, a NaN, an integer past 2^53), and any line the record-by-record reader might read
+otherwise than ``msgspec`` (bytes that are not UTF-8 in a value ``msgspec`` skips, nesting that
+could pass :data:`~capplan.reconcile.readers.MAX_JSON_DEPTH`; :func:`read_alike`), marks the
+record ``exact = False``: the batch checker then hands it to the record-by-record checker, which
+reports it with its usual message. So the columns never decide a check; they only say which
+records the fast path may count.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 
 from capplan.reconcile.checks import STOP_REASONS
-from capplan.reconcile.formats import LOSS_FROM_STR, ORIGIN_FROM_STR
+from capplan.reconcile.formats import CAPPLAN_COLUMNS, LOSS_FROM_INT, LOSS_FROM_STR, ORIGIN_FROM_INT, ORIGIN_FROM_STR
 
 if TYPE_CHECKING:
     import numpy as np
 
-NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+NonNegative = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
+"""A non-negative integer small enough for int64 arithmetic on sums and differences (a larger one,
+valid for the record-by-record checker, sends its record there)."""
 _EMPTY = msgspec.Raw(b"")
 
 STOP_CODES: dict[str, int] = {name: code for code, name in enumerate(STOP_REASONS)}
@@ -110,6 +116,9 @@ class Columns:
     logprobs: "np.ndarray"
     """Number of log-probs (-1 absent); a record is exact only if every one is a number small
     enough that any sum of them is finite (see :func:`count_numbers`)."""
+    logprobs_positive: "np.ndarray"
+    """Some log-prob may be above 0 (the logprobs check then decides record by record: only the
+    values at sampled positions count)."""
     policy_version: "np.ndarray"
     """-1 absent."""
     trainer_version: "np.ndarray"
@@ -196,10 +205,11 @@ class RawLists:
     """Record of each character."""
 
 
-def _raw_lists(raws: list[Any]) -> RawLists:
+def _raw_lists(raws: list[Any], lengths: "np.ndarray | None" = None) -> RawLists:
     import numpy as np
 
-    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws))
+    if lengths is None:
+        lengths = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws))
     offsets = _offsets(lengths)
     chars = np.frombuffer(b"".join(raws), dtype=np.uint8)
     classes = _classes()[chars]
@@ -220,14 +230,13 @@ _DIGITS_TO_ONE = bytes.maketrans(b"0123456789", b"1111111111")
 _NOT_DIGIT_TO_SPACE = bytes(c if 48 <= c <= 57 else 32 for c in range(256))
 
 
-def _simple_int_lists(raws: list[Any], nested: bool) -> tuple["np.ndarray", ...] | None:
+def _simple_int_lists(raws: list[Any], nested: bool, lengths: "np.ndarray") -> tuple["np.ndarray", ...] | None:
     """:func:`parse_int_lists` for the common case, with bytes methods over the whole batch: every
     value absent or a compact array of integers below 10^18 (of ``[a,b]`` pairs when ``nested``).
     ``None`` when the batch is not that simple."""
     import numpy as np
 
     n = len(raws)
-    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=n)
     if np.any(lengths == 4):  # possibly null
         return None
     buf = b"".join(raws)
@@ -253,7 +262,9 @@ def _simple_int_lists(raws: list[Any], nested: bool) -> tuple["np.ndarray", ...]
     return present, np.ones(n, dtype=bool), _offsets(counts), values
 
 
-def parse_int_lists(raws: list[bytes], nested: bool) -> tuple["np.ndarray", "np.ndarray", "np.ndarray", "np.ndarray"]:
+def parse_int_lists(
+    raws: list[bytes], nested: bool, lengths: "np.ndarray | None" = None
+) -> tuple["np.ndarray", "np.ndarray", "np.ndarray", "np.ndarray"]:
     """Non-negative integers of raw JSON arrays, all records at once.
 
     Parameters
@@ -262,6 +273,8 @@ def parse_int_lists(raws: list[bytes], nested: bool) -> tuple["np.ndarray", "np.
         One raw JSON value per record (``b""`` when absent).
     nested : bool
         Arrays of ``[a, b]`` pairs (``turns``) rather than arrays of integers.
+    lengths : numpy.ndarray, optional
+        ``len`` of each raw value [bytes], when the caller has them.
 
     Returns
     -------
@@ -272,10 +285,12 @@ def parse_int_lists(raws: list[bytes], nested: bool) -> tuple["np.ndarray", "np.
     """
     import numpy as np
 
-    simple = _simple_int_lists(raws, nested)
+    if lengths is None:
+        lengths = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws))
+    simple = _simple_int_lists(raws, nested, lengths)
     if simple is not None:
         return simple  # type: ignore[return-value]
-    raw = _raw_lists(raws)
+    raw = _raw_lists(raws, lengths)
     classes, depth, record = raw.classes, raw.depth, raw.record
     n = len(raws)
     allowed = (classes == _DIGIT) | (classes == _OPEN) | (classes == _CLOSE) | (classes == _COMMA) | (classes == _SPACE)
@@ -338,7 +353,9 @@ _SHAPE = bytes.maketrans(b"0123456789eE+-", b"1111111111eess")
 """Digits to ``1``, exponent letters to ``e``, signs to ``s`` (for searching number shapes)."""
 
 
-def count_numbers(raws: list[Any], integers: bool) -> tuple["np.ndarray", "np.ndarray"]:
+def count_numbers(
+    raws: list[Any], integers: bool, lengths: "np.ndarray | None" = None
+) -> tuple["np.ndarray", "np.ndarray"]:
     """Element counts of raw JSON arrays of numbers, all records at once.
 
     Parameters
@@ -349,6 +366,8 @@ def count_numbers(raws: list[Any], integers: bool) -> tuple["np.ndarray", "np.nd
         Accept only integers (token IDs); else any JSON number whose magnitude is below 1e124
         (log-probs: every digit run is at most 25 long and no exponent has three digits, so the
         sum of up to 10^18 of them is finite).
+    lengths : numpy.ndarray, optional
+        ``len`` of each raw value [bytes], when the caller has them.
 
     Returns
     -------
@@ -361,10 +380,35 @@ def count_numbers(raws: list[Any], integers: bool) -> tuple["np.ndarray", "np.nd
     The common case is checked with bytes methods over the whole batch (one pass each at memory
     speed); a batch with anything unusual is examined record by record with numpy.
     """
+    count, exact, _positive = _number_lists(raws, integers, lengths, positive=False)
+    return count, exact
+
+
+_POSITIVE = re.compile(rb"[\[,]\s*[0-9.]*[1-9]")
+"""A JSON number above 0 in an array: no minus sign and a non-zero digit before any exponent
+(within the magnitudes :func:`count_numbers` reads exactly, no such number rounds to 0)."""
+
+
+def positive_numbers(raws: list[Any], lengths: "np.ndarray | None" = None) -> tuple["np.ndarray", ...]:
+    """:func:`count_numbers` for floats, and whether each array may hold a number above 0.
+
+    Returns
+    -------
+    (count, exact, positive)
+        As :func:`count_numbers`; ``positive`` is True where some element may be above 0
+        (conservative: never False for an array that holds one).
+    """
+    return _number_lists(raws, False, lengths, positive=True)
+
+
+def _number_lists(
+    raws: list[Any], integers: bool, lengths: "np.ndarray | None", positive: bool
+) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
     import numpy as np
 
     n = len(raws)
-    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=n)
+    if lengths is None:
+        lengths = np.fromiter(map(len, raws), dtype=np.int64, count=n)
     offsets = _offsets(lengths)
     buf = b"".join(raws)
     chars = np.frombuffer(buf, dtype=np.uint8)
@@ -380,23 +424,45 @@ def count_numbers(raws: list[Any], integers: bool) -> tuple["np.ndarray", "np.nd
         expected = b"[]" * lists
     # every character a digit, sign, comma or number letter, one bracket pair per array, no spaces
     simple = buf.translate(None, _INTEGER_CHARS if integers else _NUMBER_CHARS) == expected
+    exponents = False
     if simple and not integers:
         shape = buf.translate(_SHAPE)
         simple = b"1" * 26 not in shape
-        if simple and b"e" in shape:
+        exponents = b"e" in shape
+        if simple and exponents:
             padded = np.frombuffer(shape + b"0000", dtype=np.uint8)
             exponent = np.flatnonzero(padded == ord("e"))
             first = exponent + 1 + (padded[exponent + 1] == ord("s"))
             simple = not np.any((padded[first] == ord("1")) & (padded[first + 1] == ord("1")) & (padded[first + 2] == ord("1")))
     if not simple:
-        return _count_numbers_exactly(raws, integers)
+        count, exact = _count_numbers_exactly(raws, integers, lengths)
+        above = np.zeros(n, dtype=bool)
+        if positive:
+            for i in np.flatnonzero(count > 0).tolist():
+                above[i] = _POSITIVE.search(bytes(raws[i])) is not None
+        return count, exact, above
     commas = np.flatnonzero(chars == ord(","))
     per_record = np.diff(np.searchsorted(commas, offsets))
     count = np.where(is_list, per_record + (lengths > 2), -1)
-    return count, np.ones(n, dtype=bool)
+    above = np.zeros(n, dtype=bool)
+    if positive:
+        # Every array is valid JSON made of number characters only, so a "-" is either a number's
+        # sign or an exponent's: when the signs are as many as the numbers, none is above 0.
+        signs = np.count_nonzero(chars == ord("-"))
+        if exponents:
+            signs -= buf.count(b"e-") + buf.count(b"E-")
+        if signs != commas.size + np.count_nonzero(is_list & (lengths > 2)):
+            # the arrays with a number that starts with a digit; the pattern tells zero from positive
+            digit = (chars >= ord("0")) & (chars <= ord("9"))
+            after = np.zeros(chars.size, dtype=bool)
+            after[1:] = (chars[:-1] == ord(",")) | (chars[:-1] == ord("["))
+            unsigned = np.flatnonzero(digit & after)
+            for i in np.unique(np.searchsorted(offsets, unsigned, side="right") - 1).tolist():
+                above[i] = _POSITIVE.search(bytes(raws[i])) is not None
+    return count, np.ones(n, dtype=bool), above
 
 
-def _count_numbers_exactly(raws: list[Any], integers: bool) -> tuple["np.ndarray", "np.ndarray"]:
+def _count_numbers_exactly(raws: list[Any], integers: bool, lengths: "np.ndarray | None" = None) -> tuple["np.ndarray", "np.ndarray"]:
     """Element counts of raw JSON arrays of numbers, all records at once.
 
     Parameters
@@ -416,7 +482,7 @@ def _count_numbers_exactly(raws: list[Any], integers: bool) -> tuple["np.ndarray
     """
     import numpy as np
 
-    raw = _raw_lists(raws)
+    raw = _raw_lists(raws, lengths)
     classes, record = raw.classes, raw.record
     n = len(raws)
     allowed = (classes == _DIGIT) | (classes == _OPEN) | (classes == _CLOSE) | (classes == _COMMA) | (classes == _SPACE) | (
@@ -459,29 +525,77 @@ def decode_lines(lines: list[bytes]) -> list[LineRecord | None]:
     out: list[LineRecord | None]
     try:
         out = [decode(line) for line in lines]
-    except (msgspec.DecodeError, UnicodeDecodeError):
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deeply
         out = []
         for line in lines:
             try:
                 out.append(decode(line))
-            except (msgspec.DecodeError, UnicodeDecodeError):
+            except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
                 out.append(None)
     return out
+
+
+def read_alike(lines: list[bytes], known_bytes: "np.ndarray", ascii_lines: bool = False) -> "np.ndarray":
+    """Whether the record-by-record reader (:func:`capplan.reconcile.readers.decode_line`) surely
+    reads each line as ``msgspec`` did: strict UTF-8 (``msgspec`` does not check the bytes of
+    the values it skips) and no nesting deeper than
+    :data:`~capplan.reconcile.readers.MAX_JSON_DEPTH`.
+
+    Parameters
+    ----------
+    lines : list of bytes
+        Lines that ``msgspec`` decoded.
+    known_bytes : numpy.ndarray
+        Per line, a lower bound of the bytes its known fields take (their values' lengths) [bytes].
+    ascii_lines : bool
+        Every line is known to be ASCII (the caller checked the blocks they came from).
+
+    Notes
+    -----
+    A decoded record nests 2 levels in its known fields (``counts``; a ``turns`` deeper than
+    that is not read exactly), and a JSON value of ``b`` bytes at most ``b / 2`` levels. A line
+    whose other bytes are too few to reach the bound is therefore shallow enough, without a look
+    at its brackets; so is one with too few brackets. Only the rest goes record by record.
+    """
+    import numpy as np
+
+    from capplan.reconcile.readers import MAX_JSON_DEPTH
+
+    n = len(lines)
+    ok = np.ones(n, dtype=bool)
+    line_bytes = np.fromiter(map(len, lines), dtype=np.int64, count=n)
+    for i in np.flatnonzero(line_bytes - known_bytes > 2 * (MAX_JSON_DEPTH - 1)).tolist():
+        line = lines[i]
+        if line.count(b"[") + line.count(b"{") > MAX_JSON_DEPTH:
+            ok[i] = False
+    if not ascii_lines and not all(map(bytes.isascii, lines)):
+        for i, line in enumerate(lines):
+            if not line.isascii():
+                try:
+                    line.decode()
+                except UnicodeDecodeError:
+                    ok[i] = False
+    return ok
 
 
 def _fill(values: list[Any], missing: Any) -> list[Any]:
     return [missing if v is None else v for v in values]
 
 
-def from_line_records(records: list[LineRecord]) -> Columns:
-    """The columns of decoded JSONL records (every one a :class:`LineRecord`)."""
+def from_line_records(
+    records: list[LineRecord], lines: list[bytes] | None = None, ascii_lines: bool = False
+) -> Columns:
+    """The columns of decoded JSONL records (every one a :class:`LineRecord`); with the ``lines``
+    they were decoded from, a record the record-by-record reader might read otherwise is not
+    exact (see :func:`read_alike`; ``ascii_lines``: the lines are known to be ASCII)."""
     from itertools import repeat
     from operator import attrgetter, is_not
 
     import numpy as np
 
     n = len(records)
-    # one list comprehension per field (faster than operator.attrgetter on 3.11)
+    # one list comprehension per field (faster than operator.attrgetter on 3.11, and than
+    # transposing msgspec.structs.astuple tuples, which the garbage collector has to track)
     origins = [r.origin for r in records]
     losses = [r.loss_mask for r in records]
     counts = [r.counts for r in records]
@@ -495,8 +609,8 @@ def from_line_records(records: list[LineRecord]) -> Columns:
     stops = [r.stop_reason for r in records]
     waits = [r.tool_wait_s for r in records]
     exact = np.ones(n, dtype=bool)
-    for extra in ([r.n_tokens for r in records], [r.lp_offset for r in records], [r.stop_logged for r in records]):
-        exact &= np.fromiter(map(len, extra), dtype=np.int64, count=n) == 0
+    # mapping-only keys: a raw value is true when given
+    exact[[i for i, r in enumerate(records) if r.n_tokens or r.lp_offset or r.stop_logged]] = False
     origin_lengths = np.fromiter(map(len, origins), dtype=np.int64, count=n)
     loss_lengths = np.fromiter(map(len, losses), dtype=np.int64, count=n)
     # bytes.translate maps every character in one pass at memory speed (an invalid one to 255)
@@ -507,17 +621,21 @@ def from_line_records(records: list[LineRecord]) -> Columns:
     given = [c for c in counts if c is not None]
     for k, name in enumerate(("prompt", "action", "tool")):
         count_values[has_counts, k] = np.fromiter(map(attrgetter(name), given), dtype=np.int64, count=len(given))
-    token_count, token_exact = count_numbers(token_ids, integers=True)
-    has_turns, turns_exact, turn_offsets, turn_values = parse_int_lists(turns, nested=True)
-    has_cached, cached_exact, cached_offsets, cached_values = parse_int_lists(cached, nested=False)
+    raw_lengths = [np.fromiter(map(len, raws), dtype=np.int64, count=n) for raws in (token_ids, turns, cached, prefill, logprobs)]
+    token_count, token_exact = count_numbers(token_ids, integers=True, lengths=raw_lengths[0])
+    has_turns, turns_exact, turn_offsets, turn_values = parse_int_lists(turns, nested=True, lengths=raw_lengths[1])
+    has_cached, cached_exact, cached_offsets, cached_values = parse_int_lists(cached, nested=False, lengths=raw_lengths[2])
     has_prefill, prefill_exact, prefill_offsets, prefill_values = parse_int_lists(
-        prefill, nested=False
+        prefill, nested=False, lengths=raw_lengths[3]
     )
-    lp_count, lp_exact = count_numbers(logprobs, integers=False)
+    lp_count, lp_exact, lp_positive = positive_numbers(logprobs, lengths=raw_lengths[4])
+    exact &= token_exact & turns_exact & cached_exact & prefill_exact & lp_exact
+    if lines is not None:
+        exact &= read_alike(lines, origin_lengths + loss_lengths + sum(raw_lengths), ascii_lines)
     stop_codes = STOP_CODES
     return Columns(
         n=n,
-        exact=exact & token_exact & turns_exact & cached_exact & prefill_exact & lp_exact,
+        exact=exact,
         origin=origin,
         origin_offsets=_offsets(origin_lengths),
         loss=loss,
@@ -536,10 +654,11 @@ def from_line_records(records: list[LineRecord]) -> Columns:
         prefill_offsets=prefill_offsets,
         prefill=prefill_values,
         logprobs=lp_count,
-        policy_version=np.array(_fill(list(policy), -1), dtype=np.int64),
-        trainer_version=np.array(_fill(list(trainer), -1), dtype=np.int64),
+        logprobs_positive=lp_positive,
+        policy_version=np.array(_fill(policy, -1), dtype=np.int64),
+        trainer_version=np.array(_fill(trainer, -1), dtype=np.int64),
         stop=np.array([-1 if s is None else stop_codes[s] for s in stops], dtype=np.int8),
-        tool_wait_s=np.array(_fill(list(waits), np.nan), dtype=np.float64),
+        tool_wait_s=np.array(_fill(waits, np.nan), dtype=np.float64),
     )
 
 
@@ -593,8 +712,11 @@ def _bad_per_record(bad: "np.ndarray", offsets: "np.ndarray") -> "np.ndarray":
     return _segment_any(bad, offsets)
 
 
-def _mask_column(arr: Any, n: int, letters: bytes, top: int) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
-    """A mask column (a string of letters or a list of integer codes) as codes, offsets, exactness."""
+def _mask_column(
+    arr: Any, n: int, letters: bytes, codes: bytes, top: int
+) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
+    """A mask column (a string of letters, a list of integer codes, or binary holding either, one
+    or the other per record) as codes, offsets, exactness."""
     import numpy as np
     import pyarrow as pa
 
@@ -602,13 +724,21 @@ def _mask_column(arr: Any, n: int, letters: bytes, top: int) -> tuple["np.ndarra
         return np.zeros(0, dtype=np.uint8), np.zeros(n + 1, dtype=np.int64), np.zeros(n, dtype=bool)
     kind = arr.type
     valid = ~np.asarray(arr.is_null(), dtype=bool)
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+    text = pa.types.is_string(kind) or pa.types.is_large_string(kind)
+    if text or pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
         buffers = arr.buffers()
-        width = np.int64 if pa.types.is_large_string(kind) else np.int32
+        width = np.int64 if pa.types.is_large_string(kind) or pa.types.is_large_binary(kind) else np.int32
         offsets = np.frombuffer(buffers[1], dtype=width)[arr.offset:arr.offset + len(arr) + 1].astype(np.int64)
         data = buffers[2]
-        chars = np.frombuffer(data, dtype=np.uint8)[offsets[0]:offsets[-1]] if data is not None else np.zeros(0, np.uint8)
-        return np.frombuffer(chars.tobytes().translate(letters), dtype=np.uint8), offsets - offsets[0], valid
+        raw = (np.frombuffer(data, dtype=np.uint8)[offsets[0]:offsets[-1]] if data is not None else np.zeros(0, np.uint8)).tobytes()
+        offsets -= offsets[0]
+        mapped = np.frombuffer(raw.translate(letters), dtype=np.uint8)
+        if not text:
+            # binary: codes (0/1/2) unless some byte is not one, then letters (formats.mask_bytes)
+            as_codes = np.frombuffer(raw.translate(codes), dtype=np.uint8)
+            bad_codes = _segment_any(as_codes == 255, offsets)
+            mapped = np.where(np.repeat(bad_codes, np.diff(offsets)), mapped, as_codes)
+        return mapped, offsets, valid
     valid_rows, offsets, values = _list_parts(arr)
     codes, present = _ints(values)
     good = present & (codes >= 0) & (codes <= top)
@@ -622,8 +752,18 @@ def from_arrow(batch: Any) -> Columns:
     Raises
     ------
     Unsupported
-        A column has a type the fast path does not read exactly (its rows go record by record).
+        A column has a type the fast path does not read exactly, or values it cannot convert (an
+        unsigned integer past int64): the batch's rows go record by record.
     """
+    import pyarrow as pa
+
+    try:
+        return _from_arrow(batch)
+    except (pa.ArrowException, OverflowError, ValueError, TypeError) as exc:
+        raise Unsupported(f"{type(exc).__name__}: {exc}") from None
+
+
+def _from_arrow(batch: Any) -> Columns:
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -637,8 +777,8 @@ def from_arrow(batch: Any) -> Columns:
         return batch.column(name) if name in names else None
 
     exact = np.ones(n, dtype=bool)
-    origin, origin_offsets, origin_ok = _mask_column(column("origin"), n, ORIGIN_FROM_STR, 2)
-    loss, loss_offsets, loss_ok = _mask_column(column("loss_mask"), n, LOSS_FROM_STR, 1)
+    origin, origin_offsets, origin_ok = _mask_column(column("origin"), n, ORIGIN_FROM_STR, ORIGIN_FROM_INT, 2)
+    loss, loss_offsets, loss_ok = _mask_column(column("loss_mask"), n, LOSS_FROM_STR, LOSS_FROM_INT, 1)
     exact &= origin_ok & loss_ok
 
     counts = np.zeros((n, 3), dtype=np.int64)
@@ -695,6 +835,7 @@ def from_arrow(batch: Any) -> Columns:
     has_prefill, prefill_offsets, prefill = int_list("prefill_tokens")
 
     logprobs = np.full(n, -1, dtype=np.int64)
+    logprobs_positive = np.zeros(n, dtype=bool)
     arr = column("logprobs")
     if arr is not None:
         valid, offsets, values = _list_parts(arr)
@@ -704,6 +845,7 @@ def from_arrow(batch: Any) -> Columns:
         bad = _bad_per_record(~(np.abs(data) <= 1e290), offsets)  # any sum of up to 10^18 stays finite
         exact &= ~valid | ~bad
         logprobs = np.where(valid, np.diff(offsets), -1)
+        logprobs_positive = valid & _bad_per_record(data > 0, offsets)
 
     def version(name: str) -> "np.ndarray":
         arr = column(name)
@@ -743,13 +885,10 @@ def from_arrow(batch: Any) -> Columns:
         token_ids=token_ids, counts=counts, has_counts=has_counts, has_turns=has_turns, turn_offsets=turn_offsets,
         turn_starts=turn_starts, turn_ends=turn_ends, has_cached=has_cached, cached_offsets=cached_offsets,
         cached=cached, has_prefill=has_prefill, prefill_offsets=prefill_offsets, prefill=prefill, logprobs=logprobs,
-        policy_version=policy_version, trainer_version=trainer_version,
+        logprobs_positive=logprobs_positive, policy_version=policy_version, trainer_version=trainer_version,
         stop=stop, tool_wait_s=tool_wait_s,
     )
 
 
-PARQUET_COLUMNS = (
-    "id", "origin", "loss_mask", "counts", "token_ids", "turns", "cached_tokens", "prefill_tokens", "logprobs",
-    "policy_version", "trainer_version", "stop_reason", "tool_wait_s", "_n_tokens", "_lp_offset", "_stop_logged",
-)
+PARQUET_COLUMNS = CAPPLAN_COLUMNS
 """The columns of capplan's record format (the others are never read)."""

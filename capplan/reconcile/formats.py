@@ -246,6 +246,13 @@ def read_areal(obj: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+CAPPLAN_COLUMNS: tuple[str, ...] = (
+    "id", "origin", "loss_mask", "counts", "token_ids", "turns", "cached_tokens", "prefill_tokens", "logprobs",
+    "policy_version", "trainer_version", "stop_reason", "tool_wait_s", "_n_tokens", "_lp_offset", "_stop_logged",
+)
+"""The fields of capplan's own record format: the only Parquet columns its records are read from
+(a corrupt page in any other column costs nothing)."""
+
 MAPPINGS: dict[str, Callable[[dict[str, Any]], dict[str, Any]] | None] = {
     "capplan": None,
     "verl": read_verl,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import json.scanner
+import re
 import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -14,8 +15,18 @@ from capplan.errors import InputError
 if TYPE_CHECKING:
     from types import TracebackType
 
-PARQUET_BATCH_ROWS = 4096
-"""Parquet rows converted to Python objects at a time [rows]."""
+PARQUET_BATCH_ROWS = 8192
+"""Parquet rows decoded at a time [rows], by both the record-by-record and the batch path: a
+corrupt page costs its row group from the batch it lies in on, so both paths cut batches alike."""
+
+MAX_JSON_DEPTH = 512
+"""Deepest nesting of arrays and objects a JSONL line may have [levels]; a deeper line is one
+failed record ("nested too deeply"). A fixed bound, well inside the interpreter's recursion limit,
+so that whether a line is readable does not depend on how deep the caller's stack is."""
+
+READ_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error)
+"""What reading a JSONL file can raise part-way (a truncated or corrupt gzip stream;
+``gzip.BadGzipFile`` is an ``OSError``)."""
 
 
 def is_parquet(path: Path) -> bool:
@@ -24,31 +35,56 @@ def is_parquet(path: Path) -> bool:
         return fh.read(4) == b"PAR1"
 
 
-def open_lines(path: Path) -> tuple[Iterator[bytes], Callable[[], int], Callable[[], None]]:
-    """Lines of a JSONL file (gzip detected by its magic bytes), a byte-position probe, a closer."""
+BLOCK_BYTES = 1 << 22
+"""Most bytes of a plain JSONL file read at a time [bytes]."""
+GZIP_BLOCK_BYTES = 1 << 16
+"""Most decompressed bytes of a gzip JSONL file read at a time [bytes]: a stream corrupt in the
+middle loses what the read that meets the damage had decompressed, so at most this much."""
+
+
+def open_jsonl(path: Path) -> tuple[Any, int, Callable[[], int], Callable[[], None]]:
+    """A JSONL file opened for reading (gzip detected by its magic bytes), the bytes to read from
+    it at a time (:data:`BLOCK_BYTES`, :data:`GZIP_BLOCK_BYTES`), a byte-position probe of the file
+    on disk, and a closer."""
     raw = open(path, "rb")  # noqa: SIM115 (closed by the returned closer)
     head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
-    fh: Any = gzip.GzipFile(fileobj=raw, mode="rb") if head == b"\x1f\x8b" else raw
+    compressed = head == b"\x1f\x8b"
+    fh: Any = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
 
     def close() -> None:
         fh.close()
         raw.close()
 
-    return iter(fh), raw.tell, close
+    return fh, GZIP_BLOCK_BYTES if compressed else BLOCK_BYTES, raw.tell, close
 
 
-def open_blocks(path: Path) -> tuple[Any, Callable[[], int], Callable[[], None]]:
-    """A JSONL file (gzip detected by its magic bytes) to ``read`` in blocks, a byte-position
-    probe of the file on disk, a closer."""
-    raw = open(path, "rb")  # noqa: SIM115 (closed by the returned closer)
-    head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
-    fh: Any = gzip.GzipFile(fileobj=raw, mode="rb") if head == b"\x1f\x8b" else raw
+def line_blocks(fh: Any, block_bytes: int) -> Iterator[tuple[list[bytes], bool]]:
+    """The complete lines of an open JSONL file, one list per block read, each with whether its
+    lines are all ASCII. A read error (:data:`READ_ERRORS`) is raised after the lines read before
+    it; the line it cuts is lost.
 
-    def close() -> None:
-        fh.close()
-        raw.close()
-
-    return fh, raw.tell, close
+    Both paths read through here, so a stream that breaks part-way gives both the same lines and
+    the same byte position. Each block is one ``read1`` of at most ``block_bytes``: one read of a
+    plain file, or one decompressed piece of a gzip stream. A truncated gzip stream loses nothing
+    but the line it cuts (the read that meets its end returns what came before it); one corrupt in
+    the middle loses the piece being decompressed.
+    """
+    rest = b""
+    rest_ascii = True
+    while True:
+        block = fh.read1(block_bytes)
+        if not block:
+            if rest:
+                yield [rest], rest_ascii
+            return
+        ascii_block = block.isascii()
+        lines = (rest + block).split(b"\n")
+        rest = lines.pop()
+        if lines:
+            yield lines, ascii_block and rest_ascii
+            rest_ascii = ascii_block
+        else:
+            rest_ascii = rest_ascii and ascii_block
 
 
 class NotJSON:
@@ -64,12 +100,52 @@ BLANK = object()
 _scan = json.scanner.make_scanner(json.JSONDecoder())  # the C scanner behind json.loads
 
 
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_OPEN_CLOSE = bytes.maketrans(b"[{]}", b"\x01\x01\x02\x02")
+_KEEP = bytes(c for c in range(256) if c not in b"[{]}")  # deleted by translate
+_DEPTH_BLOCK = 1 << 16
+
+
+def json_depth(raw: bytes, above: int | None = None) -> int:
+    """The deepest nesting of arrays and objects in a line of JSON [levels], brackets inside
+    strings not counted (a line that is not valid JSON gets the depth of its brackets); with
+    ``above``, counting may stop once deeper than that (the depth returned is then above it, but
+    not necessarily the deepest)."""
+    import numpy as np
+
+    codes = np.frombuffer(_STRING.sub(b"", raw).translate(_OPEN_CLOSE, _KEEP), dtype=np.uint8)
+    depth = deepest = 0
+    for start in range(0, codes.size, _DEPTH_BLOCK):  # in blocks: memory stays small, a deep line stops early
+        running = np.cumsum(3 - 2 * codes[start:start + _DEPTH_BLOCK].astype(np.int64)) + depth
+        deepest = max(deepest, int(running.max()))
+        if above is not None and deepest > above:
+            break
+        depth = int(running[-1])
+    return deepest
+
+
+def too_deep(raw: bytes) -> bool:
+    """Whether a line nests deeper than :data:`MAX_JSON_DEPTH`; cheap for a line too short or
+    with too few brackets to be that deep, and for a deep one (counting stops past the bound)."""
+    return (
+        len(raw) > 2 * MAX_JSON_DEPTH
+        and raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH
+        and json_depth(raw, MAX_JSON_DEPTH) > MAX_JSON_DEPTH
+    )
+
+
+NESTED_TOO_DEEPLY = "not readable JSON: nested too deeply"
+
+
 def decode_line(raw: bytes) -> Any:
     """One JSON value from a line of bytes; :data:`BLANK` for a blank line, a :class:`NotJSON` on errors.
 
-    Calls the C scanner directly (``json.loads`` adds three Python-level calls per line) and falls
-    back to ``json.loads`` for the exact error message.
+    A line nested deeper than :data:`MAX_JSON_DEPTH` is a :class:`NotJSON`. Calls the C scanner
+    directly (``json.loads`` adds three Python-level calls per line) and falls back to
+    ``json.loads`` for the exact error message.
     """
+    if too_deep(raw):
+        return NotJSON(NESTED_TOO_DEEPLY)
     try:
         text = raw.decode()
         obj, end = _scan(text, 0)
@@ -77,8 +153,8 @@ def decode_line(raw: bytes) -> Any:
             return obj
     except (ValueError, StopIteration):  # JSONDecodeError, UnicodeDecodeError; StopIteration: no value at 0
         pass
-    except RecursionError:
-        return NotJSON("not readable JSON: nested too deeply")
+    except RecursionError:  # only when the caller's own stack is nearly exhausted
+        return NotJSON(NESTED_TOO_DEEPLY)
     if not raw.strip():
         return BLANK
     try:
@@ -86,7 +162,16 @@ def decode_line(raw: bytes) -> Any:
     except ValueError as exc:
         return NotJSON(f"not valid JSON ({exc.__class__.__name__}: {str(exc)[:80]})")
     except RecursionError:
-        return NotJSON("not readable JSON: nested too deeply")
+        return NotJSON(NESTED_TOO_DEEPLY)
+
+
+def stream_broken(path: Path, lines_read: int, byte: int, exc: BaseException) -> NotJSON:
+    """The failed record that stands for the rest of a JSONL file whose stream broke after line
+    ``lines_read`` (at ``byte`` of the file on disk)."""
+    return NotJSON(
+        f"{path.name}: compressed stream broken after line {lines_read:,} (byte {byte:,} "
+        f"of {path.stat().st_size:,}): {str(exc)[:80]}; the rest of the file is not counted"
+    )
 
 
 def open_parquet(path: Path) -> Any:
@@ -114,8 +199,54 @@ def open_parquet(path: Path) -> Any:
         raise InputError(f"{path}: unreadable Parquet file: {exc}") from None
 
 
-def parquet_rows(path: Path, batch_rows: int = PARQUET_BATCH_ROWS) -> tuple[Iterator[dict[str, Any]], Callable[[], int]]:
-    """Rows of a Parquet file as dicts, read one record batch at a time, and a byte-position estimate.
+def group_broken(path: Path, group: int, first: int, group_rows: int, read: int, exc: BaseException) -> NotJSON:
+    """The failed record that stands for the rest of a Parquet row group with a corrupt page: group
+    ``group`` holds rows ``first + 1`` to ``first + group_rows``; ``read`` of them were read."""
+    return NotJSON(
+        f"{path.name}: Parquet row group {group} (rows {first + 1:,}-{first + group_rows:,}) is unreadable from "
+        f"row {first + read + 1:,} on ({type(exc).__name__}: {str(exc)[:80]}); {group_rows - read:,} row(s) not counted"
+    )
+
+
+def parquet_batches(
+    parquet_file: Any, path: Path, columns: list[str] | None, convert: Callable[[Any], bool]
+) -> Iterator[tuple[int, Any, list[dict[str, Any]] | None]]:
+    """The record batches of a Parquet file, row group by row group, with the number of each
+    batch's first row: ``(number, batch, rows)``, ``rows`` being the batch as dicts when
+    ``convert(batch)`` asks for them (converting can fail, and then counts as reading).
+
+    A row group with a corrupt page costs the rest of that group, not the file: it yields
+    ``(number, NotJSON, None)`` at its first unread row (:func:`group_broken`) and reading goes
+    on with the next group. Both paths read through here, with the same batches
+    (:data:`PARQUET_BATCH_ROWS`), the same ``columns`` and one thread, so a corrupt page breaks
+    them at the same row with the same message.
+    """
+    metadata = parquet_file.metadata
+    first = 0
+    for group in range(metadata.num_row_groups):
+        group_rows = metadata.row_group(group).num_rows
+        read = 0
+        batches = parquet_file.iter_batches(
+            batch_size=PARQUET_BATCH_ROWS, row_groups=[group], columns=columns, use_threads=False
+        )
+        while True:
+            try:
+                batch = next(batches)
+                rows = batch.to_pylist() if convert(batch) else None
+            except StopIteration:
+                break
+            except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a corrupt page
+                yield first + read + 1, group_broken(path, group, first, group_rows, read, exc), None
+                break
+            yield first + read + 1, batch, rows
+            read += batch.num_rows
+        first += group_rows
+
+
+def parquet_rows(path: Path, columns: list[str] | None = None) -> tuple[Iterator[tuple[int, Any]], Callable[[], int]]:
+    """``(row number, row as a dict)`` of a Parquet file, read one record batch at a time (only
+    ``columns``, when given, that the file has), and a byte-position estimate. A row group with a
+    corrupt page yields one :class:`NotJSON` at its first unread row (see :func:`parquet_batches`).
 
     Raises
     ------
@@ -123,31 +254,22 @@ def parquet_rows(path: Path, batch_rows: int = PARQUET_BATCH_ROWS) -> tuple[Iter
         pyarrow is not installed, or the file is not readable Parquet.
     """
     parquet_file = open_parquet(path)
-    metadata = parquet_file.metadata
-    total_rows = max(metadata.num_rows, 1)
+    total_rows = max(parquet_file.metadata.num_rows, 1)
     size_bytes = path.stat().st_size
+    if columns is not None:
+        names = set(parquet_file.schema_arrow.names)
+        columns = [c for c in columns if c in names]
     done = [0]
 
-    def rows() -> Iterator[Any]:
-        # Row group by row group: a corrupt data page costs the rest of its group (reported as one
-        # unreadable record at its first unread row), not the file.
-        first = 0
-        for group in range(metadata.num_row_groups):
-            group_rows = metadata.row_group(group).num_rows
-            read = 0
-            try:
-                for batch in parquet_file.iter_batches(batch_size=batch_rows, row_groups=[group]):
-                    for row in batch.to_pylist():
-                        done[0] += 1
-                        read += 1
-                        yield row
-            except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a corrupt page
-                done[0] += group_rows - read
-                yield NotJSON(
-                    f"{path.name}: Parquet row group {group} (rows {first + 1:,}-{first + group_rows:,}) is unreadable from "
-                    f"row {first + read + 1:,} on ({type(exc).__name__}: {str(exc)[:80]}); {group_rows - read:,} row(s) not counted"
-                )
-            first += group_rows
+    def rows() -> Iterator[tuple[int, Any]]:
+        for number, batch, converted in parquet_batches(parquet_file, path, columns, lambda _batch: True):
+            if converted is None:  # a broken row group
+                done[0] = number
+                yield number, batch
+                continue
+            for k, row in enumerate(converted):
+                done[0] = number + k
+                yield number + k, row
 
     return rows(), lambda: done[0] * size_bytes // total_rows
 
@@ -191,29 +313,29 @@ class TrajectoryLog:
         if self._close is not None:
             self._close()
 
-    def records(self) -> Iterator[tuple[int, Any]]:
-        """``(line or row number, value)`` of every record, in file order; blank lines are skipped."""
+    def records(self, columns: list[str] | None = None) -> Iterator[tuple[int, Any]]:
+        """``(line or row number, value)`` of every record, in file order; blank lines are skipped.
+        Parquet: only ``columns`` are read, when given."""
         number = 0
         try:
             if self.parquet:
-                rows, self.bytes_read = parquet_rows(self.path)
-                for number, row in enumerate(rows, 1):
+                rows, self.bytes_read = parquet_rows(self.path, columns)
+                for number, row in rows:
                     yield number, row
                 return
-            lines, self.bytes_read, self._close = open_lines(self.path)
+            fh, block_bytes, self.bytes_read, self._close = open_jsonl(self.path)
             try:
-                for number, raw in enumerate(lines, 1):
-                    value = decode_line(raw)
-                    if value is not BLANK:
-                        yield number, value
-            except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
+                for lines, _ascii in line_blocks(fh, block_bytes):
+                    for raw in lines:
+                        number += 1
+                        value = decode_line(raw)
+                        if value is not BLANK:
+                            yield number, value
+            except READ_ERRORS as exc:
                 # a truncated or corrupt gzip stream: what was read is counted, the break is a failed record
                 if number == 0:
                     raise InputError(f"{self.path}: unreadable after line 0: {exc}") from None
                 number += 1
-                yield number, NotJSON(
-                    f"{self.path.name}: compressed stream broken after line {number - 1:,} (byte {self.bytes_read():,} "
-                    f"of {self.path.stat().st_size:,}): {str(exc)[:80]}; the rest of the file is not counted"
-                )
+                yield number, stream_broken(self.path, number - 1, self.bytes_read(), exc)
         finally:
             self.lines = number
