@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     r = simulate(w, load_hardware(args.hardware), cfg)
     wall = time.perf_counter() - t0
     s = r.summary
-    turns = sum(len(h) for h, ok in zip(r.table.cache_hits, r.conversations["completed"]) if ok)
+    turns = sum(c for c, ok in zip(r.table.cache_hit_count, r.conversations["completed"]) if ok)
     print(
         f"{args.workload} on {args.replicas} x {args.hardware}, {args.mode}"
         f"{f' K={args.max_staleness}' if args.mode == 'async' else ''}, {steps} updates: "

@@ -77,7 +77,8 @@ class SimResult:
     """One simulation: the summary (JSON contract), queue statistics, the timeline, and the detail.
 
     ``conversations`` holds per-conversation arrays (for tests) and ``table`` the simulated
-    conversations (for the trajectory log); neither is part of the JSON.
+    conversations' compact columns (for the trajectory log, which draws the turns again); neither
+    is part of the JSON.
     """
 
     workload: str
@@ -160,9 +161,11 @@ def build_result(
         busy_s += replica_busy_s
         sequence_s += replica_sequence_s
     n = table.count
-    started = np.array([not math.isnan(x) for x in table.start_s[:n]])
+    start_s = np.array(table.start_s[:n], dtype=float)
+    end_s = np.array(table.end_s[:n], dtype=float)
+    started = ~np.isnan(start_s)
     outcome = np.array(table.outcome[:n], dtype=np.int8)
-    completed = np.array([not math.isnan(x) for x in table.end_s[:n]])
+    completed = ~np.isnan(end_s)
     rejected = {k: int(v) for k, v in controller.rejected.items()}
     accepted = controller.accepted
     unfinished = int((started & (outcome == OUTCOME_UNFINISHED)).sum())
@@ -179,9 +182,9 @@ def build_result(
     # token counters: the engine's forwarded positions against the ledger's for the same conversations
     ledger = {k: np.concatenate([c[k] for c in table.ledger_chunks])[:n] for k in table.ledger_chunks[0]}
     forwarded = sum(r.forwarded_tokens for r in replicas)
-    prefill = np.asarray(table.prefill_forwarded[:n])
-    recompute = np.asarray(table.recompute_forwarded[:n])
-    decode = np.asarray(table.decode_forwarded[:n])
+    prefill = np.array(table.prefill_forwarded[:n], dtype=np.int64)
+    recompute = np.array(table.recompute_forwarded[:n], dtype=np.int64)
+    decode = np.array(table.decode_forwarded[:n], dtype=np.int64)
     done = completed
     counters = {
         "engine_forwarded": int(forwarded),
@@ -277,10 +280,10 @@ def build_result(
         "started": started,
         "completed": completed,
         "outcome": outcome,
-        "start_s": np.asarray(table.start_s[:n]),
-        "end_s": np.asarray(table.end_s[:n]),
-        "policy_version": np.asarray(table.policy_version[:n]),
-        "trainer_version": np.asarray(table.trainer_version[:n]),
+        "start_s": start_s,
+        "end_s": end_s,
+        "policy_version": np.array(table.policy_version[:n], dtype=np.int64),
+        "trainer_version": np.array(table.trainer_version[:n], dtype=np.int64),
         "prefill_forwarded": prefill - recompute,
         "recompute_forwarded": recompute,
         "decode_forwarded": decode,
