@@ -32,7 +32,6 @@ from capplan.errors import DoesNotFitError, InputError
 from capplan.sim.controller import Controller
 from capplan.sim.conversations import ConversationTable
 from capplan.sim.events import (
-    EVENT_RUN_END,
     EVENT_SAMPLE,
     EVENT_SYNC_DONE,
     EVENT_TOOL_DONE,
@@ -199,7 +198,7 @@ class Simulation:
         workers = self.options.env_workers
         if workers is None or self.env_busy < workers:
             self.env_busy += 1
-            self.events.push(t + seq.tool_wait_s[turn], EVENT_TOOL_DONE, seq, turn)  # type: ignore[arg-type]
+            self.events.push(t + seq.tool_wait_s[turn], EVENT_TOOL_DONE, seq, turn)
         else:
             self.env_queue.append((seq, turn))
 
@@ -209,7 +208,7 @@ class Simulation:
         if self.env_queue:
             queued, queued_turn = self.env_queue.popleft()
             self.env_busy += 1
-            self.events.push(t + queued.tool_wait_s[queued_turn], EVENT_TOOL_DONE, queued, queued_turn)  # type: ignore[arg-type]
+            self.events.push(t + queued.tool_wait_s[queued_turn], EVENT_TOOL_DONE, queued, queued_turn)
         replica = self.replicas[seq.replica]
         invoked = seq.invoked
         if turn + 1 < len(invoked) and invoked[turn + 1]:
@@ -277,19 +276,22 @@ class Simulation:
         self.events.push(0.0, EVENT_SAMPLE)
         controller.gate(0.0)
         heap = self.events.heap
+        runs = self.events.runs
         replicas = self.replicas
         tool_done = self.tool_done
         t = 0.0
-        while heap and controller.horizon is None:
-            t, _, kind, a, b = heappop(heap)
-            if kind == EVENT_RUN_END:
-                replica = replicas[a]
-                if b == replica.run_epoch and replica.busy:
+        while (heap or runs) and controller.horizon is None:
+            if runs and (not heap or runs[0] < heap[0]):
+                t, _, index, epoch = heappop(runs)
+                replica = replicas[index]
+                if epoch == replica.run_epoch and replica.busy:
                     replica.finish_run(t)
-            elif kind == EVENT_TOOL_DONE:
+                continue
+            t, _, kind, a, b = heappop(heap)
+            if kind == EVENT_TOOL_DONE:
                 tool_done(a, b, t)
             elif kind == EVENT_SAMPLE:
-                if len(heap) > 0:
+                if heap or runs:
                     self.sample(t)
             elif kind == EVENT_TRAIN_DONE:
                 controller.training_done(t)

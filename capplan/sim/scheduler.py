@@ -28,7 +28,7 @@ from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Callable
 
 from capplan.errors import DoesNotFitError
-from capplan.sim.events import EVENT_RUN_END, EVENT_WEIGHTS_LOADED
+from capplan.sim.events import EVENT_WEIGHTS_LOADED
 from capplan.sim.setup import held_bytes_function
 from capplan.sim.stepcost import run_time, steps_within
 
@@ -52,7 +52,7 @@ class ReplicaScheduler:
         "inflight_updates", "weight_sync_s", "decode_compute_base", "decode_compute_per_sequence", "decode_memory_base",
         "decode_memory_per_sequence", "decode_fixed_base", "decode_fixed_per_sequence", "step_constants",
         # shared with the rest of the simulation
-        "events", "tiebreak", "uids", "on_invocation_done",
+        "events", "runs", "tiebreak", "uids", "on_invocation_done",
         # queues and KV
         "waiting", "prefilling", "decode_ends", "window_crossings", "decoding", "decoding_below_window",
         "decoding_cached", "decoding_cached_below_window", "kv_prefill_bytes", "kv_retained_bytes",
@@ -112,6 +112,8 @@ class ReplicaScheduler:
         )
         """The coefficients :meth:`StepCoefficients.step_time` reads, in one tuple for its inline copy."""
         self.events = events.heap
+        self.runs = events.runs
+        """The heap of run ends (:attr:`capplan.sim.events.EventQueue.runs`)."""
         self.tiebreak = events.tiebreak
         self.uids = uids
         self.on_invocation_done = on_invocation_done
@@ -417,10 +419,17 @@ class ReplicaScheduler:
             self.run_steps = steps
             self.run_time_s = run_time(self.run_line, steps)
             self.run_epoch += 1
-            heappush(self.events, (self.run_start_s + self.run_time_s, next(self.tiebreak), EVENT_RUN_END, self.index, self.run_epoch))
+            heappush(self.runs, (self.run_start_s + self.run_time_s, next(self.tiebreak), self.index, self.run_epoch))
 
     def plan(self, t: float) -> None:
-        """Build the next step (or run of decode steps) at step boundary ``t`` [s]."""
+        """Build the next step (or run of decode steps) at step boundary ``t`` [s].
+
+        A step with prefill chunks is priced from its mix (:meth:`StepCoefficients.step_time`,
+        with :func:`capplan.roofline.causal_pairs_one` for the chunks' attention pairs); else the
+        decoding batch runs until a sequence ends, crosses the window, or KV runs out, priced as
+        a :data:`~capplan.sim.stepcost.DecodeLine`. Those helpers are written inline here, in
+        their own operation order (so the same bits): this is the simulator's hottest code.
+        """
         if self.loading_weights or self.stopped:
             return
         if self.pending_hold_s > 0:  # the framework's per-update time: no step runs
@@ -435,20 +444,26 @@ class ReplicaScheduler:
                 self.start_weight_load(t)
                 return
             self.draining = True
+        steps_done = self.steps_done
         crossings = self.window_crossings
-        if crossings and crossings[0][0] <= self.steps_done:
+        if crossings and crossings[0][0] <= steps_done:
             self._retire_window_crossings()
         # the decode batch's next step must fit
         full_bytes, window_bytes = self.kv_full_bytes, self.kv_window_bytes
         decoding = self.decoding
-        growth = full_bytes * decoding + window_bytes * self.decoding_below_window
-        used = self.kv_prefill_bytes + self.kv_retained_bytes + full_bytes * self.decoding_cached + self.kv_state_bytes * decoding
+        below = self.decoding_below_window
+        cached = self.decoding_cached
+        growth = full_bytes * decoding + window_bytes * below
+        used = self.kv_prefill_bytes + self.kv_retained_bytes + full_bytes * cached + self.kv_state_bytes * decoding
         if window_bytes:
-            used += window_bytes * (self.decoding_cached_below_window + self.window_limit * (decoding - self.decoding_below_window))
+            used += window_bytes * (self.decoding_cached_below_window + self.window_limit * (decoding - below))
+        capacity = self.kv_capacity_bytes
         preempted = False
-        if decoding and used + growth > self.kv_capacity_bytes:
+        if decoding and used + growth > capacity:
             used, growth, preempted = self._free_kv_for_growth(used, growth)
             decoding = self.decoding
+            below = self.decoding_below_window
+            cached = self.decoding_cached
         # prefill chunks: continuing prefills first, then admissions
         budget = self.max_batched_tokens - decoding
         prefilling = self.prefilling
@@ -478,7 +493,62 @@ class ReplicaScheduler:
             if self.draining and not self.prefilling:
                 self.start_weight_load(t)
             return
-        self._start_decode_run(used, growth, t)
+        # a run of pure decode steps: until a sequence ends, crosses the window, or KV runs out
+        ends = self.decode_ends
+        head = ends[0]
+        while head[3] != head[2].epoch:
+            heappop(ends)
+            head = ends[0]
+        steps = head[0] - steps_done
+        if crossings:
+            while crossings and crossings[0][3] != crossings[0][2].epoch:
+                heappop(crossings)
+            if crossings:
+                to_crossing = crossings[0][0] - steps_done + 1
+                if to_crossing < steps:
+                    steps = to_crossing
+        # KV for ``steps`` more steps; the floor division only where the room may be short (a
+        # margin of two steps covers its rounding, so the outcome is the floor division's)
+        if growth > 0 and capacity - used < growth * (steps + 2):
+            fitting = int((capacity - used) // growth)
+            if fitting < steps:
+                steps = fitting
+        if steps < 1:
+            steps = 1
+        coeffs = self.coeffs
+        cached_below = self.decoding_cached_below_window
+        above = decoding - below
+        if above:
+            pairs_window = cached_below + below + self.window * above
+            read_window = cached_below + self.window_limit * above
+        else:
+            pairs_window = float(cached_below + below)
+            read_window = float(cached_below)
+        c_pair, c_pair_w, m_read, m_read_w = coeffs.c_pair, coeffs.c_pair_w, coeffs.m_read, coeffs.m_read_w
+        compute_0 = self.decode_compute_base + self.decode_compute_per_sequence * decoding + c_pair * (cached + decoding) + c_pair_w * pairs_window
+        memory_0 = self.decode_memory_base + self.decode_memory_per_sequence * decoding + m_read * cached + m_read_w * read_window
+        if coeffs.m_routed:
+            memory_0 += coeffs.m_routed * (1.0 - coeffs.q**decoding)
+        compute_growth = c_pair * decoding + c_pair_w * below
+        memory_growth = m_read * decoding + m_read_w * below
+        fixed = self.decode_fixed_base + self.decode_fixed_per_sequence * decoding
+        self.run_line = line = (compute_0, compute_growth, memory_0, memory_growth, fixed)
+        self.busy = True
+        self.run_steps = steps
+        self.run_chunks = _NO_CHUNKS
+        self.run_start_s = t
+        # run_time(line, steps), with the common case (one line dominates throughout) inline
+        last = steps - 1
+        if (compute_0 >= memory_0) == (compute_0 + compute_growth * last >= memory_0 + memory_growth * last):
+            if compute_0 >= memory_0:
+                run_s = steps * (compute_0 + fixed) + compute_growth * steps * last * 0.5
+            else:
+                run_s = steps * (memory_0 + fixed) + memory_growth * steps * last * 0.5
+        else:
+            run_s = run_time(line, steps)
+        self.run_time_s = run_s
+        self.run_epoch = epoch = self.run_epoch + 1
+        heappush(self.runs, (t + run_s, next(self.tiebreak), self.index, epoch))
 
     def _start_step_with_prefill(self, chunks: list[tuple["Sequence", int]], t: float) -> None:
         """Price one step of the decoding batch plus ``chunks`` of prefill and schedule its end.
@@ -491,7 +561,7 @@ class ReplicaScheduler:
         cached_below = self.decoding_cached_below_window
         new = decoding
         logits = decoding
-        pairs = self.decoding_cached + decoding
+        pairs = float(self.decoding_cached + decoding)
         read = self.decoding_cached
         if self.kv_window_bytes:
             window = self.window
@@ -500,8 +570,8 @@ class ReplicaScheduler:
                 pairs_window = cached_below + below + window * (decoding - below)
                 read_window = cached_below + window_limit * (decoding - below)
             else:
-                pairs_window = cached_below + below
-                read_window = cached_below
+                pairs_window = float(cached_below + below)
+                read_window = float(cached_below)
             for inv, n in chunks:
                 cached = inv.cached_positions
                 new += n
@@ -547,68 +617,7 @@ class ReplicaScheduler:
         self.run_start_s = t
         self.run_time_s = step_s
         self.run_epoch = epoch = self.run_epoch + 1
-        heappush(self.events, (t + step_s, next(self.tiebreak), EVENT_RUN_END, self.index, epoch))
-
-    def _start_decode_run(self, used: float, growth: float, t: float) -> None:
-        """Schedule a run of pure decode steps: until a sequence ends, crosses the window, or KV runs out.
-
-        ``used`` is the KV in use and ``growth`` what each step adds [bytes].
-        """
-        steps_done = self.steps_done
-        ends = self.decode_ends
-        head = ends[0]
-        while head[3] != head[2].epoch:
-            heappop(ends)
-            head = ends[0]
-        steps = head[0] - steps_done
-        crossings = self.window_crossings
-        if crossings:
-            while crossings and crossings[0][3] != crossings[0][2].epoch:
-                heappop(crossings)
-            if crossings:
-                to_crossing = crossings[0][0] - steps_done + 1
-                if to_crossing < steps:
-                    steps = to_crossing
-        fitting = int((self.kv_capacity_bytes - used) // growth) if growth > 0 else steps
-        if fitting < steps:
-            steps = fitting
-        if steps < 1:
-            steps = 1
-        coeffs = self.coeffs
-        decoding = self.decoding
-        below, cached, cached_below = self.decoding_below_window, self.decoding_cached, self.decoding_cached_below_window
-        above = decoding - below
-        if above:
-            pairs_window = cached_below + below + self.window * above
-            read_window = cached_below + self.window_limit * above
-        else:
-            pairs_window = cached_below + below
-            read_window = cached_below
-        c_pair, c_pair_w, m_read, m_read_w = coeffs.c_pair, coeffs.c_pair_w, coeffs.m_read, coeffs.m_read_w
-        compute_0 = self.decode_compute_base + self.decode_compute_per_sequence * decoding + c_pair * (cached + decoding) + c_pair_w * pairs_window
-        memory_0 = self.decode_memory_base + self.decode_memory_per_sequence * decoding + m_read * cached + m_read_w * read_window
-        if coeffs.m_routed:
-            memory_0 += coeffs.m_routed * (1.0 - coeffs.q**decoding)
-        compute_growth = c_pair * decoding + c_pair_w * below
-        memory_growth = m_read * decoding + m_read_w * below
-        fixed = self.decode_fixed_base + self.decode_fixed_per_sequence * decoding
-        self.run_line = line = (compute_0, compute_growth, memory_0, memory_growth, fixed)
-        self.busy = True
-        self.run_steps = steps
-        self.run_chunks = _NO_CHUNKS
-        self.run_start_s = t
-        # run_time(line, steps), with the common case (one line dominates throughout) inline
-        last = steps - 1
-        if (compute_0 >= memory_0) == (compute_0 + compute_growth * last >= memory_0 + memory_growth * last):
-            if compute_0 >= memory_0:
-                run_s = steps * (compute_0 + fixed) + compute_growth * steps * last * 0.5
-            else:
-                run_s = steps * (memory_0 + fixed) + memory_growth * steps * last * 0.5
-        else:
-            run_s = run_time(line, steps)
-        self.run_time_s = run_s
-        self.run_epoch = epoch = self.run_epoch + 1
-        heappush(self.events, (t + run_s, next(self.tiebreak), EVENT_RUN_END, self.index, epoch))
+        heappush(self.runs, (t + step_s, next(self.tiebreak), self.index, epoch))
 
     def finish_run(self, t: float) -> None:
         """The current run of ``run_steps`` steps ended at ``t`` [s]: advance the batch, finish invocations, plan the next.
