@@ -36,6 +36,9 @@ OUTCOME_SURPLUS = 4
 OUTCOME_NAMES: tuple[str, ...] = ("unfinished", "accepted", "rejected_stale", "rejected_filtered", "rejected_surplus")
 """The name of each outcome, indexed by its code (the trajectory log's ``outcome`` field)."""
 
+LEDGER_COUNTERS: tuple[str, ...] = ("prefill_forwarded", "cache_hit", "decode_forwarded", "sampled", "trained")
+"""The ledger's counters the result compares with the engine's (kept per conversation)."""
+
 
 @dataclass(frozen=True)
 class ConversationChunk:
@@ -277,17 +280,20 @@ class ConversationTable:
         """Conversations per chunk (every chunk has the same size)."""
         self.chunks: dict[int, ConversationChunk] = {}
         """Drawn chunks with conversations not yet dispatched, by chunk number."""
-        self.ledger_chunks: list[dict[str, Any]] = []
-        """The ledger's counters of each chunk."""
+        self.chunks_drawn = 0
+        """Chunks drawn so far [count]."""
         # drawn, per conversation (what the trainer and the result need)
-        self.sampled_tokens = _column("q")
-        self.trained_tokens = _column("q")
-        self.record_length = _column("q")
+        self.sampled_tokens = _column("i")
+        self.trained_tokens = _column("i")
+        self.record_length = _column("i")
         self.truncated = _column("b")
         self.group_filtered = _column("b")
         """Per prompt group (conversation ``i`` is in group ``i // samples_per_prompt``)."""
+        self.ledger = {key: _column("q") for key in LEDGER_COUNTERS}
+        """The ledger's counters of each conversation (:func:`capplan.ledger.count_positions`),
+        summed over the token classes [positions]."""
         # simulated, per conversation
-        self.policy_version = _column("q")
+        self.policy_version = _column("i")
         """Policy version of the replica when the first turn was admitted (-1 before)."""
         self.start_s = _column("d")
         """Dispatch time [s] (NaN before)."""
@@ -295,7 +301,7 @@ class ConversationTable:
         """Completion time [s] (NaN before)."""
         self.outcome = _column("b")
         """One of the ``OUTCOME_*`` codes."""
-        self.trainer_version = _column("q")
+        self.trainer_version = _column("i")
         """Trainer version that accepted or rejected it (-1 before)."""
         self.prefill_forwarded = _column("q")
         """Positions forwarded by prefill chunks, recomputation included [positions]."""
@@ -307,19 +313,23 @@ class ConversationTable:
         """Positions a teacher forwarded to score the finished record [positions]."""
         self.cache_hit_start = _column("q")
         """Offset of the conversation's cache hits in :attr:`cache_hits` (-1: not ended)."""
-        self.cache_hit_count = _column("l")
+        self.cache_hit_count = _column("i")
         """Cache hits (invocations of turns) of the conversation [count]."""
-        self.cache_hits = _column("q")
+        self.cache_hits = _column("i")
         """Cached prefix each invocation found, conversation after conversation in the order they
         ended [positions]."""
 
     def append(self, chunk: ConversationChunk) -> None:
         """Add a chunk of drawn conversations, with their simulated state at its initial value."""
+        import numpy as np
+
         n = len(chunk.prompt_tokens)
         if not self.chunk_size:
             self.chunk_size = n
-        self.chunks[len(self.ledger_chunks)] = chunk
-        self.ledger_chunks.append(chunk.ledger)
+        self.chunks[self.chunks_drawn] = chunk
+        self.chunks_drawn += 1
+        for key, column in self.ledger.items():
+            column.frombytes(np.ascontiguousarray(chunk.ledger[key].sum(1), dtype=np.int64).tobytes())
         self.sampled_tokens.extend(chunk.sampled_tokens)
         self.trained_tokens.extend(chunk.trained_tokens)
         self.record_length.extend(chunk.record_length)

@@ -112,7 +112,7 @@ class Simulation:
         """
         table = self.table
         while table.count < count:
-            chunk = self.draw(len(table.ledger_chunks))
+            chunk = self.draw(table.chunks_drawn)
             table.append(chunk)
             longest = chunk.max_record_length
             need = self.setup.kv_layout.held_bytes(longest)
