@@ -291,7 +291,7 @@ class ConversationTable:
         """Per prompt group (conversation ``i`` is in group ``i // samples_per_prompt``)."""
         self.ledger = {key: _column("q") for key in LEDGER_COUNTERS}
         """The ledger's counters of each conversation (:func:`capplan.ledger.count_positions`),
-        summed over the token classes [positions]."""
+        three per conversation (prompt, action, tool) [positions]."""
         # simulated, per conversation
         self.policy_version = _column("i")
         """Policy version of the replica when the first turn was admitted (-1 before)."""
@@ -329,7 +329,7 @@ class ConversationTable:
         self.chunks[self.chunks_drawn] = chunk
         self.chunks_drawn += 1
         for key, column in self.ledger.items():
-            column.frombytes(np.ascontiguousarray(chunk.ledger[key].sum(1), dtype=np.int64).tobytes())
+            column.frombytes(np.ascontiguousarray(chunk.ledger[key], dtype=np.int64).tobytes())
         self.sampled_tokens.extend(chunk.sampled_tokens)
         self.trained_tokens.extend(chunk.trained_tokens)
         self.record_length.extend(chunk.record_length)

@@ -180,7 +180,7 @@ def build_result(
     kv = sim.kv_samples
 
     # token counters: the engine's forwarded positions against the ledger's for the same conversations
-    ledger = {k: np.frombuffer(column, dtype=np.int64)[:n] for k, column in table.ledger.items()}
+    ledger = {k: np.frombuffer(column, dtype=np.int64).reshape(-1, 3)[:n] for k, column in table.ledger.items()}
     forwarded = sum(r.forwarded_tokens for r in replicas)
     prefill = np.frombuffer(table.prefill_forwarded, dtype=np.int64)[:n]
     recompute = np.frombuffer(table.recompute_forwarded, dtype=np.int64)[:n]
