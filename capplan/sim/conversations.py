@@ -135,8 +135,8 @@ class Sequence:
 
     A conversation runs at most one invocation at a time (a turn, the recompute of a preempted
     turn, or a teacher's scoring forward), so one object per conversation carries both, and the
-    invocation fields are reset for each new one (:meth:`start_turn`, :meth:`start_recompute`,
-    :meth:`start_score`). It lives from dispatch until the conversation ends (or, when the
+    invocation fields are reset for each new one (:meth:`start_turn`, :meth:`start_score`,
+    :meth:`capplan.sim.scheduler.ReplicaScheduler.preempt` for a recompute). It lives from dispatch until the conversation ends (or, when the
     trajectory log is streamed, until its record is written); then its final counters go to the
     :class:`ConversationTable`'s compact columns.
     """
@@ -224,7 +224,10 @@ class Sequence:
         """A teacher's forward over the finished record (logits at every position, no decode)."""
 
     def start_turn(self, turn: int, uid: int) -> None:
-        """Make the current invocation turn ``turn``'s (created ``uid``-th)."""
+        """Make the current invocation turn ``turn``'s (created ``uid``-th).
+
+        :meth:`capplan.sim.loop.Simulation.tool_done` has a copy inline (keep them the same).
+        """
         self.turn = turn
         self.uid = uid
         self.input_positions = self.input_positions_of_turn[turn]

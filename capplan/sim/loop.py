@@ -211,10 +211,23 @@ class Simulation:
             self.events.push(t + queued.tool_wait_s[queued_turn], EVENT_TOOL_DONE, queued, queued_turn)
         replica = self.replicas[seq.replica]
         invoked = seq.invoked
-        if turn + 1 < len(invoked) and invoked[turn + 1]:
-            seq.start_turn(turn + 1, self.next_uid())
+        turn += 1
+        if turn < len(invoked) and invoked[turn]:
+            # seq.start_turn(turn, self.next_uid()), inline
+            seq.turn = turn
+            seq.uid = self.next_uid()
+            seq.input_positions = seq.input_positions_of_turn[turn]
+            seq.claimed_positions = seq.claimed_positions_of_turn[turn]
+            sampled = seq.action_tokens[turn]
+            seq.decode_steps = sampled - 1 if sampled > 1 else 0
+            seq.prefill_remaining = 0
+            seq.cached_positions = 0
+            seq.computes_logits = True
+            seq.is_recompute = False
+            seq.is_first_turn = False
+            seq.is_score = False
             replica.waiting.append(seq)
-            # replica.can_admit() or not replica.busy, inline
+            # wake it if idle, or if the new turn could be admitted at the next step boundary
             if not replica.busy or (
                 not replica.draining
                 and replica.decoding + len(replica.prefilling) < replica.max_num_seqs

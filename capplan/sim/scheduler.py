@@ -231,24 +231,6 @@ class ReplicaScheduler:
 
     # ------------------------------------------------------------------ the decoding batch
 
-    def join_decode(self, inv: "Sequence", context: int) -> None:
-        steps_done = self.steps_done
-        inv.join_context = context
-        inv.join_step = steps_done
-        inv.end_step = end_step = steps_done + inv.decode_steps
-        inv.epoch = epoch = inv.epoch + 1
-        self.decoding += 1
-        self.decoding_cached += context
-        if context < self.window_limit:
-            inv.below_window = True
-            self.decoding_below_window += 1
-            self.decoding_cached_below_window += context
-            if self.kv_window_bytes:
-                heappush(self.window_crossings, (steps_done + int(self.window_limit) - context, inv.uid, inv, epoch))
-        else:
-            inv.below_window = False
-        heappush(self.decode_ends, (end_step, inv.uid, inv, epoch))
-
     def leave_decode(self, inv: "Sequence") -> int:
         """Take ``inv`` out of the decoding batch; returns its cached positions."""
         steps_done = self.steps_done
@@ -319,45 +301,6 @@ class ReplicaScheduler:
 
     # ------------------------------------------------------------------ admission
 
-    def can_admit(self) -> bool:
-        """Whether a waiting invocation could be admitted at the next step boundary."""
-        return not self.draining and self.decoding + len(self.prefilling) < self.max_num_seqs and not (
-            self.static_batching and (self.decoding or self.prefilling)
-        )
-
-    def admission_bytes(self, inv: "Sequence") -> float:
-        """Extra KV bytes admitting ``inv`` takes (its retained prefix is already held) [bytes]."""
-        if inv.is_recompute or inv.is_score:
-            return self.held_bytes(inv.input_positions)
-        return self.held_bytes(inv.input_positions) - (inv.held_kv_bytes if inv.held_positions else 0.0)
-
-    def admit(self, inv: "Sequence", reserved_bytes: float) -> None:
-        """Reserve ``inv``'s KV (``reserved_bytes`` = ``held_bytes(inv.input_positions)``) and start its
-        prefill, reusing the prefix it still holds."""
-        inv.kv_reserved_bytes = reserved_bytes
-        if inv.is_recompute or inv.is_score:
-            self.kv_prefill_bytes += reserved_bytes
-        else:
-            held = inv.held_positions
-            if inv.is_first_turn:
-                held = inv.shared_prompt  # the group's first sample, on this replica, computed the prompt
-            claim = inv.claimed_positions
-            hit = claim if claim <= held else held
-            if inv.held_positions:
-                self.kv_retained_bytes -= inv.held_kv_bytes
-                del self.retained[inv]
-                inv.held_positions = 0
-            if claim > hit:
-                inv.recompute_forwarded += claim - hit
-            inv.cached_positions = hit
-            inv.prefill_remaining = inv.input_positions - hit
-            self.kv_prefill_bytes += reserved_bytes
-            inv.cache_hits.append(hit)
-            if inv.is_first_turn:
-                self.new_conversations_waiting -= 1
-                inv.policy_version = self.policy_version
-        self.prefilling.append(inv)
-
     def _admit_waiting(self, chunks: list[tuple["Sequence", int]], budget: int, used: float, growth: float) -> float:
         """Admit from the head of the waiting queue while KV, ``max_num_seqs`` and the budget allow.
 
@@ -395,7 +338,30 @@ class ReplicaScheduler:
                 while used + need + growth > capacity and self.evict_retained(inv):
                     used = self.kv_used_bytes()
             waiting.popleft()
-            self.admit(inv, reserved)
+            # admit: reserve its KV and start its prefill, reusing the prefix it still holds
+            inv.kv_reserved_bytes = reserved
+            if inv.is_recompute or inv.is_score:
+                self.kv_prefill_bytes += reserved
+            else:
+                held = inv.held_positions
+                if inv.is_first_turn:
+                    held = inv.shared_prompt  # the group's first sample, on this replica, computed the prompt
+                claim = inv.claimed_positions
+                hit = claim if claim <= held else held
+                if inv.held_positions:
+                    self.kv_retained_bytes -= inv.held_kv_bytes
+                    del self.retained[inv]
+                    inv.held_positions = 0
+                if claim > hit:
+                    inv.recompute_forwarded += claim - hit
+                inv.cached_positions = hit
+                inv.prefill_remaining = inv.input_positions - hit
+                self.kv_prefill_bytes += reserved
+                inv.cache_hits.append(hit)
+                if inv.is_first_turn:
+                    self.new_conversations_waiting -= 1
+                    inv.policy_version = self.policy_version
+            prefilling.append(inv)
             used += need
             if budget > 0:
                 n = inv.prefill_remaining if inv.prefill_remaining < budget else budget
@@ -652,7 +618,23 @@ class ReplicaScheduler:
                 inv = prefilling.popleft()
                 self.kv_prefill_bytes -= inv.kv_reserved_bytes
                 if inv.decode_steps > 0:
-                    self.join_decode(inv, inv.input_positions)
+                    # join the decoding batch with its input cached
+                    context = inv.input_positions
+                    inv.join_context = context
+                    inv.join_step = steps_done
+                    inv.end_step = end_step = steps_done + inv.decode_steps
+                    inv.epoch = epoch = inv.epoch + 1
+                    self.decoding += 1
+                    self.decoding_cached += context
+                    if context < self.window_limit:
+                        inv.below_window = True
+                        self.decoding_below_window += 1
+                        self.decoding_cached_below_window += context
+                        if self.kv_window_bytes:
+                            heappush(self.window_crossings, (steps_done + int(self.window_limit) - context, inv.uid, inv, epoch))
+                    else:
+                        inv.below_window = False
+                    heappush(self.decode_ends, (end_step, inv.uid, inv, epoch))
                 else:
                     # one sampled token (or none): the invocation ends with its prefill
                     self.on_invocation_done(self, inv, inv.input_positions, t)
