@@ -300,8 +300,9 @@ def simulate(
         return
     from capplan.sim import simulate as run
 
-    with _Progress(steps) as progress:
-        result = call(lambda: run(w, hw, cfg, model=model, trainer_hardware=thw, progress=progress))
+    with _Progress(steps) as progress:  # --trajectories streams the log to disk as trajectories finish
+        result = call(lambda: run(w, hw, cfg, model=model, trainer_hardware=thw, progress=progress,
+                                  trajectories=trajectories, force=force))
     from capplan.output import to_json
 
     if format is Format.json:
@@ -311,10 +312,7 @@ def simulate(
     if output is not None:
         emit(to_json(result.as_dict()), output, force)
     if trajectories is not None:
-        from capplan.sim import write_trajectories
-
-        path = call(lambda: write_trajectories(result, w, trajectories, force=force))
-        typer.echo(f"wrote {path}", err=True)
+        typer.echo(f"wrote {trajectories}", err=True)
     if timeline is not None:
         from capplan.plots import plot_timeline
 

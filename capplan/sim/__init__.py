@@ -4,15 +4,19 @@
 * :mod:`capplan.sim.config`: :class:`SimConfig` and its validation;
 * :mod:`capplan.sim.setup`: engine constants from the KV calculator, roofline and trainer;
 * :mod:`capplan.sim.stepcost`: engine-step prices as coefficients probed from the roofline model;
-* :mod:`capplan.sim.conversations`: the drawn conversations and their simulated state;
+* :mod:`capplan.sim.conversations`: the drawn conversations, each one in flight as a
+  :class:`~capplan.sim.conversations.Sequence`, and every one's fate as compact columns;
 * :mod:`capplan.sim.scheduler`: one replica's admission, prefill, decode, KV and preemption;
 * :mod:`capplan.sim.controller`: dispatch, the trainer, rejections and weight pushes;
 * :mod:`capplan.sim.loop`: the event loop, tool calls and time-series samples;
 * :mod:`capplan.sim.result`: :class:`SimResult`, the JSON contract;
-* :mod:`capplan.sim.output`: the trajectory log (JSONL);
+* :mod:`capplan.sim.output`: the trajectory log (JSONL), streamed during the run or written after it;
 * :mod:`capplan.sim.serving`: the serving simulator (a serving workload's requests on replicas).
 
-Figures are in :mod:`capplan.plots`.
+Figures are in :mod:`capplan.plots`. The event loop's modules (``events``, ``stepcost``,
+``conversations``, ``scheduler``, ``controller``, ``loop``) can be compiled with mypyc
+(``CAPPLAN_COMPILE=1``, see ``setup.py``); they run as plain Python otherwise, with identical
+results.
 """
 
 import importlib

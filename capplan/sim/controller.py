@@ -201,7 +201,7 @@ class Controller:
         if self.oversampling:
             if self.round_finished.get(version, -1) != self.options.groups_per_round:
                 return
-            batch = []
+            batch: list[int] = []
             for group in self.round_groups.pop(version):
                 if self.table.group_filtered[group]:
                     self.reject(group, OUTCOME_FILTERED)

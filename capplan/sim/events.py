@@ -1,18 +1,24 @@
-"""The simulator's event queue: the kinds of event and one time-ordered heap shared by every part.
+"""The simulator's event queue: the kinds of event and the time-ordered heaps shared by every part.
 
 An event is a tuple ``(time_s, tiebreak, kind, a, b)``. ``tiebreak`` counts pushes, so events
 at the same time pop in the order they were pushed and the tuples never compare further.
+
+The end of a replica's run of steps, the most frequent event by far, goes to a heap of its own,
+``(time_s, tiebreak, replica, epoch)``, a few entries per replica; the loop pops whichever heap
+holds the earlier ``(time_s, tiebreak)``, so the order is that of one heap, and each pop sifts
+through a short heap instead of one holding every tool call in flight.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+from typing import Any
 
 EVENT_RUN_END = 0
-"""A replica's run of engine steps ended (``a`` = replica, ``b`` = the run's epoch)."""
+"""A replica's run of engine steps ended (``a`` = replica, ``b`` = the run's epoch); in :attr:`EventQueue.runs`."""
 EVENT_TOOL_DONE = 1
-"""A tool call finished (``a`` = conversation, ``b`` = turn)."""
+"""A tool call finished (``a`` = the conversation's sequence, ``b`` = turn)."""
 EVENT_TRAIN_DONE = 2
 """The trainer finished an update."""
 EVENT_SYNC_DONE = 3
@@ -24,18 +30,29 @@ EVENT_SAMPLE = 5
 
 
 class EventQueue:
-    """The heap of pending events and its push counter.
+    """The heaps of pending events and their shared push counter.
 
     Hot paths push with ``heapq.heappush(queue.heap, (t, next(queue.tiebreak), kind, a, b))``
-    on local aliases; :meth:`push` is the same for the rest.
+    (or ``queue.runs``, ``(t, next(queue.tiebreak), replica, epoch)``) on local aliases;
+    :meth:`push` is the same for the rest.
     """
 
-    __slots__ = ("heap", "tiebreak")
+    __slots__ = ("heap", "runs", "tiebreak")
 
     def __init__(self) -> None:
-        self.heap: list[tuple[float, int, int, int, int]] = []
+        self.heap: list[tuple[float, int, int, Any, int]] = []
+        """Every event but the ends of runs."""
+        self.runs: list[tuple[float, int, int, int]] = []
+        """Ends of replicas' runs of steps: ``(time_s, tiebreak, replica, epoch)``."""
         self.tiebreak = itertools.count(1)
 
-    def push(self, time_s: float, kind: int, a: int = 0, b: int = 0) -> None:
+    def push(self, time_s: float, kind: int, a: Any = 0, b: int = 0) -> None:
         """Schedule an event of ``kind`` at ``time_s`` [s]."""
-        heapq.heappush(self.heap, (time_s, next(self.tiebreak), kind, a, b))
+        if kind == EVENT_RUN_END:
+            heapq.heappush(self.runs, (time_s, next(self.tiebreak), a, b))
+        else:
+            heapq.heappush(self.heap, (time_s, next(self.tiebreak), kind, a, b))
+
+    def __len__(self) -> int:
+        """Pending events, stale ends of runs included [count]."""
+        return len(self.heap) + len(self.runs)

@@ -25,14 +25,13 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from functools import partial
-from heapq import heappop
+from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any, Callable
 
 from capplan.errors import DoesNotFitError, InputError
 from capplan.sim.controller import Controller
 from capplan.sim.conversations import ConversationTable
 from capplan.sim.events import (
-    EVENT_RUN_END,
     EVENT_SAMPLE,
     EVENT_SYNC_DONE,
     EVENT_TOOL_DONE,
@@ -40,11 +39,12 @@ from capplan.sim.events import (
     EVENT_WEIGHTS_LOADED,
     EventQueue,
 )
-from capplan.sim.scheduler import Invocation, ReplicaScheduler
+from capplan.sim.scheduler import ReplicaScheduler
 
 if TYPE_CHECKING:
     from capplan.sim.config import RunOptions
-    from capplan.sim.conversations import ConversationChunk
+    from capplan.sim.conversations import ConversationChunk, Sequence
+    from capplan.sim.output import TrajectoryStream
     from capplan.sim.setup import EngineSetup
     from capplan.workload import Workload
 
@@ -72,23 +72,27 @@ class Simulation:
         """A teacher forwards each finished record on the conversation's replica before it is done."""
         self.drop_truncated = workload.training.drop_truncated
         self.events = EventQueue()
-        self.table = ConversationTable()
+        self.table = ConversationTable(draw)
+        self.live: dict[int, Sequence] = {}
+        """Conversations dispatched and not yet ended, by number."""
+        self.stream: TrajectoryStream | None = None
+        """Where ended conversations' records go as soon as they are final (``--trajectories``), or ``None``."""
         self.next_uid = partial(next, itertools.count(1))
         """Creation order of invocations (ties between sequences break on it)."""
         self.replicas = [
-            ReplicaScheduler(i, setup, options, self.table, self.events, self.next_uid, self.invocation_done)
+            ReplicaScheduler(i, setup, options, self.events, self.next_uid, self.invocation_done)
             for i in range(options.replicas)
         ]
         self.controller = Controller(
             workload, setup, options, self.table, self.events, self.replicas, self.start_conversations, progress
         )
         self.now = 0.0
-        """Time of the event being handled [s]."""
+        """Time of the last event handled [s] (set when the loop ends)."""
         # environment workers
         self.env_busy = 0
         """Tool calls executing [count]."""
-        self.env_queue: deque[tuple[int, int]] = deque()
-        """Tool calls ``(conversation, turn)`` waiting for a worker."""
+        self.env_queue: deque[tuple[Sequence, int]] = deque()
+        """Tool calls ``(sequence, turn)`` waiting for a worker."""
         # time series
         self.sample_interval_s = 0.05
         self.samples: list[tuple[Any, ...]] = []
@@ -108,7 +112,7 @@ class Simulation:
         """
         table = self.table
         while table.count < count:
-            chunk = self.draw(len(table.ledger_chunks))
+            chunk = self.draw(table.chunks_drawn)
             table.append(chunk)
             longest = chunk.max_record_length
             need = self.setup.kv_layout.held_bytes(longest)
@@ -117,15 +121,6 @@ class Simulation:
                     f"a conversation of {longest:,} positions needs {need / 2**30:.2f} GiB of KV per GPU but a "
                     f"replica holds {self.kv_capacity_bytes / 2**30:.2f} GiB: raise --tp, or lower max_context"
                 )
-
-    def new_invocation(self, conversation: int, turn: int) -> Invocation:
-        table = self.table
-        inv = Invocation(conversation, turn, self.next_uid())
-        inv.input_positions = table.input_positions[conversation][turn]
-        inv.claimed_positions = table.claimed_positions[conversation][turn]
-        sampled = table.action_tokens[conversation][turn]
-        inv.decode_steps = sampled - 1 if sampled > 1 else 0
-        return inv
 
     def least_loaded_replica(self) -> ReplicaScheduler:
         best = self.replicas[0]
@@ -138,76 +133,109 @@ class Simulation:
         """Start conversations ``first .. stop - 1`` (one prompt group) at ``t`` on the least loaded replica."""
         self.ensure_drawn(stop)
         table = self.table
+        live = self.live
+        next_uid = self.next_uid
         touched: list[ReplicaScheduler] = []
         replica = self.least_loaded_replica()  # a group's samples share one replica (and its prefix cache)
         for i in range(first, stop):
-            table.replica[i] = replica.index
+            seq = table.sequence(i)
+            live[i] = seq
+            seq.replica = replica.index
             replica.assigned_conversations += 1
             table.start_s[i] = t
-            replica.waiting.append(self.new_invocation(i, 0))
+            seq.start_turn(0, next_uid())
+            replica.waiting.append(seq)
             replica.new_conversations_waiting += 1
             if replica not in touched:
                 touched.append(replica)
         for replica in touched:
             replica.wake(t)
 
-    def invocation_done(self, replica: ReplicaScheduler, inv: Invocation, context: int, t: float) -> None:
-        """``inv`` produced its last token at ``t`` with ``context`` positions cached: call its tool, have a
-        teacher score the finished record, or end."""
-        i, turn = inv.conversation, inv.turn
-        if inv.is_score:
-            self.conversation_done(replica, i, t)
-        elif self.table.tool_called[i][turn]:
+    def invocation_done(self, replica: ReplicaScheduler, seq: "Sequence", context: int, t: float) -> None:
+        """``seq``'s invocation produced its last token at ``t`` with ``context`` positions cached: call its
+        tool, have a teacher score the finished record, or end."""
+        turn = seq.turn
+        if seq.is_score:
+            self.conversation_done(replica, seq, t)
+        elif seq.tool_called[turn]:
             if self.retain_during_tools:
-                replica.retain(i, context)
-            self.start_tool_call(i, turn, t)
+                replica.retain(seq, context)
+            # start_tool_call(seq, turn, t), inline
+            workers = self.options.env_workers
+            if workers is None or self.env_busy < workers:
+                self.env_busy += 1
+                events = self.events
+                heappush(events.heap, (t + seq.tool_wait_s[turn], next(events.tiebreak), EVENT_TOOL_DONE, seq, turn))
+            else:
+                self.env_queue.append((seq, turn))
         else:
-            self.finish_or_score(replica, i, t)
+            self.finish_or_score(replica, seq, t)
 
-    def finish_or_score(self, replica: ReplicaScheduler, conversation: int, t: float) -> None:
+    def finish_or_score(self, replica: ReplicaScheduler, seq: "Sequence", t: float) -> None:
         """The conversation's last turn ended: queue the teacher's forward of its record, or end it."""
-        table = self.table
-        if self.teacher_scores and not (self.drop_truncated and table.truncated[conversation]):
-            score = Invocation(conversation, -1, self.next_uid())
-            score.is_score = True
-            score.is_first_turn = False
-            score.input_positions = score.prefill_remaining = table.record_length[conversation]
-            replica.waiting.append(score)
+        if self.teacher_scores and not (self.drop_truncated and seq.truncated):
+            seq.start_score(self.next_uid())
+            replica.waiting.append(seq)
             replica.wake(t)
         else:
-            self.conversation_done(replica, conversation, t)
+            self.conversation_done(replica, seq, t)
 
-    def conversation_done(self, replica: ReplicaScheduler, conversation: int, t: float) -> None:
-        replica.conversation_done(conversation, t)
-        self.table.end_s[conversation] = t
-        self.controller.conversation_done(conversation, t)
+    def conversation_done(self, replica: ReplicaScheduler, seq: "Sequence", t: float) -> None:
+        replica.conversation_done(seq, t)
+        seq.end_s = t
+        i = seq.index
+        del self.live[i]
+        self.table.store(seq)
+        if self.stream is not None:
+            self.stream.ended(seq)
+        self.controller.conversation_done(i, t)
+        if self.stream is not None:
+            self.stream.flush(self.table.outcome, t)
 
     # ------------------------------------------------------------------ environment workers
 
-    def start_tool_call(self, conversation: int, turn: int, t: float) -> None:
+    def start_tool_call(self, seq: "Sequence", turn: int, t: float) -> None:
         workers = self.options.env_workers
         if workers is None or self.env_busy < workers:
             self.env_busy += 1
-            self.events.push(t + self.table.tool_wait_s[conversation][turn], EVENT_TOOL_DONE, conversation, turn)
+            self.events.push(t + seq.tool_wait_s[turn], EVENT_TOOL_DONE, seq, turn)
         else:
-            self.env_queue.append((conversation, turn))
+            self.env_queue.append((seq, turn))
 
-    def tool_done(self, conversation: int, turn: int, t: float) -> None:
+    def tool_done(self, seq: "Sequence", turn: int, t: float) -> None:
         """A tool call ended at ``t``: free its worker, then queue the next turn (or end the conversation)."""
         self.env_busy -= 1
-        table = self.table
         if self.env_queue:
             queued, queued_turn = self.env_queue.popleft()
             self.env_busy += 1
-            self.events.push(t + table.tool_wait_s[queued][queued_turn], EVENT_TOOL_DONE, queued, queued_turn)
-        replica = self.replicas[table.replica[conversation]]
-        invoked = table.invoked[conversation]
-        if turn + 1 < len(invoked) and invoked[turn + 1]:
-            replica.waiting.append(self.new_invocation(conversation, turn + 1))
-            if replica.can_admit() or not replica.busy:
+            self.events.push(t + queued.tool_wait_s[queued_turn], EVENT_TOOL_DONE, queued, queued_turn)
+        replica = self.replicas[seq.replica]
+        invoked = seq.invoked
+        turn += 1
+        if turn < len(invoked) and invoked[turn]:
+            # seq.start_turn(turn, self.next_uid()), inline
+            seq.turn = turn
+            seq.uid = self.next_uid()
+            seq.input_positions = seq.input_positions_of_turn[turn]
+            seq.claimed_positions = seq.claimed_positions_of_turn[turn]
+            sampled = seq.action_tokens[turn]
+            seq.decode_steps = sampled - 1 if sampled > 1 else 0
+            seq.prefill_remaining = 0
+            seq.cached_positions = 0
+            seq.computes_logits = True
+            seq.is_recompute = False
+            seq.is_first_turn = False
+            seq.is_score = False
+            replica.waiting.append(seq)
+            # wake it if idle, or if the new turn could be admitted at the next step boundary
+            if not replica.busy or (
+                not replica.draining
+                and replica.decoding + len(replica.prefilling) < replica.max_num_seqs
+                and not (replica.static_batching and (replica.decoding or replica.prefilling))
+            ):
                 replica.wake(t)
         else:
-            self.finish_or_score(replica, conversation, t)
+            self.finish_or_score(replica, seq, t)
 
     # ------------------------------------------------------------------ time series
 
@@ -261,27 +289,36 @@ class Simulation:
         self.events.push(0.0, EVENT_SAMPLE)
         controller.gate(0.0)
         heap = self.events.heap
+        runs = self.events.runs
         replicas = self.replicas
-        while heap and controller.horizon is None:
-            t, _, kind, a, b = heappop(heap)
-            self.now = t
-            if kind == EVENT_RUN_END:
-                replica = replicas[a]
-                if b == replica.run_epoch and replica.busy:
+        tool_done = self.tool_done
+        t = 0.0
+        while (heap or runs) and controller.horizon is None:
+            if runs and (not heap or runs[0] < heap[0]):
+                t, _, index, epoch = heappop(runs)
+                replica = replicas[index]
+                if epoch == replica.run_epoch and replica.busy:
                     replica.finish_run(t)
-            elif kind == EVENT_TOOL_DONE:
-                self.tool_done(a, b, t)
+                continue
+            t, _, kind, a, b = heappop(heap)
+            if kind == EVENT_TOOL_DONE:
+                tool_done(a, b, t)
             elif kind == EVENT_SAMPLE:
-                if len(heap) > 0:
+                if heap or runs:
                     self.sample(t)
             elif kind == EVENT_TRAIN_DONE:
                 controller.training_done(t)
             elif kind == EVENT_SYNC_DONE:
                 controller.sync_done(t)
+                if self.stream is not None:
+                    self.stream.flush(self.table.outcome, t)
             elif kind == EVENT_WEIGHTS_LOADED:
                 replicas[a].finish_weight_load(t)
+        self.now = t
         for replica in replicas:
             replica.credit_unfinished_decodes()
+        for seq in self.live.values():
+            self.table.store(seq)
         if controller.horizon is None:
             raise InputError(
                 f"the simulation stalled at t = {self.now:,.1f} s after {controller.version} of "

@@ -77,7 +77,8 @@ class SimResult:
     """One simulation: the summary (JSON contract), queue statistics, the timeline, and the detail.
 
     ``conversations`` holds per-conversation arrays (for tests) and ``table`` the simulated
-    conversations (for the trajectory log); neither is part of the JSON.
+    conversations' compact columns (for the trajectory log, which draws the turns again); neither
+    is part of the JSON.
     """
 
     workload: str
@@ -160,9 +161,11 @@ def build_result(
         busy_s += replica_busy_s
         sequence_s += replica_sequence_s
     n = table.count
-    started = np.array([not math.isnan(x) for x in table.start_s[:n]])
-    outcome = np.array(table.outcome[:n], dtype=np.int8)
-    completed = np.array([not math.isnan(x) for x in table.end_s[:n]])
+    start_s = np.frombuffer(table.start_s, dtype=np.float64)[:n]
+    end_s = np.frombuffer(table.end_s, dtype=np.float64)[:n]
+    started = ~np.isnan(start_s)
+    outcome = np.frombuffer(table.outcome, dtype=np.int8)[:n]
+    completed = ~np.isnan(end_s)
     rejected = {k: int(v) for k, v in controller.rejected.items()}
     accepted = controller.accepted
     unfinished = int((started & (outcome == OUTCOME_UNFINISHED)).sum())
@@ -177,18 +180,18 @@ def build_result(
     kv = sim.kv_samples
 
     # token counters: the engine's forwarded positions against the ledger's for the same conversations
-    ledger = {k: np.concatenate([c[k] for c in table.ledger_chunks])[:n] for k in table.ledger_chunks[0]}
+    ledger = {k: np.frombuffer(column, dtype=np.int64).reshape(-1, 3)[:n] for k, column in table.ledger.items()}
     forwarded = sum(r.forwarded_tokens for r in replicas)
-    prefill = np.asarray(table.prefill_forwarded[:n])
-    recompute = np.asarray(table.recompute_forwarded[:n])
-    decode = np.asarray(table.decode_forwarded[:n])
+    prefill = np.frombuffer(table.prefill_forwarded, dtype=np.int64)[:n]
+    recompute = np.frombuffer(table.recompute_forwarded, dtype=np.int64)[:n]
+    decode = np.frombuffer(table.decode_forwarded, dtype=np.int64)[:n]
     done = completed
     counters = {
         "engine_forwarded": int(forwarded),
         "prefill_forwarded": int(prefill.sum()),
         "decode_forwarded": int(decode.sum()),
         "recompute_forwarded": int(recompute.sum()),
-        "score_forwarded": int(sum(table.score_forwarded[:n])),
+        "score_forwarded": int(np.frombuffer(table.score_forwarded, dtype=np.int64)[:n].sum()),
         "completed_prefill_forwarded": int((prefill - recompute)[done].sum()),
         "completed_decode_forwarded": int(decode[done].sum()),
         "ledger_prefill_forwarded": int(ledger["prefill_forwarded"][done].sum()),
@@ -277,10 +280,10 @@ def build_result(
         "started": started,
         "completed": completed,
         "outcome": outcome,
-        "start_s": np.asarray(table.start_s[:n]),
-        "end_s": np.asarray(table.end_s[:n]),
-        "policy_version": np.asarray(table.policy_version[:n]),
-        "trainer_version": np.asarray(table.trainer_version[:n]),
+        "start_s": start_s,
+        "end_s": end_s,
+        "policy_version": np.frombuffer(table.policy_version, dtype=np.int32)[:n].astype(np.int64),
+        "trainer_version": np.frombuffer(table.trainer_version, dtype=np.int32)[:n].astype(np.int64),
         "prefill_forwarded": prefill - recompute,
         "recompute_forwarded": recompute,
         "decode_forwarded": decode,

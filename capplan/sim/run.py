@@ -32,6 +32,7 @@ Examples
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from capplan.errors import InputError
@@ -52,6 +53,8 @@ def simulate(
     model: "str | ModelSpec | None" = None,
     trainer_hardware: "HardwareProfile | None" = None,
     progress: Callable[[int, int], None] | None = None,
+    trajectories: str | Path | None = None,
+    force: bool = False,
 ) -> SimResult:
     """Simulate ``config.steps`` trainer updates of ``workload`` on ``hardware``.
 
@@ -69,6 +72,12 @@ def simulate(
         Trainer GPUs; default ``hardware``.
     progress : callable, optional
         Called with ``(updates_done, updates_total)`` after each update.
+    trajectories : str or Path, optional
+        Stream the completed trajectories to this JSONL file as the run goes
+        (:class:`capplan.sim.output.TrajectoryStream`; the same records as
+        :func:`capplan.sim.output.write_trajectories` after the run), atomically.
+    force : bool
+        Overwrite an existing ``trajectories`` file.
 
     Returns
     -------
@@ -80,6 +89,8 @@ def simulate(
         Invalid configuration, a workload without a rollout or trainer, no model, a stalled run.
     DoesNotFitError
         The model or one conversation's KV does not fit a replica.
+    OutputExistsError
+        ``trajectories`` exists and ``force`` is false (checked before the run).
 
     Notes
     -----
@@ -110,8 +121,19 @@ def simulate(
     trainer_hw = hardware if config.mode == "colocated" else (trainer_hardware or hardware)
     options = run_options(config, workload)
     setup, report, notes = engine_setup(workload, spec, hardware, trainer_hw, config)
-    sim = Simulation(workload, setup, options, chunk_drawer(workload, options.chunk_conversations, options.seed), progress)
-    sim.run()
+    draw = chunk_drawer(workload, options.chunk_conversations, options.seed)
+    if trajectories is None:
+        sim = Simulation(workload, setup, options, draw, progress)
+        sim.run()
+    else:
+        from capplan.output import atomic_file
+        from capplan.sim.output import TrajectoryStream
+
+        with atomic_file(trajectories, force) as fh:
+            sim = Simulation(workload, setup, options, draw, progress)
+            sim.stream = TrajectoryStream(fh, workload, sim.table)
+            sim.run()
+            sim.stream.close()
     return build_result(workload, spec, hardware, trainer_hw, config, options, report, notes, sim)
 
 

@@ -14,8 +14,11 @@ not fit, retained KV (conversations waiting on a tool) is evicted first, oldest 
 most recently joined decoding sequence is preempted: its KV is freed and it is recomputed
 (prefilled again) when readmitted.
 
-This is the simulator's hot loop: methods alias attributes to well-named locals, and the
-per-step work stays in :meth:`ReplicaScheduler.plan` and :meth:`ReplicaScheduler.finish_run`.
+This is the simulator's hot loop: an invocation is its conversation's
+:class:`~capplan.sim.conversations.Sequence` (slots read directly, no table look-ups), methods
+alias attributes to well-named locals, small helpers (KV bytes of a sequence, causal pairs, the
+step price) are written inline with the operation order of their homes (so the same bits), and
+the per-step work stays in :meth:`ReplicaScheduler.plan` and :meth:`ReplicaScheduler.finish_run`.
 """
 
 from __future__ import annotations
@@ -25,63 +28,18 @@ from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Callable
 
 from capplan.errors import DoesNotFitError
-from capplan.roofline import causal_pairs_one
-from capplan.sim.events import EVENT_RUN_END, EVENT_WEIGHTS_LOADED
+from capplan.sim.events import EVENT_WEIGHTS_LOADED
 from capplan.sim.setup import held_bytes_function
 from capplan.sim.stepcost import run_time, steps_within
 
 if TYPE_CHECKING:
     from capplan.sim.config import RunOptions
-    from capplan.sim.conversations import ConversationTable
+    from capplan.sim.conversations import Sequence
     from capplan.sim.events import EventQueue
     from capplan.sim.setup import EngineSetup
     from capplan.sim.stepcost import DecodeLine
 
 _NO_CHUNKS: list = []  # shared empty chunk list (never mutated)
-
-
-class Invocation:
-    """One invocation of the engine for one turn of a conversation (or a preempted one's recompute)."""
-
-    __slots__ = (
-        "conversation", "turn", "uid", "input_positions", "claimed_positions", "prefill_remaining",
-        "cached_positions", "decode_steps", "join_context", "join_step", "end_step", "epoch", "below_window",
-        "kv_reserved_bytes", "computes_logits", "is_recompute", "is_first_turn", "is_score",
-    )
-
-    def __init__(self, conversation: int, turn: int, uid: int) -> None:
-        self.conversation = conversation
-        self.turn = turn
-        self.uid = uid
-        """Creation order (breaks ties between sequences, as a scheduler's request ids do)."""
-        self.input_positions = 0
-        """Input positions of the invocation (a recompute: the positions to rebuild)."""
-        self.claimed_positions = 0
-        """Input positions the ledger counts as a cache hit."""
-        self.prefill_remaining = 0
-        """Input positions not yet prefilled."""
-        self.cached_positions = 0
-        """Positions already in the KV cache while prefilling."""
-        self.decode_steps = 0
-        """Decode steps after the prefill (sampled tokens less the one the prefill yields)."""
-        self.join_context = 0
-        """Cached positions when the invocation joined the decoding batch."""
-        self.join_step = 0
-        """The replica's step count when it joined the decoding batch."""
-        self.end_step = 0
-        """The replica's step count at which it stops decoding."""
-        self.epoch = 0
-        """Bumped whenever the invocation leaves or joins the decoding batch (stale heap entries are skipped)."""
-        self.below_window = True
-        """Its context is still below the sliding window (sliding layers still grow)."""
-        self.kv_reserved_bytes = 0.0
-        """KV bytes reserved while prefilling."""
-        self.computes_logits = True
-        """The prefill ends with a sampled token (a recompute does not)."""
-        self.is_recompute = False
-        self.is_first_turn = turn == 0
-        self.is_score = False
-        """A teacher's forward over the finished record (logits at every position, no decode)."""
 
 
 class ReplicaScheduler:
@@ -90,11 +48,11 @@ class ReplicaScheduler:
     __slots__ = (
         # constants
         "index", "coeffs", "window", "window_limit", "kv_full_bytes", "kv_window_bytes", "kv_state_bytes",
-        "kv_capacity_bytes", "held_bytes", "max_batched_tokens", "max_num_seqs", "static_batching",
+        "kv_capacity_bytes", "held_bytes", "held_limit", "max_batched_tokens", "max_num_seqs", "static_batching",
         "inflight_updates", "weight_sync_s", "decode_compute_base", "decode_compute_per_sequence", "decode_memory_base",
-        "decode_memory_per_sequence", "decode_fixed_base", "decode_fixed_per_sequence",
+        "decode_memory_per_sequence", "decode_fixed_base", "decode_fixed_per_sequence", "step_constants",
         # shared with the rest of the simulation
-        "table", "events", "tiebreak", "uids", "on_invocation_done",
+        "events", "runs", "tiebreak", "uids", "on_invocation_done",
         # queues and KV
         "waiting", "prefilling", "decode_ends", "window_crossings", "decoding", "decoding_below_window",
         "decoding_cached", "decoding_cached_below_window", "kv_prefill_bytes", "kv_retained_bytes",
@@ -112,10 +70,9 @@ class ReplicaScheduler:
         index: int,
         setup: "EngineSetup",
         options: "RunOptions",
-        table: "ConversationTable",
         events: "EventQueue",
         uids: "Callable[[], int]",
-        on_invocation_done: "Callable[[ReplicaScheduler, Invocation, int, float], None]",
+        on_invocation_done: "Callable[[ReplicaScheduler, Sequence, int, float], None]",
     ) -> None:
         coeffs = setup.coeffs
         layout = setup.kv_layout
@@ -134,6 +91,8 @@ class ReplicaScheduler:
         self.kv_capacity_bytes = setup.kv_capacity_bytes
         self.held_bytes = held_bytes_function(layout)
         """KV bytes of one sequence with the given cached positions [bytes]."""
+        self.held_limit = layout.window_tokens - 1.0
+        """The window limit :attr:`held_bytes` uses, for its inline copies [positions]."""
         self.max_batched_tokens = setup.max_batched_tokens
         self.max_num_seqs = setup.max_num_seqs
         self.static_batching = options.static_batching
@@ -145,18 +104,26 @@ class ReplicaScheduler:
         self.decode_memory_per_sequence = coeffs.decode_memory_per_sequence
         self.decode_fixed_base = coeffs.decode_fixed_base
         self.decode_fixed_per_sequence = coeffs.decode_fixed_per_sequence
-        self.table = table
+        self.step_constants = (
+            coeffs.c_0, coeffs.c_new, coeffs.c_logit, coeffs.c_pair, coeffs.c_pair_w,
+            coeffs.m_0, coeffs.m_new, coeffs.m_logit, coeffs.m_read, coeffs.m_read_w, coeffs.m_seq, coeffs.m_head,
+            coeffs.m_routed, coeffs.q, coeffs.overhead, coeffs.k_0, coeffs.k_new, coeffs.h_seq, coeffs.k_head,
+            coeffs.k_logit,
+        )
+        """The coefficients :meth:`StepCoefficients.step_time` reads, in one tuple for its inline copy."""
         self.events = events.heap
+        self.runs = events.runs
+        """The heap of run ends (:attr:`capplan.sim.events.EventQueue.runs`)."""
         self.tiebreak = events.tiebreak
         self.uids = uids
         self.on_invocation_done = on_invocation_done
-        self.waiting: deque[Invocation] = deque()
+        self.waiting: deque[Sequence] = deque()
         """Invocations waiting for admission (new turns and recomputes)."""
-        self.prefilling: deque[Invocation] = deque()
+        self.prefilling: deque[Sequence] = deque()
         """Admitted invocations still prefilling, in admission order."""
-        self.decode_ends: list[tuple[int, int, Invocation, int]] = []
-        """Heap of decoding sequences by the step at which they end: ``(end_step, uid, invocation, epoch)``."""
-        self.window_crossings: list[tuple[int, int, Invocation, int]] = []
+        self.decode_ends: list[tuple[int, int, Sequence, int]] = []
+        """Heap of decoding sequences by the step at which they end: ``(end_step, uid, sequence, epoch)``."""
+        self.window_crossings: list[tuple[int, int, Sequence, int]] = []
         """Heap of decoding sequences by the step at which their context reaches the window."""
         self.decoding = 0
         """Decoding sequences [sequences]."""
@@ -170,7 +137,7 @@ class ReplicaScheduler:
         """KV bytes reserved by prefilling invocations [bytes]."""
         self.kv_retained_bytes = 0.0
         """KV bytes of conversations waiting on a tool (evictable) [bytes]."""
-        self.retained: dict[int, None] = {}
+        self.retained: dict[Sequence, None] = {}
         """Conversations whose KV is retained, oldest first (an ordered set)."""
         self.assigned_conversations = 0
         """Conversations living on this replica [count]."""
@@ -183,8 +150,8 @@ class ReplicaScheduler:
         self.run_start_s = 0.0
         self.run_steps = 0
         """Steps in the current run."""
-        self.run_chunks: list[tuple[Invocation, int]] = _NO_CHUNKS
-        """Prefill chunks ``(invocation, positions)`` of the current step (a run with chunks is one step)."""
+        self.run_chunks: list[tuple[Sequence, int]] = _NO_CHUNKS
+        """Prefill chunks ``(sequence, positions)`` of the current step (a run with chunks is one step)."""
         self.run_line: "DecodeLine" = (0.0, 0.0, 0.0, 0.0, 0.0)
         """Price line of the current decode run."""
         self.run_time_s = 0.0
@@ -231,68 +198,50 @@ class ReplicaScheduler:
             + self.kv_state_bytes * decoding
         )
 
-    def evict_retained(self, keep: int) -> bool:
+    def evict_retained(self, keep: "Sequence | None") -> bool:
         """Free the oldest retained conversation's KV (never ``keep``'s); False when none is left."""
-        for conversation in self.retained:
-            if conversation != keep:
-                del self.retained[conversation]
-                held = self.table.held_positions
-                self.kv_retained_bytes -= self.held_bytes(held[conversation])
-                held[conversation] = 0
+        for seq in self.retained:
+            if seq is not keep:
+                del self.retained[seq]
+                self.kv_retained_bytes -= seq.held_kv_bytes
+                seq.held_positions = 0
                 self.evictions += 1
                 return True
         return False
 
-    def retain(self, conversation: int, positions: int) -> None:
-        """Keep ``positions`` of ``conversation``'s KV while it waits on a tool."""
-        self.table.held_positions[conversation] = positions
-        self.kv_retained_bytes += self.held_bytes(positions)
-        self.retained[conversation] = None
+    def retain(self, seq: "Sequence", positions: int) -> None:
+        """Keep ``positions`` of ``seq``'s KV while it waits on a tool."""
+        seq.held_positions = positions
+        # held_bytes(positions), inline
+        limit = self.held_limit
+        held = self.kv_full_bytes * positions + self.kv_window_bytes * (positions if positions < limit else limit) + self.kv_state_bytes
+        seq.held_kv_bytes = held
+        self.kv_retained_bytes += held
+        self.retained[seq] = None
 
-    def conversation_done(self, conversation: int, t: float) -> None:
-        """``conversation`` ended: free its retained KV (and use the room) and unassign it."""
-        held = self.table.held_positions
-        positions = held[conversation]
-        if positions:
-            self.kv_retained_bytes -= self.held_bytes(positions)
-            del self.retained[conversation]
-            held[conversation] = 0
+    def conversation_done(self, seq: "Sequence", t: float) -> None:
+        """``seq``'s conversation ended: free its retained KV (and use the room) and unassign it."""
+        if seq.held_positions:
+            self.kv_retained_bytes -= seq.held_kv_bytes
+            del self.retained[seq]
+            seq.held_positions = 0
             if self.waiting:
                 self.wake(t)
         self.assigned_conversations -= 1
 
     # ------------------------------------------------------------------ the decoding batch
 
-    def join_decode(self, inv: Invocation, context: int) -> None:
-        inv.join_context = context
-        inv.join_step = self.steps_done
-        inv.end_step = self.steps_done + inv.decode_steps
-        inv.epoch += 1
-        self.decoding += 1
-        self.decoding_cached += context
-        if context < self.window_limit:
-            inv.below_window = True
-            self.decoding_below_window += 1
-            self.decoding_cached_below_window += context
-            if self.kv_window_bytes:
-                heappush(
-                    self.window_crossings,
-                    (inv.join_step + int(self.window_limit) - context, inv.uid, inv, inv.epoch),
-                )
-        else:
-            inv.below_window = False
-        heappush(self.decode_ends, (inv.end_step, inv.uid, inv, inv.epoch))
-
-    def leave_decode(self, inv: Invocation) -> int:
+    def leave_decode(self, inv: "Sequence") -> int:
         """Take ``inv`` out of the decoding batch; returns its cached positions."""
-        context = inv.join_context + self.steps_done - inv.join_step
+        steps_done = self.steps_done
+        context = inv.join_context + steps_done - inv.join_step
         self.decoding -= 1
         self.decoding_cached -= context
         if inv.below_window:
             self.decoding_below_window -= 1
             self.decoding_cached_below_window -= context
         inv.epoch += 1
-        self.table.decode_forwarded[inv.conversation] += self.steps_done - inv.join_step
+        inv.decode_forwarded += steps_done - inv.join_step
         return context
 
     def _retire_window_crossings(self) -> None:
@@ -321,17 +270,18 @@ class ReplicaScheduler:
         assert victim is not None
         context = self.leave_decode(victim)
         remaining = victim.end_step - self.steps_done
-        redo = Invocation(victim.conversation, victim.turn, self.uids())
-        redo.is_recompute = True
-        redo.is_first_turn = False
-        redo.input_positions = context
-        redo.prefill_remaining = context
-        redo.cached_positions = 0
-        redo.decode_steps = remaining
-        redo.computes_logits = False
-        self.waiting.appendleft(redo)
+        # the same sequence becomes its recompute (a new invocation of the same turn)
+        victim.uid = self.uids()
+        victim.is_recompute = True
+        victim.is_first_turn = False
+        victim.input_positions = context
+        victim.prefill_remaining = context
+        victim.cached_positions = 0
+        victim.decode_steps = remaining
+        victim.computes_logits = False
+        self.waiting.appendleft(victim)
         self.preemptions += 1
-        self.table.recompute_forwarded[victim.conversation] += context
+        victim.recompute_forwarded += context
 
     def _free_kv_for_growth(self, used: float, growth: float) -> tuple[float, float, bool]:
         """Evict retained KV, then preempt, until the decode batch's next step fits.
@@ -342,7 +292,7 @@ class ReplicaScheduler:
         preempted = False
         capacity = self.kv_capacity_bytes
         while self.decoding and used + growth > capacity:
-            if not self.evict_retained(-1):
+            if not self.evict_retained(None):
                 self.preempt()
                 preempted = True
                 growth = self.kv_full_bytes * self.decoding + self.kv_window_bytes * self.decoding_below_window
@@ -351,49 +301,7 @@ class ReplicaScheduler:
 
     # ------------------------------------------------------------------ admission
 
-    def can_admit(self) -> bool:
-        """Whether a waiting invocation could be admitted at the next step boundary."""
-        return not self.draining and self.decoding + len(self.prefilling) < self.max_num_seqs and not (
-            self.static_batching and (self.decoding or self.prefilling)
-        )
-
-    def admission_bytes(self, inv: Invocation) -> float:
-        """Extra KV bytes admitting ``inv`` takes (its retained prefix is already held) [bytes]."""
-        if inv.is_recompute or inv.is_score:
-            return self.held_bytes(inv.input_positions)
-        held = self.table.held_positions[inv.conversation]
-        return self.held_bytes(inv.input_positions) - (self.held_bytes(held) if held else 0.0)
-
-    def admit(self, inv: Invocation) -> None:
-        """Reserve ``inv``'s KV and start its prefill, reusing the prefix it still holds."""
-        i = inv.conversation
-        if inv.is_recompute or inv.is_score:
-            inv.kv_reserved_bytes = self.held_bytes(inv.input_positions)
-            self.kv_prefill_bytes += inv.kv_reserved_bytes
-        else:
-            table = self.table
-            held = table.held_positions[i]
-            if inv.is_first_turn:
-                held = table.shared_prompt[i]  # the group's first sample, on this replica, computed the prompt
-            claim = inv.claimed_positions
-            hit = claim if claim <= held else held
-            if table.held_positions[i]:
-                self.kv_retained_bytes -= self.held_bytes(table.held_positions[i])
-                del self.retained[i]
-                table.held_positions[i] = 0
-            if claim > hit:
-                table.recompute_forwarded[i] += claim - hit
-            inv.cached_positions = hit
-            inv.prefill_remaining = inv.input_positions - hit
-            inv.kv_reserved_bytes = self.held_bytes(inv.input_positions)
-            self.kv_prefill_bytes += inv.kv_reserved_bytes
-            table.cache_hits[i].append(hit)
-            if inv.is_first_turn:
-                self.new_conversations_waiting -= 1
-                table.policy_version[i] = self.policy_version
-        self.prefilling.append(inv)
-
-    def _admit_waiting(self, chunks: list[tuple[Invocation, int]], budget: int, used: float, growth: float) -> float:
+    def _admit_waiting(self, chunks: list[tuple["Sequence", int]], budget: int, used: float, growth: float) -> float:
         """Admit from the head of the waiting queue while KV, ``max_num_seqs`` and the budget allow.
 
         Each admitted invocation's first prefill chunk joins ``chunks``. Returns the KV in use
@@ -408,12 +316,18 @@ class ReplicaScheduler:
         static = self.static_batching
         waiting, prefilling = self.waiting, self.prefilling
         decoding = self.decoding
-        held = self.table.held_positions
-        while waiting and (budget > 0 or static) and decoding + len(prefilling) < self.max_num_seqs:
+        full, window, state, limit = self.kv_full_bytes, self.kv_window_bytes, self.kv_state_bytes, self.held_limit
+        max_num_seqs = self.max_num_seqs
+        while waiting and (budget > 0 or static) and decoding + len(prefilling) < max_num_seqs:
             inv = waiting[0]
-            need = self.admission_bytes(inv)
+            positions = inv.input_positions
+            reserved = full * positions + window * (positions if positions < limit else limit) + state  # held_bytes
+            if inv.is_recompute or inv.is_score:
+                need = reserved
+            else:
+                need = reserved - (inv.held_kv_bytes if inv.held_positions else 0.0)
             if used + need + growth > capacity:
-                own = self.held_bytes(held[inv.conversation]) if held[inv.conversation] and not inv.is_recompute else 0.0
+                own = inv.held_kv_bytes if inv.held_positions and not inv.is_recompute else 0.0
                 if used - (self.kv_retained_bytes - own) + need + growth > capacity:
                     if decoding or prefilling:
                         break  # wait for running sequences to free KV
@@ -421,10 +335,33 @@ class ReplicaScheduler:
                         f"an invocation of {inv.input_positions:,} positions does not fit a replica's KV "
                         f"({capacity / 2**30:.2f} GiB per GPU); raise --tp"
                     )
-                while used + need + growth > capacity and self.evict_retained(inv.conversation):
+                while used + need + growth > capacity and self.evict_retained(inv):
                     used = self.kv_used_bytes()
             waiting.popleft()
-            self.admit(inv)
+            # admit: reserve its KV and start its prefill, reusing the prefix it still holds
+            inv.kv_reserved_bytes = reserved
+            if inv.is_recompute or inv.is_score:
+                self.kv_prefill_bytes += reserved
+            else:
+                held = inv.held_positions
+                if inv.is_first_turn:
+                    held = inv.shared_prompt  # the group's first sample, on this replica, computed the prompt
+                claim = inv.claimed_positions
+                hit = claim if claim <= held else held
+                if inv.held_positions:
+                    self.kv_retained_bytes -= inv.held_kv_bytes
+                    del self.retained[inv]
+                    inv.held_positions = 0
+                if claim > hit:
+                    inv.recompute_forwarded += claim - hit
+                inv.cached_positions = hit
+                inv.prefill_remaining = inv.input_positions - hit
+                self.kv_prefill_bytes += reserved
+                inv.cache_hits.append(hit)
+                if inv.is_first_turn:
+                    self.new_conversations_waiting -= 1
+                    inv.policy_version = self.policy_version
+            prefilling.append(inv)
             used += need
             if budget > 0:
                 n = inv.prefill_remaining if inv.prefill_remaining < budget else budget
@@ -448,10 +385,17 @@ class ReplicaScheduler:
             self.run_steps = steps
             self.run_time_s = run_time(self.run_line, steps)
             self.run_epoch += 1
-            heappush(self.events, (self.run_start_s + self.run_time_s, next(self.tiebreak), EVENT_RUN_END, self.index, self.run_epoch))
+            heappush(self.runs, (self.run_start_s + self.run_time_s, next(self.tiebreak), self.index, self.run_epoch))
 
     def plan(self, t: float) -> None:
-        """Build the next step (or run of decode steps) at step boundary ``t`` [s]."""
+        """Build the next step (or run of decode steps) at step boundary ``t`` [s].
+
+        A step with prefill chunks is priced from its mix (:meth:`StepCoefficients.step_time`,
+        with :func:`capplan.roofline.causal_pairs_one` for the chunks' attention pairs); else the
+        decoding batch runs until a sequence ends, crosses the window, or KV runs out, priced as
+        a :data:`~capplan.sim.stepcost.DecodeLine`. Those helpers are written inline here, in
+        their own operation order (so the same bits): this is the simulator's hottest code.
+        """
         if self.loading_weights or self.stopped:
             return
         if self.pending_hold_s > 0:  # the framework's per-update time: no step runs
@@ -466,25 +410,31 @@ class ReplicaScheduler:
                 self.start_weight_load(t)
                 return
             self.draining = True
+        steps_done = self.steps_done
         crossings = self.window_crossings
-        if crossings and crossings[0][0] <= self.steps_done:
+        if crossings and crossings[0][0] <= steps_done:
             self._retire_window_crossings()
         # the decode batch's next step must fit
         full_bytes, window_bytes = self.kv_full_bytes, self.kv_window_bytes
         decoding = self.decoding
-        growth = full_bytes * decoding + window_bytes * self.decoding_below_window
-        used = self.kv_prefill_bytes + self.kv_retained_bytes + full_bytes * self.decoding_cached + self.kv_state_bytes * decoding
+        below = self.decoding_below_window
+        cached = self.decoding_cached
+        growth = full_bytes * decoding + window_bytes * below
+        used = self.kv_prefill_bytes + self.kv_retained_bytes + full_bytes * cached + self.kv_state_bytes * decoding
         if window_bytes:
-            used += window_bytes * (self.decoding_cached_below_window + self.window_limit * (decoding - self.decoding_below_window))
+            used += window_bytes * (self.decoding_cached_below_window + self.window_limit * (decoding - below))
+        capacity = self.kv_capacity_bytes
         preempted = False
-        if decoding and used + growth > self.kv_capacity_bytes:
+        if decoding and used + growth > capacity:
             used, growth, preempted = self._free_kv_for_growth(used, growth)
             decoding = self.decoding
+            below = self.decoding_below_window
+            cached = self.decoding_cached
         # prefill chunks: continuing prefills first, then admissions
         budget = self.max_batched_tokens - decoding
-        chunks: list[tuple[Invocation, int]] = []
-        if budget > 0:
-            prefilling = self.prefilling
+        prefilling = self.prefilling
+        if budget > 0 and (prefilling or self.waiting):
+            chunks: list[tuple[Sequence, int]] = []
             for inv in prefilling:
                 n = inv.prefill_remaining if inv.prefill_remaining < budget else budget
                 chunks.append((inv, n))
@@ -500,25 +450,84 @@ class ReplicaScheduler:
                 and not (self.static_batching and (decoding or prefilling))
             ):
                 used = self._admit_waiting(chunks, budget, used, growth)
-        if chunks:
-            self._start_step_with_prefill(chunks, t)
-            return
+            if chunks:
+                self._start_step_with_prefill(chunks, t)
+                return
         if not decoding:
             self.busy = False
             self.run_chunks = _NO_CHUNKS
             if self.draining and not self.prefilling:
                 self.start_weight_load(t)
             return
-        self._start_decode_run(used, growth, t)
+        # a run of pure decode steps: until a sequence ends, crosses the window, or KV runs out
+        ends = self.decode_ends
+        head = ends[0]
+        while head[3] != head[2].epoch:
+            heappop(ends)
+            head = ends[0]
+        steps = head[0] - steps_done
+        if crossings:
+            while crossings and crossings[0][3] != crossings[0][2].epoch:
+                heappop(crossings)
+            if crossings:
+                to_crossing = crossings[0][0] - steps_done + 1
+                if to_crossing < steps:
+                    steps = to_crossing
+        # KV for ``steps`` more steps; the floor division only where the room may be short (a
+        # margin of two steps covers its rounding, so the outcome is the floor division's)
+        if growth > 0 and capacity - used < growth * (steps + 2):
+            fitting = int((capacity - used) // growth)
+            if fitting < steps:
+                steps = fitting
+        if steps < 1:
+            steps = 1
+        coeffs = self.coeffs
+        cached_below = self.decoding_cached_below_window
+        above = decoding - below
+        if above:
+            pairs_window = cached_below + below + self.window * above
+            read_window = cached_below + self.window_limit * above
+        else:
+            pairs_window = float(cached_below + below)
+            read_window = float(cached_below)
+        c_pair, c_pair_w, m_read, m_read_w = coeffs.c_pair, coeffs.c_pair_w, coeffs.m_read, coeffs.m_read_w
+        compute_0 = self.decode_compute_base + self.decode_compute_per_sequence * decoding + c_pair * (cached + decoding) + c_pair_w * pairs_window
+        memory_0 = self.decode_memory_base + self.decode_memory_per_sequence * decoding + m_read * cached + m_read_w * read_window
+        if coeffs.m_routed:
+            memory_0 += coeffs.m_routed * (1.0 - coeffs.q**decoding)
+        compute_growth = c_pair * decoding + c_pair_w * below
+        memory_growth = m_read * decoding + m_read_w * below
+        fixed = self.decode_fixed_base + self.decode_fixed_per_sequence * decoding
+        self.run_line = line = (compute_0, compute_growth, memory_0, memory_growth, fixed)
+        self.busy = True
+        self.run_steps = steps
+        self.run_chunks = _NO_CHUNKS
+        self.run_start_s = t
+        # run_time(line, steps), with the common case (one line dominates throughout) inline
+        last = steps - 1
+        if (compute_0 >= memory_0) == (compute_0 + compute_growth * last >= memory_0 + memory_growth * last):
+            if compute_0 >= memory_0:
+                run_s = steps * (compute_0 + fixed) + compute_growth * steps * last * 0.5
+            else:
+                run_s = steps * (memory_0 + fixed) + memory_growth * steps * last * 0.5
+        else:
+            run_s = run_time(line, steps)
+        self.run_time_s = run_s
+        self.run_epoch = epoch = self.run_epoch + 1
+        heappush(self.runs, (t + run_s, next(self.tiebreak), self.index, epoch))
 
-    def _start_step_with_prefill(self, chunks: list[tuple[Invocation, int]], t: float) -> None:
-        """Price one step of the decoding batch plus ``chunks`` of prefill and schedule its end."""
+    def _start_step_with_prefill(self, chunks: list[tuple["Sequence", int]], t: float) -> None:
+        """Price one step of the decoding batch plus ``chunks`` of prefill and schedule its end.
+
+        The step price is :meth:`StepCoefficients.step_time` and the pairs
+        :func:`capplan.roofline.causal_pairs_one`, written inline in the same operation order.
+        """
         decoding = self.decoding
         below = self.decoding_below_window
         cached_below = self.decoding_cached_below_window
         new = decoding
         logits = decoding
-        pairs = self.decoding_cached + decoding
+        pairs = float(self.decoding_cached + decoding)
         read = self.decoding_cached
         if self.kv_window_bytes:
             window = self.window
@@ -527,8 +536,8 @@ class ReplicaScheduler:
                 pairs_window = cached_below + below + window * (decoding - below)
                 read_window = cached_below + window_limit * (decoding - below)
             else:
-                pairs_window = cached_below + below
-                read_window = cached_below
+                pairs_window = float(cached_below + below)
+                read_window = float(cached_below)
             for inv, n in chunks:
                 cached = inv.cached_positions
                 new += n
@@ -536,8 +545,11 @@ class ReplicaScheduler:
                     logits += n
                 elif n == inv.prefill_remaining and inv.computes_logits:
                     logits += 1
-                pairs += causal_pairs_one(cached, n)
-                pairs_window += causal_pairs_one(cached, n, window)
+                pairs += n * cached + n * (n + 1) * 0.5  # causal_pairs_one(cached, n)
+                # causal_pairs_one(cached, n, window)
+                top = cached + n if cached + n < window else window
+                below_edge = top - cached if top > cached else 0
+                pairs_window += below_edge * (cached + 1 + top) * 0.5 + (n - below_edge) * window
                 read += cached
                 read_window += cached if cached < window_limit else window_limit
         else:
@@ -549,117 +561,104 @@ class ReplicaScheduler:
                     logits += n
                 elif n == inv.prefill_remaining and inv.computes_logits:
                     logits += 1
-                pairs += causal_pairs_one(cached, n)
+                pairs += n * cached + n * (n + 1) * 0.5  # causal_pairs_one(cached, n)
                 read += cached
-        step_s = self.coeffs.step_time(new, logits, pairs, pairs_window, read, read_window, decoding + len(chunks))
+        seqs = decoding + len(chunks)
+        # StepCoefficients.step_time(new, logits, pairs, pairs_window, read, read_window, seqs), inline
+        (c_0, c_new, c_logit, c_pair, c_pair_w, m_0, m_new, m_logit, m_read, m_read_w, m_seq, m_head, m_routed, q,
+         overhead, k_0, k_new, h_seq, k_head, k_logit) = self.step_constants
+        c = c_0 + c_new * new + c_logit * logits + c_pair * pairs + c_pair_w * pairs_window
+        m = m_0 + m_new * new + m_logit * logits + m_read * read + m_read_w * read_window + m_seq * seqs
+        if logits > 0:
+            m += m_head
+        if m_routed:
+            m += m_routed * (1.0 - q**new)
+        f = overhead + k_0 + k_new * new + h_seq * seqs
+        if logits > 0:
+            f += k_head + k_logit * logits
+        step_s = (c if c > m else m) + f
         self.busy = True
         self.run_steps = 1
         self.run_chunks = chunks
         self.run_start_s = t
         self.run_time_s = step_s
-        self.run_epoch += 1
-        heappush(self.events, (t + step_s, next(self.tiebreak), EVENT_RUN_END, self.index, self.run_epoch))
-
-    def _start_decode_run(self, used: float, growth: float, t: float) -> None:
-        """Schedule a run of pure decode steps: until a sequence ends, crosses the window, or KV runs out.
-
-        ``used`` is the KV in use and ``growth`` what each step adds [bytes].
-        """
-        steps_done = self.steps_done
-        ends = self.decode_ends
-        while ends[0][3] != ends[0][2].epoch:
-            heappop(ends)
-        steps = ends[0][0] - steps_done
-        crossings = self.window_crossings
-        while crossings and crossings[0][3] != crossings[0][2].epoch:
-            heappop(crossings)
-        if crossings:
-            to_crossing = crossings[0][0] - steps_done + 1
-            if to_crossing < steps:
-                steps = to_crossing
-        fitting = int((self.kv_capacity_bytes - used) // growth) if growth > 0 else steps
-        if fitting < steps:
-            steps = fitting
-        if steps < 1:
-            steps = 1
-        coeffs = self.coeffs
-        decoding = self.decoding
-        below, cached, cached_below = self.decoding_below_window, self.decoding_cached, self.decoding_cached_below_window
-        above = decoding - below
-        if above:
-            pairs_window = cached_below + below + self.window * above
-            read_window = cached_below + self.window_limit * above
-        else:
-            pairs_window = cached_below + below
-            read_window = cached_below
-        compute_0 = self.decode_compute_base + self.decode_compute_per_sequence * decoding + coeffs.c_pair * (cached + decoding) + coeffs.c_pair_w * pairs_window
-        memory_0 = self.decode_memory_base + self.decode_memory_per_sequence * decoding + coeffs.m_read * cached + coeffs.m_read_w * read_window
-        if coeffs.m_routed:
-            memory_0 += coeffs.m_routed * (1.0 - coeffs.q**decoding)
-        compute_growth = coeffs.c_pair * decoding + coeffs.c_pair_w * below
-        memory_growth = coeffs.m_read * decoding + coeffs.m_read_w * below
-        fixed = self.decode_fixed_base + self.decode_fixed_per_sequence * decoding
-        line = (compute_0, compute_growth, memory_0, memory_growth, fixed)
-        self.run_line = line
-        self.busy = True
-        self.run_steps = steps
-        self.run_chunks = _NO_CHUNKS
-        self.run_start_s = t
-        # run_time(line, steps), with the common case (one line dominates throughout) inline
-        last = steps - 1
-        if (compute_0 >= memory_0) == (compute_0 + compute_growth * last >= memory_0 + memory_growth * last):
-            start, step_growth = (compute_0, compute_growth) if compute_0 >= memory_0 else (memory_0, memory_growth)
-            run_s = steps * (start + fixed) + step_growth * steps * last * 0.5
-        else:
-            run_s = run_time(line, steps)
-        self.run_time_s = run_s
-        self.run_epoch += 1
-        heappush(self.events, (t + run_s, next(self.tiebreak), EVENT_RUN_END, self.index, self.run_epoch))
+        self.run_epoch = epoch = self.run_epoch + 1
+        heappush(self.runs, (t + step_s, next(self.tiebreak), self.index, epoch))
 
     def finish_run(self, t: float) -> None:
-        """The current run of ``run_steps`` steps ended at ``t`` [s]: advance the batch, finish invocations, plan the next."""
+        """The current run of ``run_steps`` steps ended at ``t`` [s]: advance the batch, finish invocations, plan the next.
+
+        Finishing an invocation calls back into the simulation, which may plan this replica
+        again before the loop over ended sequences is over (a new group, a teacher's forward):
+        state is read from the replica after each callback, never kept in locals across one.
+        """
         steps = self.run_steps
         decoding = self.decoding
+        run_time_s = self.run_time_s
         self.busy = False
-        self.busy_s += self.run_time_s
-        self.steps_done += steps
+        self.busy_s += run_time_s
+        self.steps_done = steps_done = self.steps_done + steps
         self.decoding_cached += decoding * steps
         self.decoding_cached_below_window += self.decoding_below_window * steps
         tokens = decoding * steps
         chunks = self.run_chunks
         if chunks:
-            self.sequence_s += (decoding + len(chunks)) * self.run_time_s
-            prefill_forwarded = self.table.prefill_forwarded
-            score_forwarded = self.table.score_forwarded
+            self.sequence_s += (decoding + len(chunks)) * run_time_s
             for inv, n in chunks:
                 inv.prefill_remaining -= n
                 inv.cached_positions += n
                 tokens += n
                 if inv.is_score:
-                    score_forwarded[inv.conversation] += n
+                    inv.score_forwarded += n
                 else:
-                    prefill_forwarded[inv.conversation] += n
+                    inv.prefill_forwarded += n
             self.run_chunks = _NO_CHUNKS
             prefilling = self.prefilling
             while prefilling and prefilling[0].prefill_remaining == 0:
                 inv = prefilling.popleft()
                 self.kv_prefill_bytes -= inv.kv_reserved_bytes
                 if inv.decode_steps > 0:
-                    self.join_decode(inv, inv.input_positions)
+                    # join the decoding batch with its input cached
+                    context = inv.input_positions
+                    inv.join_context = context
+                    inv.join_step = steps_done
+                    inv.end_step = end_step = steps_done + inv.decode_steps
+                    inv.epoch = epoch = inv.epoch + 1
+                    self.decoding += 1
+                    self.decoding_cached += context
+                    if context < self.window_limit:
+                        inv.below_window = True
+                        self.decoding_below_window += 1
+                        self.decoding_cached_below_window += context
+                        if self.kv_window_bytes:
+                            heappush(self.window_crossings, (steps_done + int(self.window_limit) - context, inv.uid, inv, epoch))
+                    else:
+                        inv.below_window = False
+                    heappush(self.decode_ends, (end_step, inv.uid, inv, epoch))
                 else:
                     # one sampled token (or none): the invocation ends with its prefill
                     self.on_invocation_done(self, inv, inv.input_positions, t)
         else:
-            self.sequence_s += decoding * self.run_time_s
+            self.sequence_s += decoding * run_time_s
         self.forwarded_tokens += tokens
         ends = self.decode_ends
-        steps_done = self.steps_done
-        while ends and ends[0][0] <= steps_done:
-            _, _, inv, epoch = heappop(ends)
-            if epoch != inv.epoch:
-                continue
-            context = self.leave_decode(inv)
-            self.on_invocation_done(self, inv, context, t)
+        if ends and ends[0][0] <= steps_done:
+            on_invocation_done = self.on_invocation_done
+            while ends and ends[0][0] <= steps_done:
+                _, _, inv, epoch = heappop(ends)
+                if epoch != inv.epoch:
+                    continue
+                # leave_decode(inv), inline
+                joined = inv.join_step
+                context = inv.join_context + steps_done - joined
+                self.decoding -= 1
+                self.decoding_cached -= context
+                if inv.below_window:
+                    self.decoding_below_window -= 1
+                    self.decoding_cached_below_window -= context
+                inv.epoch = epoch + 1
+                inv.decode_forwarded += steps_done - joined
+                on_invocation_done(self, inv, context, t)
         self.plan(t)
 
     # ------------------------------------------------------------------ weights
@@ -708,7 +707,6 @@ class ReplicaScheduler:
 
     def credit_unfinished_decodes(self) -> None:
         """Credit sequences still decoding (at the horizon) with the decode steps they have done."""
-        decode_forwarded = self.table.decode_forwarded
         for _, _, inv, epoch in self.decode_ends:
             if epoch == inv.epoch:
-                decode_forwarded[inv.conversation] += self.steps_done - inv.join_step
+                inv.decode_forwarded += self.steps_done - inv.join_step
