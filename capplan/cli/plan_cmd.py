@@ -405,28 +405,30 @@ def render_disaggregated(out: Any, plans: list["ServingPlan"]) -> None:
         f = p.disaggregated
         if not f:
             continue
-        t = Table(title=f"{escape(p.workload)}: disaggregated prefill/decode pools beside aggregated instances", title_justify="left")
+        t = Table(title=f"{escape(p.workload)}: disaggregated prefill/decode pools and aggregated replicas; targets by the mean "
+                  f"(capplan.disagg), the plan's at p{p.percentile:g}", title_justify="left")
         t.add_column("", no_wrap=True)
-        t.add_column("disaggregated\n(targets by the mean)", justify="right")
-        t.add_column("aggregated\n(targets by the mean)", justify="right")
-        t.add_column(f"aggregated plan\n(targets at p{p.percentile:g}, queueing)", justify="right")
-        t.add_row("GPUs", f"{f['gpus']:,}", f"{f['aggregated_by_mean_gpus']:,}", f"{p.gpus:,}")
-        t.add_row("prefill : decode GPUs (ratio)", f"{f['prefill_gpus']:,} : {f['decode_gpus']:,} ({f['prefill_to_decode_gpu_ratio']:.2f})",
-                  "-", "-")
-        t.add_row("TTFT [ms] (mean | at the percentile)", f"{f['ttft_s'] * 1e3:,.0f}", f"{f['aggregated_by_mean_ttft_s'] * 1e3:,.0f}",
-                  _ms(p.ttft_s.get(_pct_key(p))))
-        t.add_row("TPOT [ms] (mean | at the percentile)", f"{f['tpot_s'] * 1e3:,.1f}", f"{f['aggregated_by_mean_tpot_s'] * 1e3:,.1f}",
-                  _ms(p.tpot_s.get(_pct_key(p))))
-        t.add_row("prefill load | KV transfer [ms]", f"{f['prefill_utilisation']:.0%} | {f['kv_transfer_s'] * 1e3:,.1f}", "-", "-")
-        t.add_row("decode batch per replica (limited by)", f"{f['decode_batch']:,.0f} ({escape(f['decode_limited_by'])})", "-",
-                  f"{p.decode_batch:,.1f}")
+        for name in ("disaggregated", "aggregated", f"plan (p{p.percentile:g})"):
+            t.add_column(name, justify="right", no_wrap=True)
+        rows = [
+            ("GPUs", f"{f['gpus']:,}", f"{f['aggregated_by_mean_gpus']:,}", f"{p.gpus:,}"),
+            ("prefill : decode GPUs", f"{f['prefill_gpus']:,} : {f['decode_gpus']:,}", "-", "-"),
+            ("  ratio", f"{f['prefill_to_decode_gpu_ratio']:.2f}", "-", "-"),
+            ("TTFT [ms]", f"{f['ttft_s'] * 1e3:,.0f}", f"{f['aggregated_by_mean_ttft_s'] * 1e3:,.0f}", _ms(p.ttft_s.get(_pct_key(p)))),
+            ("TPOT [ms]", f"{f['tpot_s'] * 1e3:,.1f}", f"{f['aggregated_by_mean_tpot_s'] * 1e3:,.1f}", _ms(p.tpot_s.get(_pct_key(p)))),
+            ("load (prefill pool; replica)", f"{f['prefill_utilisation']:.0%}", "-", f"{p.utilisation:.0%}"),
+            ("KV transfer [ms]", f"{f['kv_transfer_s'] * 1e3:,.1f}", "-", "-"),
+            ("decode batch per replica", f"{f['decode_batch']:,.0f}", "-", f"{p.decode_batch:,.1f}"),
+        ]
         for r in f.get("by_ratio", []):
-            t.add_row(f"at prefill:decode {r['ratio']:g}: GPUs, TTFT / TPOT [ms]",
-                      f"{r['prefill_gpus']:,} : {r['decode_gpus']:,}, {r['ttft_s'] * 1e3:,.0f} / {r['tpot_s'] * 1e3:,.1f}", "-", "-")
+            rows.append((f"at prefill:decode {r['ratio']:g}", f"{r['prefill_gpus']:,} : {r['decode_gpus']:,}", "-", "-"))
+            rows.append(("  TTFT / TPOT [ms]", f"{r['ttft_s'] * 1e3:,.0f} / {r['tpot_s'] * 1e3:,.1f}", "-", "-"))
+        for row in rows:
+            t.add_row(*(escape(c) for c in row))
         out.print(t)
         out.print(f"{escape(p.workload)}: pools sized by capplan.disagg for the mean request ({f['prompt_tokens']:,.0f}-token prompts, "
-                  f"{f['output_tokens']:,.0f}-token answers), every pool instance a replica of tp {p.tp}; the KV of each prompt goes "
-                  "over the network to its decode replica.")
+                  f"{f['output_tokens']:,.0f}-token answers); every pool instance is a replica of tp {p.tp}; the decode pool's batch is "
+                  f"limited by {escape(f['decode_limited_by'])}; the KV of each prompt goes over the network to its decode replica.")
 
 
 def render_serving(plans: list["ServingPlan"], explain: bool) -> None:
@@ -482,6 +484,25 @@ def _ratios(values: list[str] | None) -> list[float]:
             raise fail(f"--prefill-decode-ratio {item!r}: a ratio of prefill to decode GPUs is a number in (0, 1,000], e.g. 1,2,4")
         out.append(value)
     return out
+
+
+def _from_file_note(ctx: typer.Context, workload: Any, f: dict[str, Any], build: Any) -> Any:
+    """``build()``, its one-line error prefixed with the workload's engine keys that set the
+    expert/data-parallel layout when the flags did not (the message names flags)."""
+    from capplan.cli.common import _given
+    from capplan.errors import CapplanError
+
+    try:
+        return build()
+    except CapplanError as exc:
+        block = getattr(workload, "engine", None)
+        keys = []
+        if block is not None:
+            for name, key in (("dp", "data_parallel_size"), ("ep", "enable_expert_parallel"), ("redundant_experts", "num_redundant_experts")):
+                if getattr(block, key) is not None and not _given(ctx, name):
+                    keys.append(f"engine.{key}: {str(getattr(block, key)).lower()}")
+        prefix = f"workload {workload.name} sets {', '.join(keys)} (a flag overrides it): " if keys else ""
+        raise fail(prefix + str(exc)) from None
 
 
 def _features(f: dict[str, Any], expert_dtype: str | None, kv_scale: str, alltoall_mode: str, gemm_dtype: str | None) -> dict[str, Any]:
@@ -786,8 +807,7 @@ def plan(
         if disagg and not workload.has_rollout:
             raise fail(f"--disaggregated does not apply to {workload.name} (method {workload.method}): it has no inference engine")
         ratios = tuple(_ratios(prefill_decode_ratio))
-        inputs = call(
-            lambda: PlanInputs(
+        inputs = _from_file_note(ctx, workload, f, lambda: PlanInputs(
                 hardware=hw, model=spec, trainer_hardware=thw, teacher=teacher, tp=e["tp"], kv_dtype=dtype_name(e["kv_dtype"]),
                 weight_dtype=dtype_name(e["weight_dtype"]), gpu_mem_util=e["gpu_memory_utilization"], engine=engine_profile,
                 trainer_gpus=trainer_gpus, total_gpus=total_gpus,
@@ -799,8 +819,7 @@ def plan(
                 acceptance_step=(acceptance_step or 0) if "acceptance_by_step" in source else None,
                 disaggregated=disagg, prefill_decode_ratios=ratios, kv_offload_gib=f["kv_offload_gib"],
                 **_features(f, expert_dtype, kv_scale, alltoall_mode, gemm_dtype),
-            )
-        )
+            ))
         if workload.method == "serving":
             plans.append(call(lambda: plan_serving(workload, inputs, conversations, gpu_hour_price)))
         else:

@@ -28,6 +28,7 @@ from capplan.errors import DoesNotFitError, InputError
 
 if TYPE_CHECKING:
     from capplan.hardware import HardwareProfile
+    from capplan.modelspec import ModelSpec
     from capplan.plan.inputs import PlanInputs
     from capplan.plan.rollout import RolloutModel
     from capplan.plan.work import StepWork
@@ -136,7 +137,13 @@ class TrainerSide:
 
 
 def sync_time_s(inputs: "PlanInputs", pattern: str) -> float:
-    """Time to push new 16-bit weights to the inference engines [s] (:func:`capplan.trainer.weight_sync_time_s`).
+    """Time to push new 16-bit weights to the inference engines of ``inputs`` [s] (:func:`layout_sync_time_s`)."""
+    return layout_sync_time_s(inputs.model, inputs.tp, pattern, inputs.ep, inputs.data_parallel, inputs.redundant_experts)
+
+
+def layout_sync_time_s(spec: "ModelSpec", tp: int, pattern: str, ep: int = 1, dp: int = 1, redundant_experts: int = 0) -> float:
+    """Time to push new 16-bit weights to inference engines of ``tp`` GPUs (``tp x dp`` under
+    expert parallelism) [s] (:func:`capplan.trainer.weight_sync_time_s`).
 
     Every GPU receives the weights it holds, all in parallel: ``2 P / tp`` under tensor
     parallelism; under expert parallelism ``2 (P - P_routed) / tp + 2 P_routed (E + R) / E / (tp dp)``
@@ -144,15 +151,14 @@ def sync_time_s(inputs: "PlanInputs", pattern: str) -> float:
     """
     from capplan.trainer import WEIGHT_SYNC_FITS, weight_bytes_16bit, weight_sync_time_s
 
-    spec = inputs.model
-    if spec.moe is None or (inputs.ep == 1 and inputs.data_parallel == 1):
-        return weight_sync_time_s(spec, inputs.tp, pattern)
+    if spec.moe is None or (ep == 1 and dp == 1):
+        return weight_sync_time_s(spec, tp, pattern)
     from capplan.kv import routed_expert_params
 
-    weight_sync_time_s(spec, inputs.tp, pattern)  # refuses an unknown pattern
+    weight_sync_time_s(spec, tp, pattern)  # refuses an unknown pattern
     routed = 2.0 * routed_expert_params(spec)
-    share = (spec.moe.num_experts + inputs.redundant_experts) / spec.moe.num_experts / inputs.instance_gpus
-    return WEIGHT_SYNC_FITS[pattern].time_s((weight_bytes_16bit(spec) - routed) / inputs.tp + routed * share)
+    share = (spec.moe.num_experts + redundant_experts) / spec.moe.num_experts / (tp * dp)
+    return WEIGHT_SYNC_FITS[pattern].time_s((weight_bytes_16bit(spec) - routed) / tp + routed * share)
 
 
 def trainer_side(
