@@ -218,6 +218,9 @@ class ServingPlan:
     instances: int = 0
     """Instances of ``tp x dp`` GPUs, ``replicas / dp`` [instances] (in the JSON only with expert or
     data parallelism)."""
+    weights_gib_per_gpu: float | None = None
+    """Weights one GPU holds under the expert/data-parallel layout [GiB] (as ``capplan kv``; in the
+    JSON only with expert or data parallelism)."""
     speculative: dict[str, Any] | None = None
     """Speculative decoding: setting, tokens per verify step, decode step with and without it at
     the plan's batch, the drafter's memory (in the JSON only when on)."""
@@ -237,7 +240,8 @@ class ServingPlan:
 
 
 LAYOUT_KEYS = frozenset({"ep", "dp", "instances"})
-FEATURE_KEYS = LAYOUT_KEYS | {"speculative", "disaggregated", "kv_offload"}
+# weights_gib_per_gpu is None (so absent) unless the layout is in use
+FEATURE_KEYS = LAYOUT_KEYS | {"weights_gib_per_gpu", "speculative", "disaggregated", "kv_offload"}
 """Serving-plan keys of the engine features: absent from the JSON while the feature is off."""
 
 
@@ -401,7 +405,13 @@ def _with_features(plan: ServingPlan, workload: "Workload", inputs: "PlanInputs"
     update: dict[str, Any] = {}
     layout = layout_figures(inputs, plan.gpus)
     if layout:
-        update.update(ep=layout["ep"], dp=layout["dp"], instances=layout["inference_instances"])
+        from capplan.kv import KVInputs, compute_kv
+
+        kv = compute_kv(inputs.model, inputs.hardware, KVInputs(
+            tp=inputs.tp, weight_dtype=inputs.weight_dtype, kv_dtype=inputs.kv_dtype, engine=inputs.engine,
+            gpu_mem_util=inputs.gpu_mem_util, **inputs.layout(memory_only=True)))
+        update.update(ep=layout["ep"], dp=layout["dp"], instances=layout["inference_instances"],
+                      weights_gib_per_gpu=kv.weights_gib_per_gpu)
     if inputs.speculative is not None:
         import numpy as np
 
