@@ -6,7 +6,14 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from capplan.plan.explain import plan_assumptions, plan_explanation
-from capplan.plan.features import feature_assumptions, layout_figures, offload_figures, rollout_pools, speculative_figures
+from capplan.plan.features import (
+    feature_assumptions,
+    feature_explain,
+    layout_figures,
+    offload_figures,
+    rollout_pools,
+    speculative_figures,
+)
 from capplan.plan.figures import rollout_efficiency, static_batching, step_figures
 from capplan.plan.replica import replica_setup
 from capplan.plan.sizing import StepModel, size_split, trainer_side
@@ -294,6 +301,7 @@ def plan_workload(workload: "Workload", inputs: "PlanInputs", conversations: int
     offload = offload_figures(setup, times.loaded_tokens, times.recompute_tokens)
     pools = rollout_pools(setup, work, inputs) if inputs.disaggregated and workload.has_rollout else None
     feature_notes = feature_assumptions(inputs, setup)
+    explain = explain + feature_explain(speculative, offload)
     return Plan(
         workload=workload.name,
         method=workload.method,

@@ -77,12 +77,15 @@ def speculative_figures(
     scale = time_scale
     plain = float(pricer.target.decode(b, context).step_time_s) * scale
     per_token = float(pricer.decode(b, context).step_time_s) * scale
+    verify = float(pricer.verify(b, context).step_time_s) * scale
+    draft = float(pricer.draft_s(b, context)) * scale
     out: dict[str, Any] = {
         "method": s.method, "num_speculative_tokens": s.num_speculative_tokens,
         "acceptance_rate": s.acceptance_rate, "acceptance_length": s.acceptance_length,
         "acceptance_source": inputs.speculative_source or "given", "tokens_per_step": s.tokens_per_step,
         "positions_verified_per_sequence": s.positions_verified, "decode_batch": b, "decode_context_tokens": float(context),
-        "decode_step_s": plain, "time_per_token_s": per_token, "speedup": plain / per_token if per_token > 0 else 0.0,
+        "decode_step_s": plain, "verify_step_s": verify, "draft_s": draft, "time_per_token_s": per_token,
+        "speedup": plain / per_token if per_token > 0 else 0.0,
     }
     if inputs.acceptance_step is not None:
         out["acceptance_step"] = inputs.acceptance_step
@@ -137,6 +140,10 @@ def offload_sentence(f: dict[str, Any] | None) -> str:
     """The CPU KV tier in words ("" without one)."""
     if not f:
         return ""
+    if "load_beats_recompute" not in f:  # a serving plan's tier: reported only
+        return (f"CPU KV tier: {f['host_kv_gib_per_gpu']:g} GiB per GPU holds {f['capacity_tokens']:,} positions a replica over a "
+                f"{f['host_link_bandwidth_gbps']:g} GB/s host link; a request alone loads a cached prefix faster than it recomputes it "
+                f"from {f['break_even_tokens']:,} positions")
     use = (f"lost contexts (retained prefixes evicted during tool waits, preempted sequences) are loaded back from it at "
            f"{f['load_s_per_token'] * 1e6:.2f} us a position instead of recomputed at {f['recompute_s_per_token'] * 1e6:.2f} us: "
            f"{f['loaded_tokens_per_step']:,.0f} positions a step loaded, {f['recomputed_tokens_per_step']:,.0f} still recomputed"
@@ -187,7 +194,7 @@ def rollout_pools_sentence(f: dict[str, Any] | None) -> str:
     """The RL pool ratio in words ("" without it)."""
     if not f:
         return ""
-    return (f"disaggregated rollouts: {f['prefill_instances_per_decode_instance']:.2f} prefill instance(s) per decode instance keep the "
+    return (f"disaggregated rollouts: {f['prefill_instances_per_decode_instance']:.3g} prefill instance(s) per decode instance keep the "
             f"decoders at their full batch (invocations of {f['prompt_tokens']:,.0f} input and {f['output_tokens']:,.0f} sampled tokens; "
             "capplan.disagg.rollout_pool_ratio); the step above is planned on aggregated replicas")
 
@@ -296,5 +303,31 @@ def feature_assumptions(inputs: "PlanInputs", setup: "ReplicaSetup | None" = Non
             "CPU KV tier: a position loaded back from host memory is charged in series with the replica's work at the host link's "
             "speed (an upper bound: an engine overlaps the copies with other sequences' steps), and only when that is faster than "
             "prefilling it again"
+        )
+    return out
+
+
+def feature_explain(speculative: dict[str, Any] | None, offload: dict[str, Any] | None) -> list[str]:
+    """The engine features' formulas with their numbers (``--explain``)."""
+    out = []
+    if speculative:
+        f = speculative
+        a = f["acceptance_rate"]
+        e_formula = (f"(1 - {a:g}^{f['num_speculative_tokens'] + 1}) / (1 - {a:g})" if a is not None and a < 1 else "given")
+        out.append(
+            f"speculative decode per token = (verify of {f['decode_batch']:,.1f} x {f['positions_verified_per_sequence']} positions "
+            f"{f['verify_step_s'] * 1e3:.2f} ms + {f['num_speculative_tokens']} drafts {f['draft_s'] * 1e3:.2f} ms) / E {e_formula} = "
+            f"{f['tokens_per_step']:.3f} -> {f['time_per_token_s'] * 1e3:.2f} ms; plain decode step {f['decode_step_s'] * 1e3:.2f} ms: "
+            f"x{f['speedup']:.2f} decode throughput at context {f['decode_context_tokens']:,.0f}"
+        )
+    if offload:
+        f = offload
+        out.append(
+            f"CPU KV tier = {f['host_kv_gib_per_gpu']:g} GiB x 2^30 / KV bytes a position per GPU = {f['capacity_tokens']:,} positions; "
+            f"load {f['load_s_per_token'] * 1e6:.3f} us a position (host link {f['host_link_bandwidth_gbps']:g} GB/s x the engine "
+            f"profile's efficiency); a request alone loads a cached prefix faster than it recomputes it from {f['break_even_tokens']:,} "
+            "positions (capplan.offload.break_even_tokens)"
+            + (f"; a position recomputed costs {f['recompute_s_per_token'] * 1e6:.3f} us, so {f['loaded_tokens_per_step']:,.0f} "
+               "positions a step are loaded instead" if "loaded_tokens_per_step" in f else "")
         )
     return out

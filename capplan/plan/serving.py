@@ -375,7 +375,14 @@ def plan_serving(
         assumptions=_assumptions(engine, hw.name, s) + feature_assumptions(inputs),
     )
     plan = _with_features(plan, workload, inputs, server, memory, mix, q)
-    return _with_explanation(plan, q, server, mix)
+    plan = _with_explanation(plan, q, server, mix)
+    if plan.speculative or plan.kv_offload:
+        from dataclasses import replace
+
+        from capplan.plan.features import feature_explain
+
+        plan = replace(plan, explain=plan.explain + feature_explain(plan.speculative, plan.kv_offload))
+    return plan
 
 
 def _speculative_server(server: "Server", inputs: "PlanInputs", engine: Any) -> "tuple[Server, Any]":
@@ -423,7 +430,8 @@ def _with_features(plan: ServingPlan, workload: "Workload", inputs: "PlanInputs"
     if inputs.kv_offload_gib is not None:
         from capplan.offload import offload_tier
 
-        update["kv_offload"] = {**offload_tier(server, inputs.kv_offload_gib).as_dict(), "used_by_latency_model": False}
+        plain = replace(server, pricer=server.pricer.target) if hasattr(server.pricer, "target") else server  # a load is not a decode
+        update["kv_offload"] = {**offload_tier(plain, inputs.kv_offload_gib).as_dict(), "used_by_latency_model": False}
     if inputs.disaggregated:
         update["disaggregated"] = serving_pools(workload, inputs, server, mix, plan.gpus)
     return replace(plan, **update) if update else plan
