@@ -414,6 +414,7 @@ def render_disaggregated(out: Any, plans: list["ServingPlan"]) -> None:
             ("GPUs", f"{f['gpus']:,}", f"{f['aggregated_by_mean_gpus']:,}", f"{p.gpus:,}"),
             ("prefill : decode GPUs", f"{f['prefill_gpus']:,} : {f['decode_gpus']:,}", "-", "-"),
             ("  ratio", f"{f['prefill_to_decode_gpu_ratio']:.2f}", "-", "-"),
+            ("  replicas the targets need", f"{f['prefill_instances']:,.2f} : {f['decode_instances']:,.2f}", "-", "-"),
             ("TTFT [ms]", f"{f['ttft_s'] * 1e3:,.0f}", f"{f['aggregated_by_mean_ttft_s'] * 1e3:,.0f}", _ms(p.ttft_s.get(_pct_key(p)))),
             ("TPOT [ms]", f"{f['tpot_s'] * 1e3:,.1f}", f"{f['aggregated_by_mean_tpot_s'] * 1e3:,.1f}", _ms(p.tpot_s.get(_pct_key(p)))),
             ("load (prefill pool; replica)", f"{f['prefill_utilisation']:.0%}", "-", f"{p.utilisation:.0%}"),
@@ -427,8 +428,10 @@ def render_disaggregated(out: Any, plans: list["ServingPlan"]) -> None:
             t.add_row(*(escape(c) for c in row))
         out.print(t)
         out.print(f"{escape(p.workload)}: pools sized by capplan.disagg for the mean request ({f['prompt_tokens']:,.0f}-token prompts, "
-                  f"{f['output_tokens']:,.0f}-token answers); every pool instance is a replica of tp {p.tp}; the decode pool's batch is "
-                  f"limited by {escape(f['decode_limited_by'])}; the KV of each prompt goes over the network to its decode replica.")
+                  f"{f['output_tokens']:,.0f}-token answers); every pool instance is a replica of tp {p.tp}; TTFT, TPOT and load are "
+                  "those of the replicas the targets need (whole replicas run below them; the ratio rows give whole pools); the decode "
+                  f"pool's batch is limited by {escape(f['decode_limited_by'])}; the KV of each prompt goes over the network to its "
+                  "decode replica.")
 
 
 def render_serving(plans: list["ServingPlan"], explain: bool) -> None:
