@@ -424,6 +424,11 @@ def split_for_total_gpus(model: StepModel, total_gpus: int, trained_positions: f
     """
     tp, trainer = model.unit, model.trainer
     if model.mode == "colocated":
+        if tp != model.tp and total_gpus % tp:  # engines run in whole instances of tp x dp GPUs
+            if total_gpus < tp:
+                raise InputError(f"--total-gpus {total_gpus}: fewer GPUs than one instance of {tp} needs")
+            inference = total_gpus // tp * tp
+            return inference, total_gpus, f"colocated: training on every GPU, generation on the {inference} of whole instances of {tp}"
         return total_gpus, total_gpus, "colocated: both phases on every GPU"
     node = trainer.hardware.gpus_per_node
     if total_gpus - trainer.sane_gpus >= tp:
