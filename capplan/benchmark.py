@@ -156,11 +156,15 @@ def _closed_loop_arrays(server: Server, concurrency: Any, input_tokens: float, o
     c = np.atleast_1d(np.asarray(concurrency, dtype=float))
     P, O = float(input_tokens), float(output_tokens)
     M = float(server.max_num_batched_tokens)
+    from capplan.speculative import SpeculativePricer
+
+    # speculative decoding with chunked prefill: steps counted in output tokens (see _Steps._speculative)
+    spec = server.pricer if isinstance(server.pricer, SpeculativePricer) and server.chunked_prefill else None
     decode_steps = O - 1.0
     own_steps = np.zeros_like(c)
     b = np.maximum(c - 1.0, 0.0)
     for _ in range(30):
-        budget = np.maximum(M - b, 1.0) if server.chunked_prefill else np.full_like(c, max(P, M))
+        budget = _chunk_budget(server, spec, M, b, c, P)
         k = np.ceil(P / np.minimum(budget, P))  # steps of one prompt's own prefill
         own_steps = k + decode_steps
         packed = c * P / budget  # steps if every step's budget were filled with prompts
@@ -170,7 +174,7 @@ def _closed_loop_arrays(server: Server, concurrency: Any, input_tokens: float, o
         b = b_new
         if done:
             break
-    budget = np.maximum(M - b, 1.0) if server.chunked_prefill else np.full_like(c, max(P, M))
+    budget = _chunk_budget(server, spec, M, b, c, P)
     k = np.ceil(P / np.minimum(budget, P))
     one_at_a_time = c * k <= own_steps
     # prompt tokens in a step that carries prefill: one prompt's chunk, or (saturated) the whole
@@ -186,11 +190,18 @@ def _closed_loop_arrays(server: Server, concurrency: Any, input_tokens: float, o
     else:
         t_d = np.zeros_like(c)
     W = server.pricer.window
-    t_m = np.asarray(server.pricer.step(
-        new_tokens=b + tokens, logits_tokens=b + tokens / P, attention_pairs=b * (ctx + 1) + pairs,
-        kv_read_tokens=b * ctx, sequences=b + np.maximum(tokens / P, 1.0),
-        window_attention_pairs=b * min(ctx + 1, W) + pairs_w, window_kv_read_tokens=b * min(ctx, W - 1),
-    ).step_time_s, dtype=float)
+    if spec is not None:  # a verify step of b sequences carrying E x tokens prompt positions, per output token
+        E = spec.tokens_per_step
+        prompt = dict(logits_tokens=E * tokens / P, attention_pairs=E * pairs, kv_read_tokens=0.0 * tokens,
+                      sequences=np.maximum(E * tokens / P, 1.0), window_attention_pairs=E * pairs_w, window_kv_read_tokens=0.0 * tokens)
+        alone = np.asarray(spec.step(new_tokens=np.maximum(E * tokens, 1.0), **prompt).step_time_s, float)
+        t_m = np.where(b > 0, spec.step_with_decodes(np.maximum(b, 1.0), ctx, new_tokens=E * tokens, **prompt), alone) / E
+    else:
+        t_m = np.asarray(server.pricer.step(
+            new_tokens=b + tokens, logits_tokens=b + tokens / P, attention_pairs=b * (ctx + 1) + pairs,
+            kv_read_tokens=b * ctx, sequences=b + np.maximum(tokens / P, 1.0),
+            window_attention_pairs=b * min(ctx + 1, W) + pairs_w, window_kv_read_tokens=b * min(ctx, W - 1),
+        ).step_time_s, dtype=float)
     mixed_share = np.minimum(1.0, n_mixed / window)
     step = np.where(b > 0, mixed_share * t_m + (1.0 - mixed_share) * t_d, t_m)
     # a new request finds the other clients' prefills under way: the engine spends a share rho of
@@ -200,6 +211,15 @@ def _closed_loop_arrays(server: Server, concurrency: Any, input_tokens: float, o
     ttft = (window - decode_steps) * t_m + queue + server.request_overhead_s
     e2e = ttft + decode_steps * step
     return {"c": c, "b": b, "ttft": ttft, "itl": step, "e2e": e2e}
+
+
+def _chunk_budget(server: Server, spec: Any, M: float, b: Any, c: Any, P: float) -> Any:
+    """Prompt positions a step carries beside ``b`` decodes [positions]: ``M - b`` (``M`` the token
+    budget), whole prompts without chunked prefill; speculatively, ``(M - b n) / E`` per output token
+    (a verify step forwards ``n`` positions of each decoding sequence and yields ``E`` tokens)."""
+    if spec is not None:
+        return np.maximum(M - b * spec.positions_per_sequence, 1.0) / spec.tokens_per_step
+    return np.maximum(M - b, 1.0) if server.chunked_prefill else np.full_like(c, max(P, M))
 
 
 def closed_loop(server: Server, concurrency: float, input_tokens: int, output_tokens: int, limited_by: str = "clients") -> BenchmarkResult:
@@ -478,6 +498,11 @@ class _Steps:
         p = server.pricer
         self.chunked = server.chunked_prefill
         M = float(server.max_num_batched_tokens)
+        from capplan.speculative import SpeculativePricer
+
+        if isinstance(p, SpeculativePricer) and self.chunked:
+            self._speculative(p, M, mix, b)
+            return
         self.budget = max(M - b, 1.0) if self.chunked else M
         x = np.linspace(0.0, self.budget, FINE_GRID)
         prompts = x / mix.mean_new
@@ -496,6 +521,31 @@ class _Steps:
         self.decode_s = float(p.decode(max(b, 1.0), ctx).step_time_s)
         t[0] = self.decode_s
         self.x, self.t = x, t
+
+    def _speculative(self, p: Any, M: float, mix: _Mix, b: float) -> None:
+        """The steps of a replica decoding speculatively (:class:`capplan.speculative.SpeculativePricer`),
+        counted in output tokens: a verify step of ``b`` sequences (``n`` positions each) and ``X``
+        prompt positions yields ``E`` tokens per sequence, so the model's step is ``1/E`` of it
+        and carries ``X / E`` prompt positions, at most ``(M - b n) / E``."""
+        n, E = p.positions_per_sequence, p.tokens_per_step
+        self.budget = max(M - b * n, 1.0) / E
+        x = np.linspace(0.0, self.budget, FINE_GRID)
+        X = x * E  # prompt positions of the verify step
+        prompts = X / mix.mean_new
+        W = p.window
+        pairs_w_tok = min(mix.pairs_per_token, W) if math.isfinite(W) else mix.pairs_per_token
+        prompt_work = dict(
+            logits_tokens=prompts, attention_pairs=X * mix.pairs_per_token, kv_read_tokens=prompts * mix.cached_mean,
+            sequences=np.maximum(prompts, 1.0), window_attention_pairs=X * pairs_w_tok,
+            window_kv_read_tokens=prompts * min(mix.cached_mean, W - 1),
+        )
+        if b > 0:
+            t = p.step_with_decodes(b, mix.decode_ctx, new_tokens=X, **prompt_work) / E
+        else:  # nothing decodes: prompt steps alone, counted in the same units
+            t = np.asarray(p.step(new_tokens=np.maximum(X, 1.0), **prompt_work).step_time_s, float) / E
+        self.decode_s = float(p.decode(max(b, 1.0), mix.decode_ctx).step_time_s)
+        t[0] = self.decode_s
+        self.x, self.t = x, np.asarray(t, float)
 
     def __call__(self, tokens: Any) -> Any:
         """Time of a step holding ``tokens`` prefill positions (and the decoding batch) [s]."""

@@ -298,3 +298,74 @@ def compare_aggregated(
         lo, hi = (lo, mid) if ok(mid)[0] else (mid, hi)
     r = ok(hi)[1]
     return Comparison(plan, hi, hi * gpus_per_instance, r.ttft_s, r.itl_s)
+
+
+def decode_at_rate(server: "Server", rate_per_s: float, prompt_tokens: float, output_tokens: float) -> DecodeCapacity:
+    """A decode instance receiving ``rate_per_s`` requests per second: the batch that balances
+    them (Little's law, ``B = rate x O x t(B)`` at the mean context ``P + O / 2``) and its step.
+
+    Raises
+    ------
+    InputError
+        The rate is above what the instance sustains at its largest batch (KV or ``max_num_seqs``).
+    """
+    top = decode_capacity(server, prompt_tokens, output_tokens)
+    if rate_per_s > top.requests_per_s * (1 + 1e-9):
+        raise InputError(
+            f"decode pool: {rate_per_s:.4g} requests/s per instance is above the {top.requests_per_s:.4g} it sustains ({top.limited_by})"
+        )
+    ctx = float(prompt_tokens) + float(output_tokens) / 2.0
+
+    def step(b: float) -> float:
+        return float(server.pricer.decode(max(b, 1.0), ctx).step_time_s)
+
+    lo, hi = 0.0, top.batch
+    for _ in range(60):  # the smallest root of B - rate O t(B): B - rate O t(B) rises through it
+        mid = (lo + hi) / 2
+        if mid - rate_per_s * output_tokens * step(mid) < 0:
+            lo = mid
+        else:
+            hi = mid
+    b = hi
+    t = step(b)
+    return DecodeCapacity(batch=b, step_s=t, output_tokens_per_s=max(b, 1.0) / t, requests_per_s=rate_per_s, limited_by="arrival rate")
+
+
+def pools_at_ratio(
+    prefill: "Server", decode: "Server", arrival_rate_per_s: float, prompt_tokens: float, output_tokens: float,
+    ratio: float, ttft_target_s: float | None, tpot_target_s: float | None, transfer_s: float = 0.0,
+    prefill_gpus_per_instance: int = 1, decode_gpus_per_instance: int = 1,
+) -> PoolPlan:
+    """The smallest pools whose prefill-to-decode GPU ratio is at least ``ratio`` (whole instances)
+    and which meet the targets by the mean, with the TTFT and TPOT they then reach.
+
+    Notes
+    -----
+    :func:`size_pools` gives the instances each target needs, ``n_p`` and ``n_d``. With ``g_p``,
+    ``g_d`` GPUs per instance, the decode pool takes ``i_d = max(ceil(n_d), ceil(ceil(n_p) g_p /
+    (ratio g_d)))`` instances and the prefill pool ``i_p = ceil(ratio i_d g_d / g_p)``; the prefill
+    pool then runs at ``rho = lambda / (i_p mu)`` (TTFT as in :func:`size_pools`) and a decode
+    instance at the batch that balances ``lambda / i_d`` (:func:`decode_at_rate`).
+
+    Raises
+    ------
+    InputError
+        ``ratio`` not > 0; a target no pool size meets (:func:`size_pools`).
+    """
+    if not ratio > 0:
+        raise InputError(f"--prefill-decode-ratio {ratio}: must be > 0")
+    need = size_pools(prefill, decode, arrival_rate_per_s, prompt_tokens, output_tokens, ttft_target_s, tpot_target_s, transfer_s,
+                      prefill_gpus_per_instance, decode_gpus_per_instance)
+    n_p, n_d = math.ceil(need.prefill_instances - 1e-9), math.ceil(need.decode_instances - 1e-9)
+    gp, gd = prefill_gpus_per_instance, decode_gpus_per_instance
+    i_d = max(n_d, math.ceil(n_p * gp / (ratio * gd) - 1e-9))
+    i_p = max(n_p, math.ceil(ratio * i_d * gd / gp - 1e-9))
+    cap = prefill_capacity(prefill, prompt_tokens)
+    rho = arrival_rate_per_s / (i_p * cap.prompts_per_s)
+    d = decode_at_rate(decode, arrival_rate_per_s / i_d, prompt_tokens, output_tokens)
+    return PoolPlan(
+        arrival_rate_per_s=arrival_rate_per_s, prefill_instances=float(i_p), decode_instances=float(i_d),
+        prefill_gpus=i_p * gp, decode_gpus=i_d * gd, prefill_to_decode_gpu_ratio=i_p * gp / (i_d * gd), prefill_utilisation=rho,
+        ttft_s=cap.prompt_s + transfer_s + rho / (2 * (1 - rho)) / cap.prompts_per_s, tpot_s=d.step_s, kv_transfer_s=transfer_s,
+        decode_batch=d.batch, decode_limited_by="prefill:decode ratio" if i_d > n_d else need.decode_limited_by,
+    )

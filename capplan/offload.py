@@ -177,3 +177,47 @@ def offload_throughput(server: "Server", prompt_tokens: int, hit_rate: float) ->
     compute = (1 - hit_rate) * miss + hit_rate * hit
     load = hit_rate * kv_load_s(server, P - 1)
     return 1.0 / max(compute, load)
+
+
+@dataclass(frozen=True)
+class OffloadTier:
+    """A replica's CPU KV tier as a plan uses it (a JSON contract: :meth:`as_dict`)."""
+
+    host_kv_gib_per_gpu: float
+    """Host memory per GPU given to the tier [GiB]."""
+    capacity_tokens: int
+    """Positions the tier holds; each GPU holds its share of every position, so this is the
+    replica's too [positions]."""
+    load_s_per_token: float
+    """Time to copy one position's KV back to the GPUs, all of a replica's GPUs in parallel [s/position]."""
+    break_even_tokens: int
+    """Smallest cached prefix that loads faster than it recomputes, a request alone (:func:`break_even_tokens`) [positions]."""
+    host_link_bandwidth_gbps: float
+    """GPU-host link of the hardware profile, each way [GB/s]."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def offload_tier(server: "Server", offload_gib: float) -> OffloadTier:
+    """The CPU tier of ``offload_gib`` GiB per GPU on ``server``: capacity, load time per position
+    and the break-even prefix.
+
+    Raises
+    ------
+    InputError
+        ``offload_gib`` not > 0; a hardware profile without ``host_link_bandwidth_gbps``.
+
+    >>> from capplan.benchmark import server_for
+    >>> from capplan.hardware import load_hardware
+    >>> from capplan.modelspec import load_model_spec
+    >>> t = offload_tier(server_for(load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm")), 100.0)
+    >>> t.capacity_tokens, t.break_even_tokens  # 100 GiB at 128 KiB a position
+    (819200, 460)
+    """
+    capacity = host_kv_capacity_tokens(server, offload_gib)
+    hw = server.pricer.hw
+    return OffloadTier(
+        host_kv_gib_per_gpu=float(offload_gib), capacity_tokens=capacity, load_s_per_token=kv_load_s(server, 1.0),
+        break_even_tokens=break_even_tokens(server), host_link_bandwidth_gbps=float(hw.host_link_bandwidth_gbps or 0.0),
+    )

@@ -426,3 +426,135 @@ def spec_rows(
     target, drafter = spec_pricers(spec, hw, rinp, inp)
     return [{"batch": int(b), "context": int(c), **spec_step(target, drafter, inp, float(b), float(c)).as_dict()}
             for b in batches for c in contexts]
+
+
+class SpeculativePricer:
+    """A target model's step prices when it decodes speculatively, in the shape of a
+    :class:`capplan.roofline.StepPricer`, so a replica, a benchmark :class:`~capplan.benchmark.Server`
+    or a plan prices speculative decoding through the calls it already makes.
+
+    :meth:`decode` prices **one output token** of every sequence: a verify step over ``B x n``
+    positions (``n`` = :attr:`SpecInputs.positions_verified`) plus the ``k`` drafter forwards,
+    divided by the ``E`` tokens a verify step yields (:func:`spec_step`'s ``time_per_token_s``,
+    vectorised). A model that counts one decode step per output token (Little's law, a rollout's
+    decode work) then sees the speculative time per token. Steps without decoding sequences
+    (:meth:`step`, :meth:`prefill`, :meth:`chunked`) are the target's own; a step that carries
+    both (continuous batching) is :meth:`step_with_decodes`.
+
+    Examples
+    --------
+    >>> from capplan.hardware import load_hardware
+    >>> from capplan.modelspec import load_model_spec
+    >>> from capplan.roofline import RooflineInputs
+    >>> s = SpecInputs(method="eagle3", num_speculative_tokens=3, acceptance_rate=0.7)
+    >>> p = SpeculativePricer.build(load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm"), RooflineInputs(), s)
+    >>> plain = p.target.decode(1, 1024).step_time_s
+    >>> round(plain / float(p.decode(1, 1024).step_time_s), 2)  # spec_step's speed-up at batch 1
+    2.23
+    """
+
+    def __init__(self, target: "StepPricer", drafter: "StepPricer | None", inp: SpecInputs) -> None:
+        self.target, self.drafter, self.setting = target, drafter, inp
+        self.spec, self.hw, self.inp, self.window = target.spec, target.hw, target.inp, target.window
+        self.dp = target.dp
+        self.positions_per_sequence = float(inp.positions_verified)
+        """Positions each decoding sequence forwards per verify step [positions]."""
+        self.tokens_per_step = float(inp.tokens_per_step)
+        """Mean tokens a verify step yields per sequence ``E`` [tokens]."""
+
+    @classmethod
+    def build(cls, spec: "ModelSpec", hw: "HardwareProfile", rinp: "RooflineInputs", inp: SpecInputs) -> "SpeculativePricer":
+        """The pricer of ``spec`` on ``hw`` at ``rinp`` decoding with ``inp`` (:func:`spec_pricers`)."""
+        target, drafter = spec_pricers(spec, hw, rinp, inp)
+        return cls(target, drafter, inp)
+
+    def draft_s(self, batch: Any, context: Any) -> np.ndarray:
+        """The ``k`` drafter forwards of a verify step of ``batch`` sequences at ``context`` [s],
+        host time excluded (vectorised; 0 for n-gram lookup)."""
+        B = np.asarray(batch, dtype=float)
+        c = np.asarray(context, dtype=float)
+        if self.drafter is None:
+            return np.zeros(np.broadcast_shapes(B.shape, c.shape))
+        k = self.setting.num_speculative_tokens
+        offsets = 1.0 + np.arange(k, dtype=float)
+        d = self.drafter.decode(np.maximum(B, 1.0)[..., None], c[..., None] + offsets)  # a drafter step forwards at least one position
+        return np.sum(np.asarray(d.step_time_s, dtype=float) - np.asarray(d.overhead_s, dtype=float), axis=-1)
+
+    def verify(self, batch: Any, context: Any, *, new_tokens: Any = 0.0, logits_tokens: Any = 0.0, attention_pairs: Any = 0.0,
+               kv_read_tokens: Any = 0.0, sequences: Any = 0.0, window_attention_pairs: Any = 0.0,
+               window_kv_read_tokens: Any = 0.0) -> "StepCost":
+        """The target's verify step of ``batch`` sequences at ``context`` cached, plus any other
+        work the step carries (prompt chunks, as keyword arguments of
+        :meth:`capplan.roofline.StepPricer.step`) (vectorised).
+
+        Notes
+        -----
+        With ``n`` positions verified per sequence after ``c`` cached:
+        ``new = logits = B n``, ``pairs = B (n c + n (n + 1) / 2)``, ``kv_read = B c``.
+        """
+        from capplan.roofline import causal_pairs
+
+        B = np.asarray(batch, dtype=float)
+        c = np.asarray(context, dtype=float)
+        n = self.positions_per_sequence
+        W = self.window
+        return self.target.step(
+            new_tokens=np.maximum(B * n + new_tokens, 1.0), logits_tokens=B * n + logits_tokens,
+            attention_pairs=B * causal_pairs(c, n) + attention_pairs, kv_read_tokens=B * c + kv_read_tokens,
+            sequences=B + sequences, window_attention_pairs=B * causal_pairs(c, n, W) + window_attention_pairs,
+            window_kv_read_tokens=B * np.minimum(c, W - 1) + window_kv_read_tokens,
+        )
+
+    def step_with_decodes(self, batch: Any, context: Any, **other: Any) -> np.ndarray:
+        """Time of one verify step of ``batch`` decoding sequences that also carries ``other``
+        work (prompt chunks), drafting included [s] (vectorised): it yields
+        :attr:`tokens_per_step` tokens per decoding sequence."""
+        return np.asarray(self.verify(batch, context, **other).step_time_s, dtype=float) + self.draft_s(batch, context)
+
+    def decode(self, batch: Any, context: Any) -> "StepCost":
+        """The price of one output token of ``batch`` sequences at ``context`` cached: the verify
+        step and the drafts divided by :attr:`tokens_per_step` (time, FLOPs and bytes; the other
+        fields are the verify step's, scaled alike) (vectorised)."""
+        from dataclasses import replace
+
+        B = np.maximum(np.asarray(batch, dtype=float), 1.0)
+        c = np.asarray(context, dtype=float)
+        v = self.verify(B, c)
+        E = self.tokens_per_step
+        draft: Any = 0.0
+        flops_d = bytes_d = 0.0
+        if self.drafter is not None:
+            k = self.setting.num_speculative_tokens
+            d = self.drafter.decode(B[..., None], c[..., None] + 1.0 + np.arange(k, dtype=float))
+            draft = np.sum(np.asarray(d.step_time_s, dtype=float) - np.asarray(d.overhead_s, dtype=float), axis=-1)
+            flops_d = np.sum(np.asarray(d.flops, dtype=float), axis=-1)
+            bytes_d = np.sum(np.asarray(d.bytes, dtype=float), axis=-1)
+        step = np.asarray(v.step_time_s, dtype=float)
+        total = step + draft
+        share = np.where(total > 0, step / np.where(total > 0, total, 1.0), 1.0)
+
+        def out(x: Any) -> Any:
+            x = np.asarray(x, dtype=float)
+            return float(x) if x.ndim == 0 else x
+
+        return replace(
+            v, flops=out((np.asarray(v.flops, dtype=float) + flops_d) / E), bytes=out((np.asarray(v.bytes, dtype=float) + bytes_d) / E),
+            compute_time_s=out(np.asarray(v.compute_time_s, dtype=float) / E), memory_time_s=out(np.asarray(v.memory_time_s, dtype=float) / E),
+            comm_time_s=out(np.asarray(v.comm_time_s, dtype=float) / E), step_time_s=out(total / E),
+            mfu=out(np.asarray(v.mfu, dtype=float) * share), mbu=out(np.asarray(v.mbu, dtype=float) * share),
+            overhead_s=out(np.asarray(v.overhead_s, dtype=float) / E),
+        )
+
+    def step(self, **work: Any) -> "StepCost":
+        """A step without decoding sequences (a prefill or scoring step): the target's own."""
+        return self.target.step(**work)
+
+    def prefill(self, prompt: Any, cached: Any = 0, batch: Any = 1) -> "StepCost":
+        """A prefill step: the target's own."""
+        return self.target.prefill(prompt, cached, batch)
+
+    def chunked(self, tokens: float, pairs: float, pairs_w: float, kv_read: float, sequences: float, logits: float,
+                chunk: int) -> tuple[float, float, float]:
+        """Prefill or scoring positions in steps of ``chunk``: the target's own
+        (:meth:`capplan.roofline.StepPricer.chunked`)."""
+        return self.target.chunked(tokens, pairs, pairs_w, kv_read, sequences, logits, chunk)

@@ -285,6 +285,10 @@ class Serving(_Strict):
     price_usd_per_gpu_hour: float | None = Field(default=None, gt=0, le=10_000)
     """Price of one GPU-hour for the cost per million tokens [USD/GPU-hour]; default the hardware
     profile's ``price_usd_per_gpu_hour`` (``capplan plan --gpu-hour-price`` overrides both)."""
+    disaggregated: bool = False
+    """Plan separate prefill and decode pools (disaggregated prefill/decode, the KV of every prompt
+    sent from a prefill GPU to its decode instance) beside the aggregated fleet
+    (``capplan plan --disaggregated``; :mod:`capplan.disagg`)."""
 
     @model_validator(mode="after")
     def _percent_scale(self) -> "Serving":
@@ -407,6 +411,29 @@ class EngineSettings(_Strict):
     enable_prefix_caching: bool | None = None
     """Automatic prefix caching: true sets ``cache.reuse`` to auto, false to none
     (``--enable-prefix-caching``)."""
+    data_parallel_size: int | None = Field(default=None, ge=1, le=MAX_GPUS)
+    """Data-parallel ranks of an instance, each of ``tensor_parallel_size`` GPUs with its own
+    sequences and KV cache (``--data-parallel-size``; with a MoE model, data-parallel attention
+    beside expert parallelism): an instance is ``tensor_parallel_size x data_parallel_size`` GPUs."""
+    enable_expert_parallel: bool | None = None
+    """Expert parallelism over every GPU of the instance, ``ep = tensor_parallel_size x
+    data_parallel_size`` whole experts per GPU group (``--enable-expert-parallel``; MoE models only)."""
+    num_redundant_experts: int | None = Field(default=None, ge=0, le=MAX_GPUS)
+    """Extra expert replicas the expert load balancer places (``--num-redundant-experts``, EPLB's
+    ``num_redundant_experts``) [count]; needs ``enable_expert_parallel``."""
+    enable_dbo: bool | None = None
+    """Dual-batch overlap: each step runs as two micro-batches, one's expert-parallel all-to-all
+    hidden behind the other's compute (``--enable-dbo``; SGLang ``--enable-two-batch-overlap``)."""
+    kv_offloading_size: float | None = Field(default=None, gt=0, le=1_000_000)
+    """Host memory of the instance given to a CPU KV tier [GiB] (``--kv-offloading-size``, vLLM's
+    OffloadingConnector): summed over the instance's GPUs, so each GPU's share is this divided by
+    ``tensor_parallel_size x data_parallel_size``."""
+
+    @model_validator(mode="after")
+    def _experts(self) -> "EngineSettings":
+        if self.num_redundant_experts and not self.enable_expert_parallel:
+            raise FieldError(("num_redundant_experts",), "redundant experts are placed by expert parallelism; set enable_expert_parallel: true")
+        return self
 
     @field_validator("kv_cache_dtype", mode="before")
     @classmethod
@@ -473,6 +500,9 @@ class Workload(_Strict):
             raise FieldError(("serving",), f"only allowed with method: serving (this workload is {self.method})")
         if self.speculative is not None and self.method not in ROLLOUT_METHODS:
             raise FieldError(("speculative",), f"needs a rollout or serving engine; method {self.method} samples nothing")
+        if self.speculative is not None and self.speculative.acceptance_by_step is not None and self.method not in TRAINER_METHODS:
+            raise FieldError(("speculative", "acceptance_by_step"),
+                             f"reads the acceptance at trainer steps, and method {self.method} has no trainer; give acceptance_rate")
         if self.engine is not None and self.method not in ROLLOUT_METHODS:
             raise FieldError(("engine",), f"needs a rollout or serving engine; method {self.method} samples nothing")
         if self.cache.reused_prefix_tokens is not None:

@@ -123,6 +123,81 @@ PrefixCachingOpt = Annotated[
 ]
 
 
+def _rf_help(field: str) -> str:
+    from capplan.options import field_help
+
+    return field_help("capplan.roofline", "RooflineInputs", field)
+
+
+def _spec_help(field: str) -> str:
+    from capplan.options import field_help
+
+    return field_help("capplan.speculative", "SpecInputs", field)
+
+
+# Engine features (expert parallelism, quantisation scales, speculative decoding, a CPU KV tier):
+# one definition each, shared by kv, roofline, plan and sweep.
+EpOpt = Annotated[int, typer.Option("--ep", "--expert-parallel-size", help=_kv_help("ep"), min=1)]
+DpOpt = Annotated[int | None, typer.Option("--dp", "--data-parallel-size", help=_kv_help("dp"), min=1)]
+ExpertDtypeOpt = Annotated[str | None, typer.Option("--expert-dtype", help=_kv_help("expert_dtype"))]
+RedundantOpt = Annotated[int, typer.Option("--redundant-experts", help=_kv_help("redundant_experts"), min=0)]
+KVScaleOpt = Annotated[str, typer.Option("--kv-scale", help=_kv_help("kv_scale"))]
+TwoBatchOverlapOpt = Annotated[bool, typer.Option("--two-batch-overlap", help=_rf_help("two_batch_overlap"))]
+AlltoallModeOpt = Annotated[str, typer.Option("--alltoall-mode", help=_rf_help("alltoall_mode"))]
+GemmDtypeOpt = Annotated[str | None, typer.Option("--gemm-dtype", help=_rf_help("gemm_dtype"))]
+SpecMethodOpt = Annotated[str | None, typer.Option("--spec-method", help=_spec_help("method"))]
+SpecTokensOpt = Annotated[int | None, typer.Option("--spec-tokens", help=_spec_help("num_speculative_tokens"))]
+AcceptanceOpt = Annotated[float | None, typer.Option("--acceptance-rate", help=_spec_help("acceptance_rate"))]
+AcceptanceLengthOpt = Annotated[float | None, typer.Option("--acceptance-length", help=_spec_help("acceptance_length"))]
+DraftModelOpt = Annotated[str | None, typer.Option("--draft-model", help=_spec_help("draft_model"))]
+KVOffloadGibOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--kv-offload-gib", "--offload-gib",
+        help="Host memory per GPU given to a CPU KV tier [GiB] (vLLM's OffloadingConnector, --kv-offloading-size, which "
+        "counts a whole instance; LMCache; SGLang's hierarchical cache): the positions it holds, when loading a cached "
+        "prefix from it beats recomputing it (capplan.offload).",
+    ),
+]
+
+
+def spec_inputs(method: str | None, tokens: int | None, rate: float | None, length: float | None, draft: str | None) -> "Any":
+    """The speculative-decoding setting of the ``--spec-*`` flags, or ``None`` without ``--spec-method``.
+
+    A ``--spec-*`` flag without ``--spec-method``, ``--spec-method`` without ``--spec-tokens``,
+    or a value out of range is a one-line error naming the flag (exit 2).
+    """
+    if method is None:
+        if any(v is not None for v in (tokens, rate, length, draft)):
+            raise fail("--spec-tokens, --acceptance-rate, --acceptance-length and --draft-model need --spec-method")
+        return None
+    from capplan.speculative import SpecInputs
+
+    if tokens is None:
+        raise fail(f"--spec-method {method} needs --spec-tokens (tokens drafted per verify step, >= 1)")
+    return call(lambda: SpecInputs(method=method, num_speculative_tokens=tokens, acceptance_rate=rate,
+                                   acceptance_length=length, draft_model=draft))
+
+
+def layout_options(
+    ep: int = 1, dp: int | None = None, expert_dtype: str | None = None, redundant: int = 0, kv_scale: str = "tensor",
+    tbo: bool = False, a2a: str = "auto", gemm_dtype: str | None = None,
+) -> dict[str, Any]:
+    """The expert/data-parallel, quantisation and overlap options that differ from their defaults,
+    as keyword arguments of :class:`capplan.kv.KVInputs` / :class:`capplan.roofline.RooflineInputs`
+    (so a plain configuration builds exactly the option object it always did)."""
+    out: dict[str, Any] = {}
+    for key, value, plain in (("ep", ep, 1), ("dp", dp, None), ("redundant_experts", redundant, 0), ("kv_scale", kv_scale, "tensor"),
+                              ("two_batch_overlap", tbo, False), ("alltoall_mode", a2a, "auto")):
+        if value != plain:
+            out[key] = value
+    if expert_dtype is not None:
+        out["expert_dtype"] = dtype_name(expert_dtype)
+    if gemm_dtype is not None:
+        out["gemm_dtype"] = dtype_name(gemm_dtype)
+    return out
+
+
 ENGINE_KEYS: dict[str, str] = {
     "tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "gpu_memory_utilization": "gpu_memory_utilization",
     "kv_dtype": "kv_cache_dtype", "weight_dtype": "dtype", "max_model_len": "max_model_len", "max_num_seqs": "max_num_seqs",
@@ -133,10 +208,41 @@ ENGINE_KEYS: dict[str, str] = {
 """Command parameter -> the key of a workload's ``engine:`` block that supplies its default."""
 
 
-def engine_defaults(ctx: typer.Context, workload: "Any", **values: Any) -> dict[str, Any]:
+FEATURE_SETTINGS: tuple[str, ...] = (
+    "engine.data_parallel_size", "engine.enable_expert_parallel", "engine.num_redundant_experts", "engine.enable_dbo",
+    "engine.kv_offloading_size", "speculative", "serving.disaggregated",
+)
+"""Workload keys of the engine features (:func:`engine_features`, the ``speculative:`` block,
+``serving.disaggregated``): ``capplan plan`` and ``capplan sweep`` read them."""
+
+
+def unread_features(workload: "Any") -> list[str]:
+    """The engine-feature keys ``workload`` sets (:data:`FEATURE_SETTINGS`), as written in the file."""
+    out = []
+    for key in FEATURE_SETTINGS:
+        node: Any = workload
+        for part in key.split("."):
+            node = getattr(node, part, None)
+            if node is None:
+                break
+        if node not in (None, False) and not (key == "engine.data_parallel_size" and node == 1):
+            out.append(key)
+    return out
+
+
+def engine_defaults(ctx: typer.Context, workload: "Any", features: bool = False, **values: Any) -> dict[str, Any]:
     """``values`` (command parameters named as in :data:`ENGINE_KEYS`) with each one the user did
     not give on the command line replaced by the workload's ``engine:`` key, when it sets one:
-    a flag wins over the file, the file over the command's default."""
+    a flag wins over the file, the file over the command's default.
+
+    A command that does not model the engine features (``features`` false) warns when the
+    workload sets one (:func:`unread_features`): its figures are without it, never silently."""
+    if not features:
+        unread = unread_features(workload)
+        if unread:
+            warn(f"workload {getattr(workload, 'name', '?')}: {', '.join(unread)} {'is' if len(unread) == 1 else 'are'} not read by "
+                 f"capplan {ctx.info_name}, so its figures are without {'it' if len(unread) == 1 else 'them'} (capplan plan and capplan "
+                 "sweep read them; give the matching flags where this command has them)")
     block = getattr(workload, "engine", None)
     if block is None:
         return values
@@ -154,6 +260,40 @@ def engine_defaults(ctx: typer.Context, workload: "Any", **values: Any) -> dict[
                     load_engine(from_file)
                 except (InputError, NotFoundError) as err:
                     raise fail(f"workload {workload.name}, engine.profile: {err}") from None
+    return out
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
+
+
+def engine_features(
+    ctx: typer.Context, workload: "Any", tp: int, ep: int = 1, dp: int | None = None, redundant_experts: int = 0,
+    two_batch_overlap: bool = False, kv_offload_gib: float | None = None,
+) -> dict[str, Any]:
+    """The feature settings of a command (parameters ``ep``, ``dp``, ``redundant_experts``,
+    ``two_batch_overlap``, ``kv_offload_gib``) with the workload's ``engine:`` keys as defaults
+    (a flag wins): ``data_parallel_size``, ``enable_expert_parallel`` (``ep = tp x dp``),
+    ``num_redundant_experts``, ``enable_dbo`` and ``kv_offloading_size`` (GiB per instance, so
+    ``/ (tp x dp)`` per GPU)."""
+    out: dict[str, Any] = {"ep": ep, "dp": dp, "redundant_experts": redundant_experts, "two_batch_overlap": two_batch_overlap,
+                           "kv_offload_gib": kv_offload_gib}
+    block = getattr(workload, "engine", None)
+    if block is None:
+        return out
+    if not _given(ctx, "dp") and block.data_parallel_size is not None:
+        out["dp"] = block.data_parallel_size
+    if not _given(ctx, "ep") and block.enable_expert_parallel is not None:
+        out["ep"] = tp * (out["dp"] or 1) if block.enable_expert_parallel else 1
+    if not _given(ctx, "redundant_experts") and block.num_redundant_experts is not None:
+        out["redundant_experts"] = block.num_redundant_experts
+    if not _given(ctx, "two_batch_overlap") and block.enable_dbo is not None:
+        out["two_batch_overlap"] = block.enable_dbo
+    if not _given(ctx, "kv_offload_gib") and block.kv_offloading_size is not None:
+        from capplan.kv import resolve_dp
+
+        out["kv_offload_gib"] = block.kv_offloading_size / (tp * resolve_dp(tp, out["ep"], out["dp"]))
     return out
 
 

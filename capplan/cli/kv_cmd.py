@@ -36,46 +36,23 @@ from capplan.cli.common import (
     warn,
     workload_settings,
     engine_defaults,
+    AcceptanceLengthOpt,
+    AcceptanceOpt,
+    DpOpt,
+    DraftModelOpt,
+    EpOpt,
+    ExpertDtypeOpt,
+    KVOffloadGibOpt,
+    KVScaleOpt,
+    RedundantOpt,
+    SpecMethodOpt,
+    SpecTokensOpt,
+    layout_options,
+    spec_inputs,
 )
 
 if TYPE_CHECKING:
     from capplan.kv import KVResult
-
-
-def _spec_help(field: str) -> str:
-    from capplan.options import field_help
-
-    return field_help("capplan.speculative", "SpecInputs", field)
-
-
-EpOpt = Annotated[int, typer.Option("--ep", "--expert-parallel-size", help=_kv_help("ep"), min=1)]
-DpOpt = Annotated[int | None, typer.Option("--dp", "--data-parallel-size", help=_kv_help("dp"), min=1)]
-ExpertDtypeOpt = Annotated[str | None, typer.Option("--expert-dtype", help=_kv_help("expert_dtype"))]
-RedundantOpt = Annotated[int, typer.Option("--redundant-experts", help=_kv_help("redundant_experts"), min=0)]
-KVScaleOpt = Annotated[str, typer.Option("--kv-scale", help=_kv_help("kv_scale"))]
-SpecMethodOpt = Annotated[str | None, typer.Option("--spec-method", help=_spec_help("method"))]
-SpecTokensOpt = Annotated[int | None, typer.Option("--spec-tokens", help=_spec_help("num_speculative_tokens"))]
-AcceptanceOpt = Annotated[float | None, typer.Option("--acceptance-rate", help=_spec_help("acceptance_rate"))]
-AcceptanceLengthOpt = Annotated[float | None, typer.Option("--acceptance-length", help=_spec_help("acceptance_length"))]
-DraftModelOpt = Annotated[str | None, typer.Option("--draft-model", help=_spec_help("draft_model"))]
-
-
-def spec_inputs(method: str | None, tokens: int | None, rate: float | None, length: float | None, draft: str | None) -> "Any":
-    """The speculative-decoding setting of the ``--spec-*`` flags, or ``None`` without ``--spec-method``."""
-    if method is None:
-        if any(v is not None for v in (tokens, rate, length, draft)):
-            from capplan.cli.common import fail
-
-            raise fail("--spec-tokens, --acceptance-rate, --acceptance-length and --draft-model need --spec-method")
-        return None
-    from capplan.speculative import SpecInputs
-
-    if tokens is None:
-        from capplan.cli.common import fail
-
-        raise fail(f"--spec-method {method} needs --spec-tokens (tokens drafted per verify step, >= 1)")
-    return call(lambda: SpecInputs(method=method, num_speculative_tokens=tokens, acceptance_rate=rate,
-                                   acceptance_length=length, draft_model=draft))
 
 
 commands = CommandSet()
@@ -143,11 +120,7 @@ def kv(
     acceptance_rate: AcceptanceOpt = None,
     acceptance_length: AcceptanceLengthOpt = None,
     draft_model: DraftModelOpt = None,
-    offload_gib: Annotated[
-        float | None,
-        typer.Option("--offload-gib", help="Host memory per GPU given to a CPU KV tier [GiB]: report the positions it holds "
-                     "(capplan.offload). Without it the tier is sized by the profile's host memory when --offload is given."),
-    ] = None,
+    offload_gib: KVOffloadGibOpt = None,
     offload: Annotated[bool, typer.Option("--offload", help="Report a CPU KV tier sized by the hardware profile's host memory.")] = False,
     format: FormatOpt = None,
     output: OutputOpt = None,
@@ -199,7 +172,7 @@ def kv(
                 runtime_overhead_gib=runtime_overhead_gib,
                 graph_gib=graph_gib,
                 engine=engine_profile,
-                **_layout(ep, dp, expert_dtype, redundant_experts, kv_scale),
+                **layout_options(ep, dp, expert_dtype, redundant_experts, kv_scale),
             ))
             row = call(lambda: compute_kv(spec, hw, inp))
             rows.append(row)
@@ -320,23 +293,6 @@ def render(con, rows, conc) -> None:  # noqa: ANN001
             "Resident = KV capacity / time-averaged KV a conversation holds (Little's law); runnable = resident x "
             "share of its lifetime spent decoding; waiting conversations hold KV (retain) but no decode slot."
         )
-
-
-def _layout(ep: int, dp: int | None, expert_dtype: str | None, redundant: int, kv_scale: str) -> dict[str, Any]:
-    """The expert/data-parallel and quantisation options that differ from their defaults (so a
-    plain configuration builds exactly the option object it always did)."""
-    out: dict[str, Any] = {}
-    if ep != 1:
-        out["ep"] = ep
-    if dp is not None:
-        out["dp"] = dp
-    if expert_dtype is not None:
-        out["expert_dtype"] = dtype_name(expert_dtype)
-    if redundant:
-        out["redundant_experts"] = redundant
-    if kv_scale != "tensor":
-        out["kv_scale"] = kv_scale
-    return out
 
 
 def _features(spec: Any, hw: Any, rows: list["KVResult"], sinp: Any, offload_gib: float | None, engine: Any) -> list[dict[str, Any]]:

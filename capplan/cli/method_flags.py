@@ -31,8 +31,22 @@ PLAN_FLAGS: dict[str, tuple[frozenset[str], str]] = {
     "inference_gpus": (ROLLOUT_METHODS, "the workload has no inference engine"),
     "inference_replicas": (ROLLOUT_METHODS, "the workload has no inference engine"),
     "gpu_hour_price": (frozenset({"serving"}), "costs per token are planned for serving fleets"),
+    **{name: (ROLLOUT_METHODS, "it is a setting of the inference engine, and the workload has none") for name in (
+        "ep", "dp", "expert_dtype", "redundant_experts", "kv_scale", "two_batch_overlap", "alltoall_mode", "gemm_dtype",
+        "spec_method", "spec_tokens", "acceptance_rate", "acceptance_length", "draft_model", "disaggregated", "kv_offload_gib",
+    )},
+    "acceptance_step": (RL_METHODS, "it reads an acceptance schedule at trainer steps, and the workload has no trainer"),
+    "prefill_decode_ratio": (frozenset({"serving"}), "it sizes the pools of a serving fleet; RL rollouts report their ratio with "
+                             "--disaggregated"),
 }
 """``capplan plan``: parameter name -> (methods it applies to, why it does not apply to the others)."""
+
+SWEEP_SERVING_ERROR = (
+    "capplan sweep plans training and RL workloads (trained tokens per second); for a serving workload use capplan plan, once "
+    "per setting: --tensor-parallel-size, --ep, --spec-tokens, and --disaggregated --prefill-decode-ratio 1,2,4 for the "
+    "prefill:decode ratio"
+)
+"""Why ``capplan sweep`` refuses a serving workload, and what to use instead."""
 
 SIMULATE_RL_FLAGS = (
     "trainer_hardware", "env_workers", "trainer_gpus", "mode", "max_staleness", "max_inflight_groups", "sampling", "oversample",

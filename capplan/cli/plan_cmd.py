@@ -32,6 +32,22 @@ from capplan.cli.common import (
     safe,
     TPOpt,
     workload_settings,
+    AcceptanceLengthOpt,
+    AcceptanceOpt,
+    AlltoallModeOpt,
+    DpOpt,
+    DraftModelOpt,
+    EpOpt,
+    ExpertDtypeOpt,
+    GemmDtypeOpt,
+    KVOffloadGibOpt,
+    KVScaleOpt,
+    RedundantOpt,
+    SpecMethodOpt,
+    SpecTokensOpt,
+    TwoBatchOverlapOpt,
+    engine_features,
+    parse_names,
 )
 
 if TYPE_CHECKING:
@@ -173,11 +189,60 @@ CSV_COLUMNS: list[tuple[str, Any]] = [
 ]
 
 
+def _get(d: Any, *keys: str) -> Any:
+    """``d[k1][k2]...``, ``None`` where a key is missing (a feature not in use)."""
+    for k in keys:
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d
+
+
+def _uses_features(plans: list[Any]) -> bool:
+    """Whether any plan uses an engine feature (its JSON has a feature key)."""
+    return any(p.ep != 1 or p.dp != 1 or p.speculative or p.disaggregated or p.kv_offload for p in plans)
+
+
+#: CSV columns of the engine features, appended when some plan of the run uses one (the columns
+#: of a plain plan are a contract).
+FEATURE_CSV_COLUMNS: list[tuple[str, Any]] = [
+    ("ep", lambda p: p.ep),
+    ("dp", lambda p: p.dp),
+    ("instances", lambda p: getattr(p, "inference_instances", None) if hasattr(p, "inference_instances") else p.instances),
+    ("spec_method", lambda p: _get(p.speculative, "method")),
+    ("spec_num_speculative_tokens", lambda p: _get(p.speculative, "num_speculative_tokens")),
+    ("spec_acceptance_rate", lambda p: _get(p.speculative, "acceptance_rate")),
+    ("spec_tokens_per_step", lambda p: _get(p.speculative, "tokens_per_step")),
+    ("spec_speedup", lambda p: _get(p.speculative, "speedup")),
+    ("kv_offload_gib_per_gpu", lambda p: _get(p.kv_offload, "host_kv_gib_per_gpu")),
+    ("kv_offload_capacity_tokens", lambda p: _get(p.kv_offload, "capacity_tokens")),
+    ("kv_offload_break_even_tokens", lambda p: _get(p.kv_offload, "break_even_tokens")),
+]
+
+#: RL plans: the feature columns after :data:`FEATURE_CSV_COLUMNS`.
+RL_FEATURE_CSV_COLUMNS: list[tuple[str, Any]] = [
+    ("kv_offload_loaded_tokens_per_step", lambda p: _get(p.kv_offload, "loaded_tokens_per_step")),
+    ("disagg_prefill_per_decode_instance", lambda p: _get(p.disaggregated, "prefill_instances_per_decode_instance")),
+]
+
+#: Serving plans: the feature columns after :data:`FEATURE_CSV_COLUMNS`.
+SERVING_FEATURE_CSV_COLUMNS: list[tuple[str, Any]] = [
+    ("disagg_prefill_gpus", lambda p: _get(p.disaggregated, "prefill_gpus")),
+    ("disagg_decode_gpus", lambda p: _get(p.disaggregated, "decode_gpus")),
+    ("disagg_prefill_to_decode_gpu_ratio", lambda p: _get(p.disaggregated, "prefill_to_decode_gpu_ratio")),
+    ("disagg_ttft_mean_s", lambda p: _get(p.disaggregated, "ttft_s")),
+    ("disagg_tpot_mean_s", lambda p: _get(p.disaggregated, "tpot_s")),
+    ("disagg_aggregated_by_mean_gpus", lambda p: _get(p.disaggregated, "aggregated_by_mean_gpus")),
+]
+
+
 def plans_csv(plans: list["Plan"]) -> str:
-    """One row per workload; spreadsheet-safe (:func:`capplan.output.to_csv`)."""
+    """One row per workload; spreadsheet-safe (:func:`capplan.output.to_csv`). The engine-feature
+    columns (:data:`FEATURE_CSV_COLUMNS`) follow when a plan uses a feature."""
     from capplan.output import to_csv
 
-    return to_csv([c for c, _ in CSV_COLUMNS], [[get(p) for _, get in CSV_COLUMNS] for p in plans])
+    columns = CSV_COLUMNS + (FEATURE_CSV_COLUMNS + RL_FEATURE_CSV_COLUMNS if _uses_features(plans) else [])
+    return to_csv([c for c, _ in columns], [[get(p) for _, get in columns] for p in plans])
 
 
 def _pct_key(p: "ServingPlan") -> str:
@@ -270,10 +335,103 @@ SERVING_CSV_COLUMNS: list[tuple[str, Any]] = [
 
 
 def serving_csv(plans: list["ServingPlan"]) -> str:
-    """One row per serving workload (:data:`SERVING_CSV_COLUMNS`); spreadsheet-safe."""
+    """One row per serving workload (:data:`SERVING_CSV_COLUMNS`); spreadsheet-safe. The
+    engine-feature columns follow when a plan uses a feature."""
     from capplan.output import to_csv
 
-    return to_csv([c for c, _ in SERVING_CSV_COLUMNS], [[get(p) for _, get in SERVING_CSV_COLUMNS] for p in plans])
+    columns = SERVING_CSV_COLUMNS + (FEATURE_CSV_COLUMNS + SERVING_FEATURE_CSV_COLUMNS if _uses_features(plans) else [])
+    return to_csv([c for c, _ in columns], [[get(p) for _, get in columns] for p in plans])
+
+
+def _instances(p: Any) -> str:
+    n = p.inference_instances if hasattr(p, "inference_instances") else p.instances
+    gpus = p.inference_gpus if hasattr(p, "inference_gpus") else p.gpus
+    return f"{n:,} x ({p.tp} x {p.dp}) = {gpus:,}, EP {p.ep}" if (p.ep != 1 or p.dp != 1) else "-"
+
+
+def _spec_cell(p: Any) -> str:
+    f = p.speculative
+    if not f:
+        return "-"
+    a = f"a {f['acceptance_rate']:.3g}" if f.get("acceptance_rate") is not None else f"length {f['acceptance_length']:.3g}"
+    return f"{f['method']}, k {f['num_speculative_tokens']}, {a}: {f['tokens_per_step']:.2f}"
+
+
+def _uses(p: Any, feature: str) -> bool:
+    """Whether plan ``p`` uses ``feature`` (``layout``, ``speculative``, ``kv_offload``, ``disaggregated``)."""
+    return (p.ep != 1 or p.dp != 1) if feature == "layout" else bool(getattr(p, feature))
+
+
+#: Table rows of the engine features: (label, feature, getter), shown when some plan uses that feature.
+FEATURE_ROWS: list[tuple[str, str, Any]] = [
+    ("instances x (tp x dp) = GPUs", "layout", _instances),
+    ("speculative: drafter, k, acceptance: tokens/step", "speculative", _spec_cell),
+    ("decode per token [ms]: speculative / plain", "speculative", lambda p: "-" if not p.speculative else
+     f"{p.speculative['time_per_token_s'] * 1e3:,.2f} / {p.speculative['decode_step_s'] * 1e3:,.2f} ({p.speculative['speedup']:.2f}x)"),
+    ("KV capacity with the drafter [tokens]", "speculative", lambda p: "-" if not p.speculative or "kv_capacity_tokens" not in p.speculative
+     else f"{p.speculative['kv_capacity_tokens']:,} ({p.speculative['kv_capacity_tokens_without']:,} without)"),
+    ("CPU KV tier per GPU [GiB] (positions)", "kv_offload", lambda p: "-" if not p.kv_offload else
+     f"{p.kv_offload['host_kv_gib_per_gpu']:g} ({p.kv_offload['capacity_tokens']:,})"),
+    ("  load beats recompute from [tokens]", "kv_offload", lambda p: "-" if not p.kv_offload else f"{p.kv_offload['break_even_tokens']:,}"),
+]
+
+#: RL plans: feature rows after :data:`FEATURE_ROWS`.
+RL_FEATURE_ROWS: list[tuple[str, str, Any]] = [
+    ("  loaded from it / recomputed per step [positions]", "kv_offload", lambda p: "-" if not p.kv_offload else
+     f"{p.kv_offload['loaded_tokens_per_step']:,.0f} / {p.kv_offload['recomputed_tokens_per_step']:,.0f}"),
+    ("prefill per decode instance (disaggregated)", "disaggregated", lambda p: "-" if not p.disaggregated else
+     f"{p.disaggregated['prefill_instances_per_decode_instance']:,.3g}"),
+]
+
+
+def _feature_rows(table: Any, plans: list[Any], extra: list[tuple[str, str, Any]] | None = None) -> None:
+    """The rows of the engine features some plan of the table uses."""
+    from rich.markup import escape
+
+    rows = [(label, get) for label, feature, get in FEATURE_ROWS + (extra or []) if any(_uses(p, feature) for p in plans)]
+    if not rows:
+        return
+    table.add_row("[bold]Engine features[/bold]", *([""] * len(plans)))
+    for label, get in rows:
+        table.add_row(escape(label), *(safe(str(get(p))) for p in plans))
+
+
+def render_disaggregated(out: Any, plans: list["ServingPlan"]) -> None:
+    """Disaggregated pools beside the aggregated fleets, one table per plan that has them."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    for p in plans:
+        f = p.disaggregated
+        if not f:
+            continue
+        t = Table(title=f"{escape(p.workload)}: disaggregated prefill/decode pools and aggregated replicas; targets by the mean "
+                  f"(capplan.disagg), the plan's at p{p.percentile:g}", title_justify="left")
+        t.add_column("", no_wrap=True)
+        for name in ("disaggregated", "aggregated", f"plan (p{p.percentile:g})"):
+            t.add_column(name, justify="right", no_wrap=True)
+        rows = [
+            ("GPUs", f"{f['gpus']:,}", f"{f['aggregated_by_mean_gpus']:,}", f"{p.gpus:,}"),
+            ("prefill : decode GPUs", f"{f['prefill_gpus']:,} : {f['decode_gpus']:,}", "-", "-"),
+            ("  ratio", f"{f['prefill_to_decode_gpu_ratio']:.2f}", "-", "-"),
+            ("  replicas the targets need", f"{f['prefill_instances']:,.2f} : {f['decode_instances']:,.2f}", "-", "-"),
+            ("TTFT [ms]", f"{f['ttft_s'] * 1e3:,.0f}", f"{f['aggregated_by_mean_ttft_s'] * 1e3:,.0f}", _ms(p.ttft_s.get(_pct_key(p)))),
+            ("TPOT [ms]", f"{f['tpot_s'] * 1e3:,.1f}", f"{f['aggregated_by_mean_tpot_s'] * 1e3:,.1f}", _ms(p.tpot_s.get(_pct_key(p)))),
+            ("load (prefill pool; replica)", f"{f['prefill_utilisation']:.0%}", "-", f"{p.utilisation:.0%}"),
+            ("KV transfer [ms]", f"{f['kv_transfer_s'] * 1e3:,.1f}", "-", "-"),
+            ("decode batch per replica", f"{f['decode_batch']:,.0f}", "-", f"{p.decode_batch:,.1f}"),
+        ]
+        for r in f.get("by_ratio", []):
+            rows.append((f"at prefill:decode {r['ratio']:g}", f"{r['prefill_gpus']:,} : {r['decode_gpus']:,}", "-", "-"))
+            rows.append(("  TTFT / TPOT [ms]", f"{r['ttft_s'] * 1e3:,.0f} / {r['tpot_s'] * 1e3:,.1f}", "-", "-"))
+        for row in rows:
+            t.add_row(*(escape(c) for c in row))
+        out.print(t)
+        out.print(f"{escape(p.workload)}: pools sized by capplan.disagg for the mean request ({f['prompt_tokens']:,.0f}-token prompts, "
+                  f"{f['output_tokens']:,.0f}-token answers); every pool instance is a replica of tp {p.tp}; TTFT, TPOT and load are "
+                  "those of the replicas the targets need (whole replicas run below them; the ratio rows give whole pools); the decode "
+                  f"pool's batch is limited by {escape(f['decode_limited_by'])}; the KV of each prompt goes over the network to its "
+                  "decode replica.")
 
 
 def render_serving(plans: list["ServingPlan"], explain: bool) -> None:
@@ -297,9 +455,13 @@ def render_serving(plans: list["ServingPlan"], explain: bool) -> None:
             table.add_row(f"[bold]{escape(label)}[/bold]", *([""] * len(plans)))
             continue
         table.add_row(escape(label), *(escape(str(get(p))) for p in plans))
+    _feature_rows(table, plans)
     out.print(table)
+    render_disaggregated(out, plans)
     for p in plans:
         out.print(f"{escape(p.workload)}: {escape(p.sizing)}.")
+        for line in _feature_lines(p):
+            out.print(f"{escape(p.workload)}: {escape(line)}.")
         for reason in p.reasons:
             out.print(f"{escape(p.workload)}: [bold]target not met[/bold]: {escape(reason)}.")
         out.print(f"{escape(p.workload)}: price: {escape(p.price_source)}")
@@ -309,6 +471,71 @@ def render_serving(plans: list["ServingPlan"], explain: bool) -> None:
             out.print(f"\n[bold]{escape(p.workload)}: formulas with the numbers substituted[/bold]")
             for line in p.explain:
                 out.print("  " + escape(line))
+
+
+def _ratios(values: list[str] | None) -> list[float]:
+    """``--prefill-decode-ratio 1,2 --prefill-decode-ratio 4`` as floats (a one-line error for a non-number)."""
+    import math
+
+    out = []
+    for item in parse_names(values):
+        try:
+            value = float(item)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and 0 < value <= 1000):
+            raise fail(f"--prefill-decode-ratio {item!r}: a ratio of prefill to decode GPUs is a number in (0, 1,000], e.g. 1,2,4")
+        out.append(value)
+    return out
+
+
+def _from_file_note(ctx: typer.Context, workload: Any, f: dict[str, Any], build: Any) -> Any:
+    """``build()``, its one-line error prefixed with the workload's engine keys that set the
+    expert/data-parallel layout when the flags did not (the message names flags)."""
+    from capplan.cli.common import _given
+    from capplan.errors import CapplanError
+
+    try:
+        return build()
+    except CapplanError as exc:
+        block = getattr(workload, "engine", None)
+        keys = []
+        if block is not None:
+            for name, key in (("dp", "data_parallel_size"), ("ep", "enable_expert_parallel"), ("redundant_experts", "num_redundant_experts")):
+                if getattr(block, key) is not None and not _given(ctx, name):
+                    keys.append(f"engine.{key}: {str(getattr(block, key)).lower()}")
+        prefix = f"workload {workload.name} sets {', '.join(keys)} (a flag overrides it): " if keys else ""
+        raise fail(prefix + str(exc)) from None
+
+
+def _features(f: dict[str, Any], expert_dtype: str | None, kv_scale: str, alltoall_mode: str, gemm_dtype: str | None) -> dict[str, Any]:
+    """The expert/data-parallel, quantisation and overlap keywords of :class:`capplan.plan.PlanInputs`
+    that differ from their defaults."""
+    from capplan.cli.common import layout_options
+
+    return layout_options(f["ep"], f["dp"], expert_dtype, f["redundant_experts"], kv_scale, f["two_batch_overlap"], alltoall_mode,
+                          gemm_dtype)
+
+
+def _feature_lines(p: Any) -> list[str]:
+    """The engine features of one plan in words (:mod:`capplan.plan.features`)."""
+    from capplan.plan.features import offload_sentence, rollout_pools_sentence, speculative_sentence
+
+    lines = []
+    if p.ep != 1 or p.dp != 1:
+        n = p.inference_instances if hasattr(p, "inference_instances") else p.instances
+        gpus = p.inference_gpus if hasattr(p, "inference_gpus") else p.gpus
+        lines.append(
+            f"an instance is tp x dp = {p.tp} x {p.dp} = {p.tp * p.dp} GPUs ({'expert parallelism ' + str(p.ep) if p.ep > 1 else 'data parallelism'}; "
+            f"each data-parallel rank of {p.tp} GPU(s) runs its own sequences and KV cache and is one replica here): {gpus:,} GPUs = "
+            f"{n:,} instance(s) = {gpus // p.tp:,} replica(s)"
+        )
+    lines += [x for x in (speculative_sentence(p.speculative), offload_sentence(p.kv_offload)) if x]
+    if getattr(p, "method", "") != "serving":
+        lines += [x for x in (rollout_pools_sentence(p.disaggregated),) if x]
+    elif p.kv_offload:
+        lines.append("the CPU KV tier is reported, not used by the serving latency model (it has no prefix that outlives GPU memory)")
+    return lines
 
 
 def _exit_on_unmet_targets(plans: list["ServingPlan"]) -> None:
@@ -356,8 +583,11 @@ def render(plans: list["Plan"], explain: bool) -> None:
             table.add_row(f"[bold]{escape(label)}[/bold]", *([""] * len(plans)))
             continue
         table.add_row(escape(label), *(safe(_cell(get(p))) for p in plans))
+    _feature_rows(table, plans, RL_FEATURE_ROWS)
     out.print(table)
     for p in plans:
+        for line in _feature_lines(p):
+            out.print(f"{safe(p.workload)}: {escape(line)}.")
         if p.serving:
             serving = p.serving
             out.print(
@@ -488,6 +718,33 @@ def plan(
             "(default: the workload's serving.price_usd_per_gpu_hour, else the hardware profile's).", min=0.0001, max=10000,
         ),
     ] = None,
+    ep: EpOpt = 1,
+    dp: DpOpt = None,
+    expert_dtype: ExpertDtypeOpt = None,
+    redundant_experts: RedundantOpt = 0,
+    kv_scale: KVScaleOpt = "tensor",
+    two_batch_overlap: TwoBatchOverlapOpt = False,
+    alltoall_mode: AlltoallModeOpt = "auto",
+    gemm_dtype: GemmDtypeOpt = None,
+    spec_method: SpecMethodOpt = None,
+    spec_tokens: SpecTokensOpt = None,
+    acceptance_rate: AcceptanceOpt = None,
+    acceptance_length: AcceptanceLengthOpt = None,
+    draft_model: DraftModelOpt = None,
+    acceptance_step: Annotated[
+        int | None,
+        typer.Option("--acceptance-step", help="RL workloads: the trainer step at which to read the workload's "
+                     "speculative.acceptance_by_step (it falls as the policy drifts from the drafter) [steps]; default 0.", min=0),
+    ] = None,
+    disaggregated: Annotated[
+        bool | None,
+        typer.Option("--disaggregated/--aggregated", help=_plan_help("disaggregated") + " Default: the workload's "
+                     "serving.disaggregated (serving), aggregated.", show_default=False),
+    ] = None,
+    prefill_decode_ratio: Annotated[
+        list[str] | None, typer.Option("--prefill-decode-ratio", help=_plan_help("prefill_decode_ratios") + " A list: 1,2,4.")
+    ] = None,
+    kv_offload_gib: KVOffloadGibOpt = None,
     explain: Annotated[bool, typer.Option("--explain", help="Print every formula with the numbers substituted.")] = False,
     format: FormatOpt = Format.table,
     output_dir: Annotated[
@@ -502,7 +759,7 @@ def plan(
     from capplan.hardware import load_hardware
     from capplan.output import ensure_new, to_json, write_atomic
     from capplan.plan import PlanInputs, plan_workload
-    from capplan.plan.inputs import load_policy, load_teacher
+    from capplan.plan.inputs import load_policy, load_teacher, speculative_setting
     from capplan.plan.serving import plan_serving
 
     from capplan.cli.method_flags import PLAN_FLAGS, given, method_flag_error
@@ -521,10 +778,13 @@ def plan(
     for name in workloads:
         workload, spec = call(lambda: load_policy(name, model))
         e = engine_defaults(
-            ctx, workload, tp=tp, pp=pp, kv_dtype=kv_dtype, weight_dtype=weight_dtype, gpu_memory_utilization=gpu_memory_utilization,
-            engine=engine, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, block_size=block_size,
-            max_model_len=max_model_len, prefix_caching=prefix_caching,
+            ctx, workload, features=True, tp=tp, pp=pp, kv_dtype=kv_dtype, weight_dtype=weight_dtype,
+            gpu_memory_utilization=gpu_memory_utilization, engine=engine, max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens, block_size=block_size, max_model_len=max_model_len,
+            prefix_caching=prefix_caching,
         )
+        f = engine_features(ctx, workload, e["tp"], ep=ep, dp=dp, redundant_experts=redundant_experts,
+                            two_batch_overlap=two_batch_overlap, kv_offload_gib=kv_offload_gib)
         if total_gpus and total_gpus // e["tp"] > max_grid_cells:
             raise fail(
                 f"--total-gpus {total_gpus:,} at tp {e['tp']} means {total_gpus // e['tp']:,} splits to evaluate, above --max-grid-cells "
@@ -543,8 +803,14 @@ def plan(
         if wrong:
             raise fail(wrong)
         teacher = call(lambda: load_teacher(workload))
-        inputs = call(
-            lambda: PlanInputs(
+        sinp, source = call(lambda: speculative_setting(
+            workload.speculative if workload.has_rollout else None, spec_method, spec_tokens, acceptance_rate, acceptance_length,
+            draft_model, acceptance_step))
+        disagg = disaggregated if disaggregated is not None else bool(workload.serving and workload.serving.disaggregated)
+        if disagg and not workload.has_rollout:
+            raise fail(f"--disaggregated does not apply to {workload.name} (method {workload.method}): it has no inference engine")
+        ratios = tuple(_ratios(prefill_decode_ratio))
+        inputs = _from_file_note(ctx, workload, f, lambda: PlanInputs(
                 hardware=hw, model=spec, trainer_hardware=thw, teacher=teacher, tp=e["tp"], kv_dtype=dtype_name(e["kv_dtype"]),
                 weight_dtype=dtype_name(e["weight_dtype"]), gpu_mem_util=e["gpu_memory_utilization"], engine=engine_profile,
                 trainer_gpus=trainer_gpus, total_gpus=total_gpus,
@@ -552,8 +818,11 @@ def plan(
                 mode=mode.value, max_staleness=max_staleness, async_ingest=async_ingest.value,  # type: ignore[arg-type]
                 inflight_updates=inflight_updates, weight_sync=weight_sync.value,  # type: ignore[arg-type]
                 trainer_mfu=trainer_mfu, rollout_slowdown=rollout_slowdown, step_overhead_s=step_overhead,
-            )
-        )
+                speculative=sinp, speculative_source=source,
+                acceptance_step=(acceptance_step or 0) if "acceptance_by_step" in source else None,
+                disaggregated=disagg, prefill_decode_ratios=ratios, kv_offload_gib=f["kv_offload_gib"],
+                **_features(f, expert_dtype, kv_scale, alltoall_mode, gemm_dtype),
+            ))
         if workload.method == "serving":
             plans.append(call(lambda: plan_serving(workload, inputs, conversations, gpu_hour_price)))
         else:

@@ -35,6 +35,21 @@ from capplan.cli.common import (
     pick_format,
     safe,
     warn,
+    AcceptanceLengthOpt,
+    AcceptanceOpt,
+    AlltoallModeOpt,
+    DpOpt,
+    DraftModelOpt,
+    EpOpt,
+    ExpertDtypeOpt,
+    GemmDtypeOpt,
+    KVScaleOpt,
+    RedundantOpt,
+    SpecMethodOpt,
+    SpecTokensOpt,
+    TwoBatchOverlapOpt,
+    layout_options,
+    spec_inputs,
 )
 
 if TYPE_CHECKING:
@@ -54,12 +69,6 @@ def _rf_help(field: str) -> str:
 
     text = field_help("capplan.roofline", "RooflineInputs", field)
     return text + " Default: the profile's." if field.endswith(("efficiency", "latency_us", "overhead_s")) else text
-
-
-def _spec_help(field: str) -> str:
-    from capplan.options import field_help
-
-    return field_help("capplan.speculative", "SpecInputs", field)
 
 
 class Kind(str, Enum):
@@ -115,24 +124,24 @@ def roofline(
             help="Positions a mixed step may forward [positions] (vLLM max_num_batched_tokens).", min=1,
         ),
     ] = 8192,
-    gemm_dtype: Annotated[str | None, typer.Option("--gemm-dtype", help=_rf_help("gemm_dtype"))] = None,
+    gemm_dtype: GemmDtypeOpt = None,
     compute_efficiency: Annotated[float | None, typer.Option(help=_rf_help("compute_efficiency"))] = None,
     bandwidth_efficiency: Annotated[float | None, typer.Option(help=_rf_help("bandwidth_efficiency"))] = None,
     interconnect_efficiency: Annotated[float | None, typer.Option(help=_rf_help("interconnect_efficiency"))] = None,
     allreduce_latency_us: Annotated[float | None, typer.Option(help=_rf_help("allreduce_latency_us"))] = None,
     step_overhead_s: Annotated[float | None, typer.Option(help=_rf_help("step_overhead_s"))] = None,
-    ep: Annotated[int, typer.Option("--ep", "--expert-parallel-size", help=_rf_help("ep"), min=1)] = 1,
-    dp: Annotated[int | None, typer.Option("--dp", "--data-parallel-size", help=_rf_help("dp"), min=1)] = None,
-    expert_dtype: Annotated[str | None, typer.Option("--expert-dtype", help=_rf_help("expert_dtype"))] = None,
-    redundant_experts: Annotated[int, typer.Option("--redundant-experts", help=_rf_help("redundant_experts"), min=0)] = 0,
-    kv_scale: Annotated[str, typer.Option("--kv-scale", help=_rf_help("kv_scale"))] = "tensor",
-    two_batch_overlap: Annotated[bool, typer.Option("--two-batch-overlap", help=_rf_help("two_batch_overlap"))] = False,
-    alltoall_mode: Annotated[str, typer.Option("--alltoall-mode", help=_rf_help("alltoall_mode"))] = "auto",
-    spec_method: Annotated[str | None, typer.Option("--spec-method", help=_spec_help("method"))] = None,
-    spec_tokens: Annotated[int | None, typer.Option("--spec-tokens", help=_spec_help("num_speculative_tokens"))] = None,
-    acceptance_rate: Annotated[float | None, typer.Option("--acceptance-rate", help=_spec_help("acceptance_rate"))] = None,
-    acceptance_length: Annotated[float | None, typer.Option("--acceptance-length", help=_spec_help("acceptance_length"))] = None,
-    draft_model: Annotated[str | None, typer.Option("--draft-model", help=_spec_help("draft_model"))] = None,
+    ep: EpOpt = 1,
+    dp: DpOpt = None,
+    expert_dtype: ExpertDtypeOpt = None,
+    redundant_experts: RedundantOpt = 0,
+    kv_scale: KVScaleOpt = "tensor",
+    two_batch_overlap: TwoBatchOverlapOpt = False,
+    alltoall_mode: AlltoallModeOpt = "auto",
+    spec_method: SpecMethodOpt = None,
+    spec_tokens: SpecTokensOpt = None,
+    acceptance_rate: AcceptanceOpt = None,
+    acceptance_length: AcceptanceLengthOpt = None,
+    draft_model: DraftModelOpt = None,
     format: FormatOpt = None,
     output: OutputOpt = None,
     force: ForceOpt = False,
@@ -176,15 +185,12 @@ def roofline(
     inp = call(
         lambda: RooflineInputs(
             tp=tp, weight_dtype=dtype_name(weight_dtype), kv_dtype=dtype_name(kv_dtype),
-            gemm_dtype=dtype_name(gemm_dtype) if gemm_dtype else None,
             compute_efficiency=compute_efficiency, bandwidth_efficiency=bandwidth_efficiency,
             interconnect_efficiency=interconnect_efficiency, allreduce_latency_us=allreduce_latency_us,
             step_overhead_s=step_overhead_s, engine=engine_profile,
-            **_layout(ep, dp, expert_dtype, redundant_experts, kv_scale, two_batch_overlap, alltoall_mode),
+            **layout_options(ep, dp, expert_dtype, redundant_experts, kv_scale, two_batch_overlap, alltoall_mode, gemm_dtype),
         )
     )
-    from capplan.cli.kv_cmd import spec_inputs
-
     sinp = spec_inputs(spec_method, spec_tokens, acceptance_rate, acceptance_length, draft_model)
     if sinp is not None and kind is not Kind.decode:
         raise fail(f"--spec-method prices verify steps against decode steps: give --kind decode (not {kind.value})")
@@ -246,6 +252,7 @@ def _memory_fit(
         kv = compute_kv(spec, hw, KVInputs(
             tp=inp.tp, kv_dtype=inp.kv_dtype, weight_dtype=inp.weight_dtype, gpu_mem_util=gpu_mem_util,
             block_size=block_size, max_num_seqs=max_num_seqs, max_batched_tokens=token_budget, engine=inp.engine,
+            ep=inp.ep, dp=inp.dp, expert_dtype=inp.expert_dtype, redundant_experts=inp.redundant_experts, kv_scale=inp.kv_scale,
         ))
     except DoesNotFitError:
         return ["the weights alone exceed the memory budget"] * len(rows)
@@ -274,18 +281,6 @@ def _check_plot_path(path: Path, force: bool) -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         raise fail(f"--plot needs matplotlib, which is not installed; install it with: {PLOT_HINT}") from None
-
-
-def _layout(ep: int, dp: int | None, expert_dtype: str | None, redundant: int, kv_scale: str, tbo: bool, a2a: str) -> dict[str, Any]:
-    """Feature options that differ from their defaults (a plain run builds the same inputs as before)."""
-    out: dict[str, Any] = {}
-    for key, value, plain in (("ep", ep, 1), ("dp", dp, None), ("redundant_experts", redundant, 0), ("kv_scale", kv_scale, "tensor"),
-                              ("two_batch_overlap", tbo, False), ("alltoall_mode", a2a, "auto")):
-        if value != plain:
-            out[key] = value
-    if expert_dtype is not None:
-        out["expert_dtype"] = dtype_name(expert_dtype)
-    return out
 
 
 def _table(

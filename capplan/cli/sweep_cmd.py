@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -28,6 +28,22 @@ from capplan.cli.common import (
     parse_names,
     safe,
     workload_settings,
+    AcceptanceLengthOpt,
+    AcceptanceOpt,
+    AlltoallModeOpt,
+    DraftModelOpt,
+    ExpertDtypeOpt,
+    GemmDtypeOpt,
+    KVOffloadGibOpt,
+    KVScaleOpt,
+    RedundantOpt,
+    SpecMethodOpt,
+    TwoBatchOverlapOpt,
+    _kv_help,
+    _spec_help,
+    engine_defaults,
+    engine_features,
+    layout_options,
 )
 
 if TYPE_CHECKING:
@@ -81,6 +97,36 @@ def parse_prices(values: list[str] | None) -> "float | dict[str, float] | None":
     return out[""] if "" in out else out
 
 
+def _feature_settings(
+    ctx: typer.Context, workload: Any, spec: Any, tps: list[int], ep: list[str] | None, redundant_experts: int,
+    two_batch_overlap: bool, kv_offload_gib: float | None,
+) -> tuple[list[int | None], int | None, dict[str, Any]]:
+    """The expert-parallel degrees to sweep (``None``: ``tp x dp`` of the workload's engine block),
+    the fixed data-parallel size, and the other feature settings with the engine block's defaults.
+
+    A degree no configuration can take (``--ep 3`` for 64 experts, ``--ep`` on a dense model) is a
+    one-line error; a degree only some ``tp`` can take leaves the others infeasible rows."""
+    from capplan.kv import check_expert_parallelism
+
+    f = engine_features(ctx, workload, tps[0], redundant_experts=redundant_experts, two_batch_overlap=two_batch_overlap,
+                        kv_offload_gib=kv_offload_gib)
+    if ep is not None:
+        eps: list[int | None] = list(parse_ints(ep, "--ep"))
+        dp_fixed = None
+        for value in eps:
+            assert value is not None
+            if spec.moe is None and value > 1 or (spec.moe is not None and value > 1 and (spec.moe.num_experts + f["redundant_experts"]) % value):
+                call(lambda: check_expert_parallelism(spec, value, 1, value, f["redundant_experts"]))
+    else:
+        block = getattr(workload, "engine", None)
+        dp_fixed = block.data_parallel_size if block is not None else None
+        eps = [None] if block is not None and block.enable_expert_parallel else [1]
+    if f["kv_offload_gib"] is not None and kv_offload_gib is None and len(tps) > 1:
+        raise fail(f"workload {workload.name}: engine.kv_offloading_size is GiB per instance, which differs between the swept "
+                   "--tensor-parallel-size values; give --kv-offload-gib (per GPU)")
+    return eps, dp_fixed, f
+
+
 def render(grid: "pd.DataFrame", top_rows: "pd.DataFrame", subject: str, objective: str, priced: bool) -> None:
     """Print the best rows as a table (and why nothing is feasible, when nothing is)."""
     from rich import box
@@ -113,13 +159,23 @@ def render(grid: "pd.DataFrame", top_rows: "pd.DataFrame", subject: str, objecti
     for label, _, _ in columns:
         table.add_column(label, justify="right", overflow="fold", min_width=words(label))
     for _, row in top_rows.iterrows():
-        config = safe(f"{row['hardware']} tp{row['tp']} {row['kv_dtype']}/{row['weight_dtype']}")
+        config = safe(f"{row['hardware']} tp{row['tp']}{_feature_label(row)} {row['kv_dtype']}/{row['weight_dtype']}")
         gpus = f"{row['inference_gpus']:,}+{row['trainer_gpus']:,}"
         table.add_row(config, gpus, *(_blank_or(fmt, row[column]) for _, column, fmt in columns))
     out.print(table)
     if top_rows.empty:
         reasons = grid.loc[~grid["feasible"].astype(bool), "reason"].drop_duplicates().head(3).tolist()
         out.print("No feasible combination: " + safe("; ".join(reasons)))
+
+
+def _feature_label(row: Any) -> str:
+    """`` ep16`` / `` k3`` in a row's configuration label when the grid has the feature columns."""
+    out = ""
+    if "ep" in row.index and row["ep"] == row["ep"] and int(row["ep"]) > 1:
+        out += f" ep{int(row['ep'])}"
+    if "spec_method" in row.index and row["spec_method"]:
+        out += f" {row['spec_method']} k{int(row['spec_num_speculative_tokens'])}"
+    return out
 
 
 def _blank_or(fmt, value) -> str:  # noqa: ANN001
@@ -143,10 +199,15 @@ def _blank_or(fmt, value) -> str:  # noqa: ANN001
         "  capplan sweep agentic-tool-rl --hardware h100-sxm --tp 1,2 --inference-gpus 8:256:8 \\\n"
         "      --trainer-gpus 8,16,32 --output grid.csv\n"
         "  capplan sweep reasoning-rl-olmo3-32b --hardware h100-sxm,b200 --tp 8 --gpu-hour-price h100-sxm=2.5,b200=4 --objective cost\n"
-        "  capplan sweep reasoning-rl-olmo3-7b --hardware h100-sxm --max-total-gpus 8 --max-num-seqs 256"
+        "  capplan sweep reasoning-rl-olmo3-7b --hardware h100-sxm --max-total-gpus 8 --max-num-seqs 256\n"
+        "  capplan sweep reasoning-rl-olmo3-7b -m qwen3-30b-a3b -H h100-sxm --tp 1,2 --ep 1,8 --inference-gpus 8:64:8\n"
+        "  capplan sweep reasoning-rl-olmo3-7b -H h100-sxm --spec-method eagle3 --spec-tokens 1:5 --acceptance-rate 0.7\n\n"
+        "The workload's engine: block gives the settings not swept (a flag of the same name wins). A serving workload is "
+        "planned with capplan plan (its prefill:decode ratio with --disaggregated --prefill-decode-ratio)."
     ),
 )
 def sweep_cmd(
+    ctx: typer.Context,
     workload: Annotated[str, typer.Argument(help="Workload file or bundled name.")],
     hardware: Annotated[list[str], typer.Option("--hardware", "-H", help="Hardware profiles, e.g. h100-sxm,h200.")],
     tp: Annotated[
@@ -198,6 +259,30 @@ def sweep_cmd(
     objective: Annotated[Objective, typer.Option("--objective", help="Rank by per-gpu, throughput or cost.")] = Objective.per_gpu,
     top: Annotated[int, typer.Option("--top", help="Rows to show.", min=1)] = 10,
     conversations: Annotated[int | None, typer.Option("--conversations", help="Monte Carlo sample size.", min=1)] = None,
+    ep: Annotated[
+        list[str] | None,
+        typer.Option("--ep", "--expert-parallel-size", help=_kv_help("ep", " A list (1,8,16) is a dimension of the grid; dp = ep / tp."))
+    ] = None,
+    expert_dtype: ExpertDtypeOpt = None,
+    redundant_experts: RedundantOpt = 0,
+    kv_scale: KVScaleOpt = "tensor",
+    two_batch_overlap: TwoBatchOverlapOpt = False,
+    alltoall_mode: AlltoallModeOpt = "auto",
+    gemm_dtype: GemmDtypeOpt = None,
+    spec_method: SpecMethodOpt = None,
+    spec_tokens: Annotated[
+        list[str] | None,
+        typer.Option("--spec-tokens", help=_spec_help("num_speculative_tokens") + " A list (1,3,5) or range (1:5) is a dimension of the grid."),
+    ] = None,
+    acceptance_rate: AcceptanceOpt = None,
+    acceptance_length: AcceptanceLengthOpt = None,
+    draft_model: DraftModelOpt = None,
+    acceptance_step: Annotated[
+        int | None,
+        typer.Option("--acceptance-step", help="The trainer step at which to read the workload's speculative.acceptance_by_step "
+                     "[steps]; default 0.", min=0),
+    ] = None,
+    kv_offload_gib: KVOffloadGibOpt = None,
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", help="Write the full grid as CSV, or by extension .parquet or .json.", dir_okay=False),
@@ -215,25 +300,52 @@ def sweep_cmd(
 
     if output is not None and output.suffix.lower() in (".png", ".svg"):
         raise fail(f"--output {output}: sweep writes the grid as .csv, .json or .parquet")
-    if pp != 1:
-        raise fail(f"--pipeline-parallel-size {pp}: sweep models one pipeline stage (1); capplan kv gives pipeline-parallel memory")
     prices = parse_prices(gpu_hour_price)
     names = parse_names(hardware)
     if not names:
         raise fail("--hardware: give at least one hardware profile, e.g. -H h100-sxm,h200")
+    loaded_workload, spec = call(lambda: load_policy(workload, model))
+    if loaded_workload.method == "serving":
+        from capplan.cli.method_flags import SWEEP_SERVING_ERROR
+
+        raise fail(f"workload {loaded_workload.name} (method serving): {SWEEP_SERVING_ERROR}")
+    # the workload's engine: block gives what is not swept; a flag wins
+    e = engine_defaults(
+        ctx, loaded_workload, features=True, tp=tp, pp=pp, kv_dtype=kv_dtype, weight_dtype=weight_dtype, engine=engine,
+        gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+        block_size=block_size, max_model_len=max_model_len, prefix_caching=prefix_caching,
+    )
+    tp = [str(e["tp"])] if isinstance(e["tp"], int) else e["tp"]
+    kv_dtype = [e["kv_dtype"]] if isinstance(e["kv_dtype"], str) else e["kv_dtype"]
+    weight_dtype = [e["weight_dtype"]] if isinstance(e["weight_dtype"], str) else e["weight_dtype"]
+    pp, engine, gpu_memory_utilization, max_num_seqs = e["pp"], e["engine"], e["gpu_memory_utilization"], e["max_num_seqs"]
+    max_num_batched_tokens, block_size, max_model_len, prefix_caching = (
+        e["max_num_batched_tokens"], e["block_size"], e["max_model_len"], e["prefix_caching"])
+    if pp != 1:
+        raise fail(f"--pipeline-parallel-size {pp}: sweep models one pipeline stage (1); capplan kv gives pipeline-parallel memory")
     tps = parse_ints(tp, "--tensor-parallel-size") or [1]
     kv_dtypes = [dtype_name(d) for d in parse_names(kv_dtype)] or ["bf16"]
     weight_dtypes = [dtype_name(d) for d in parse_names(weight_dtype)] or ["bf16"]
+    eps, dp_fixed, features = _feature_settings(
+        ctx, loaded_workload, spec, tps, ep, redundant_experts, two_batch_overlap, kv_offload_gib)
+    token_list = parse_ints(spec_tokens, "--spec-tokens") or [None]
+    from capplan.plan.inputs import speculative_setting
+
+    sinp, _ = call(lambda: speculative_setting(
+        loaded_workload.speculative, spec_method, token_list[0], acceptance_rate, acceptance_length, draft_model, acceptance_step))
+    if sinp is None:
+        token_list = [None]
+    layout = layout_options(1, None, expert_dtype, features["redundant_experts"], kv_scale, features["two_batch_overlap"],
+                            alltoall_mode, gemm_dtype)
     for flag, given, table in (("--kv-cache-dtype", kv_dtypes, KV_DTYPE_BYTES), ("--dtype", weight_dtypes, WEIGHT_DTYPE_BYTES)):
         bad = [d for d in given if d not in table]
         if bad:
             raise fail(f"{flag} {bad[0]}: unknown dtype (allowed: {', '.join(table)})")
     inference_list = parse_ints(inference_gpus, "--inference-gpus") or None
     trainer_list = parse_ints(trainer_gpus, "--trainer-gpus") or None
-    per_config = len(names) * len(tps) * len(kv_dtypes) * len(weight_dtypes)
+    per_config = len(names) * len(tps) * len(kv_dtypes) * len(weight_dtypes) * len(eps) * len(token_list)
     # a default axis is a doubling series: at most 32 inference and 10 trainer counts
     call(lambda: check_grid_size(per_config * len(inference_list or range(32)) * len(trainer_list or range(10)), max_grid_cells))
-    loaded_workload, spec = call(lambda: load_policy(workload, model))
     loaded_workload = workload_settings(loaded_workload, prefix_caching=prefix_caching, max_model_len=max_model_len)
     call(lambda: check_sample_size(loaded_workload, conversations))
     profiles = [call(lambda: load_hardware(name)) for name in names]
@@ -260,7 +372,7 @@ def sweep_cmd(
         from rich.progress import Progress
 
         progress = Progress(console=console(stderr=True), transient=True)
-        task = progress.add_task("sweeping", total=len(profiles) * len(tps) * len(kv_dtypes) * len(weight_dtypes))
+        task = progress.add_task("sweeping", total=len(profiles) * len(tps) * len(kv_dtypes) * len(weight_dtypes) * len(eps) * len(token_list))
         progress.start()
 
     def tick(done: int, total: int) -> None:
@@ -275,6 +387,8 @@ def sweep_cmd(
                 trainer_hardware=trainer_profile, mode=mode, gpu_hour_price=prices,
                 conversations=conversations, on_config=tick, engine=engine_profile,
                 max_total_gpus=max_total_gpus, max_cells=max_grid_cells, max_staleness=max_staleness,
+                eps=eps, dp=dp_fixed, spec_tokens=token_list, speculative=sinp, layout=layout,
+                kv_offload_gib=features["kv_offload_gib"],
             )
         )
     finally:

@@ -6,6 +6,14 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from capplan.plan.explain import plan_assumptions, plan_explanation
+from capplan.plan.features import (
+    feature_assumptions,
+    feature_explain,
+    layout_figures,
+    offload_figures,
+    rollout_pools,
+    speculative_figures,
+)
 from capplan.plan.figures import rollout_efficiency, static_batching, step_figures
 from capplan.plan.replica import replica_setup
 from capplan.plan.sizing import StepModel, size_split, trainer_side
@@ -158,6 +166,23 @@ class Plan:
     """KV thrash, a longest rollout beyond the staleness bound, a split far from balance."""
     serving: dict[str, Any] | None = None
     """Always ``None``: a serving workload's plan is a :class:`~capplan.plan.serving.ServingPlan`."""
+    ep: int = 1
+    """Expert-parallel degree of an inference instance [GPUs] (in the JSON only when not 1)."""
+    dp: int = 1
+    """Data-parallel ranks of an inference instance, each a replica of ``tp`` GPUs [count] (in the
+    JSON only with expert or data parallelism)."""
+    inference_instances: int = 0
+    """Inference instances of ``tp x dp`` GPUs [instances] (in the JSON only with expert or data parallelism)."""
+    speculative: dict[str, Any] | None = None
+    """Speculative decoding: setting, acceptance source, tokens per verify step, decode step with
+    and without it at the plan's batch, the drafter's memory (in the JSON only when on;
+    :func:`capplan.plan.features.speculative_figures`)."""
+    disaggregated: dict[str, Any] | None = None
+    """``--disaggregated``: prefill instances per decode instance that keep rollout decoders fed
+    (:func:`capplan.plan.features.rollout_pools`; in the JSON only when asked)."""
+    kv_offload: dict[str, Any] | None = None
+    """The CPU KV tier: capacity, load time, break-even prefix, positions loaded instead of
+    recomputed (in the JSON only with a tier; :func:`capplan.plan.features.offload_figures`)."""
     engine_profile: str = ""
     """The engine profile that priced the inference replicas (memory and step-time terms)."""
     calibration: str = ""
@@ -168,8 +193,17 @@ class Plan:
     """Every formula with its numbers (``--explain``; not in the JSON contract)."""
 
     def as_dict(self) -> dict[str, Any]:
-        """The JSON contract (units in the README): every field, ``explain`` excluded."""
-        return {k: v for k, v in self.__dict__.items() if k != "explain"}
+        """The JSON contract (units in the README): every field, ``explain`` excluded; the engine
+        features' keys only when a feature is in use."""
+        plain = self.ep == 1 and self.dp == 1
+        return {k: v for k, v in self.__dict__.items()
+                if k != "explain" and not (k in FEATURE_KEYS and (v is None or (plain and k in LAYOUT_KEYS)))}
+
+
+LAYOUT_KEYS = frozenset({"ep", "dp", "inference_instances"})
+FEATURE_KEYS = LAYOUT_KEYS | {"speculative", "disaggregated", "kv_offload"}
+"""Plan keys of the engine features: absent from the JSON while the feature is off (the keys
+of a plain plan are a contract)."""
 
 
 def plan_workload(workload: "Workload", inputs: "PlanInputs", conversations: int | None = None) -> "Plan | ServingPlan":
@@ -207,7 +241,8 @@ def plan_workload(workload: "Workload", inputs: "PlanInputs", conversations: int
     slowdown, _ = inputs.framework(workload)
     setup = replica_setup(
         workload, prepared, inputs.model, inputs.hardware, inputs.tp, inputs.kv_dtype, inputs.weight_dtype,
-        inputs.gpu_mem_util, inputs.teacher, inputs.engine, time_scale=slowdown,
+        inputs.gpu_mem_util, inputs.teacher, inputs.engine, time_scale=slowdown, layout=inputs.layout(),
+        speculative=inputs.speculative, kv_offload_gib=inputs.kv_offload_gib,
     )
     both = workload.has_trainer and workload.has_rollout
     if inputs.mode != "auto":
@@ -223,7 +258,8 @@ def plan_workload(workload: "Workload", inputs: "PlanInputs", conversations: int
         k = inputs.max_staleness if mode == "async" else 0
         rollout = setup.rollout_model(work, weight_load_s=trainer.weight_sync_s + trainer.overhead_s if mode == "async" else 0.0,
                                       inflight_updates=inputs.inflight_updates)
-        model = StepModel(rollout, trainer, inputs.tp, mode, workload.has_rollout, k, inputs.async_ingest == "batches")
+        model = StepModel(rollout, trainer, inputs.tp, mode, workload.has_rollout, k, inputs.async_ingest == "batches",
+                          instance_gpus=inputs.instance_gpus)
         split = size_split(inputs, model, work, workload.training.step_time_target_s, None)
         times = model.evaluate(split.inference_gpus, split.trainer_gpus)
         rate = work.trained_positions * times.trained_share / times.step_time_s if times.step_time_s > 0 else 0.0
@@ -253,10 +289,19 @@ def plan_workload(workload: "Workload", inputs: "PlanInputs", conversations: int
     ledger_per_step = {k: dict(v) for k, v in prepared.ledger.per_step.items()}
     if workload.has_rollout:
         ledger_per_step["recomputed"] = {"total": float(times.recompute_tokens)}
+        if setup.offload is not None:
+            ledger_per_step["loaded_from_cpu_tier"] = {"total": float(times.loaded_tokens)}
     phases = {"generation_s": times.generation_time_s if workload.has_rollout else 0.0, **(times.trainer_phases_s or {}),
               "weight_sync_s": times.weight_sync_s, "overhead_s": times.overhead_s}
     trainer_busy = times.trainer_time_s + times.weight_sync_s + times.overhead_s
     generation = times.generation_time_s
+    layout = layout_figures(inputs, split.inference_gpus if workload.has_rollout else 0)
+    speculative = speculative_figures(setup.replica.speculative, setup.speculative, inputs, times.decode_batch_sequences,
+                                      setup.decode_context_tokens, setup.replica.time_scale)
+    offload = offload_figures(setup, times.loaded_tokens, times.recompute_tokens)
+    pools = rollout_pools(setup, work, inputs) if inputs.disaggregated and workload.has_rollout else None
+    feature_notes = feature_assumptions(inputs, setup)
+    explain = explain + feature_explain(speculative, offload)
     return Plan(
         workload=workload.name,
         method=workload.method,
@@ -322,12 +367,18 @@ def plan_workload(workload: "Workload", inputs: "PlanInputs", conversations: int
         mode_choice=choice,
         warnings=list(figures.warnings),
         serving=None,
+        ep=layout.get("ep", 1),
+        dp=layout.get("dp", 1),
+        inference_instances=layout.get("inference_instances", 0),
+        speculative=speculative,
+        disaggregated=pools,
+        kv_offload=offload,
         engine_profile=engine.name,
         calibration=engine.calibration,
         assumptions=plan_assumptions(trainer) + ([
             f"RL framework: engine steps {slowdown:.3g}x the engine profile's and {overhead:.3g} s per {mode} step outside the GPU phases "
             + ("(fitted on published RL step times, capplan.trainer.RL_FRAMEWORK_FIT)"
                if (inputs.rollout_slowdown, inputs.step_overhead_s) == (None, None) else "(given)")
-        ] if both else []),
+        ] if both else []) + feature_notes,
         explain=explain,
     )

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from capplan.engine import EngineProfile
     from capplan.hardware import HardwareProfile
     from capplan.modelspec import ModelSpec
+    from capplan.speculative import SpecInputs
     from capplan.workload import Workload
 
 #: Columns of the sweep grid, units in the names (a CSV contract).
@@ -55,7 +56,24 @@ COLUMNS = [
 ]
 
 
-FIGURES = COLUMNS[COLUMNS.index("reason") + 1:]
+FEATURE_COLUMNS = [
+    "ep",
+    "dp",
+    "inference_instances",
+    "spec_method",
+    "spec_num_speculative_tokens",
+    "spec_acceptance_rate",
+    "spec_tokens_per_step",
+    "spec_speedup",
+    "kv_offload_gib_per_gpu",
+    "kv_offload_loaded_tokens_per_step",
+]
+"""Columns appended to :data:`COLUMNS` when a sweep uses an engine feature (an expert-parallel
+degree, speculative decoding, a CPU KV tier, or another feature option): ``ep`` and ``dp`` of an
+instance of ``tp x dp`` GPUs, the speculative setting with its tokens per verify step and its
+decode speed-up at the row's batch, the CPU tier and the positions loaded from it per step."""
+
+FIGURES = COLUMNS[COLUMNS.index("reason") + 1:] + ["inference_instances", "spec_speedup", "kv_offload_loaded_tokens_per_step"]
 """Columns blanked (NaN) on an infeasible row."""
 
 MAX_GRID_CELLS = 250_000
@@ -92,7 +110,8 @@ def hourly_price(hw: "HardwareProfile", price: "float | dict[str, float] | None"
 
 
 def default_inference_gpus(tp: int, conversations: float) -> list[int]:
-    """Replica counts 1, 2, 4, ... up to one conversation per replica, as GPUs (x tp)."""
+    """Replica counts 1, 2, 4, ... up to one conversation per replica, as GPUs (x tp; with
+    data-parallel ranks, pass the instance's GPUs and the conversations per rank... per instance)."""
     gpus, replicas = [], 1
     while replicas <= max(1.0, conversations):
         gpus.append(replicas * tp)
@@ -133,8 +152,15 @@ def sweep(
     max_total_gpus: int | None = None,
     max_cells: int = MAX_GRID_CELLS,
     max_staleness: int = 1,
+    eps: Sequence[int | None] = (1,),
+    dp: int | None = None,
+    spec_tokens: Sequence[int | None] = (None,),
+    speculative: "SpecInputs | None" = None,
+    layout: dict[str, Any] | None = None,
+    kv_offload_gib: float | None = None,
 ) -> "pd.DataFrame":
-    """Evaluate every combination and return the full grid as a DataFrame (:data:`COLUMNS`).
+    """Evaluate every combination and return the full grid as a DataFrame (:data:`COLUMNS`, then
+    :data:`FEATURE_COLUMNS` when an engine feature is in use).
 
     Parameters
     ----------
@@ -158,6 +184,24 @@ def sweep(
         Rows using more GPUs in total are infeasible ("total GPUs ... above --max-total-gpus").
     max_cells : int
         Most rows the grid may have (:func:`check_grid_size`).
+    eps : sequence of int or None
+        Expert-parallel degrees [GPUs], a dimension of the grid: each is an instance of ``tp x dp``
+        GPUs with ``dp = ep / tp`` data-parallel ranks (a replica each); ``None`` is ``tp x dp``
+        (expert parallelism over the instance, whatever its ``tp``). A degree the model or ``tp``
+        cannot take is a row with ``feasible = False`` and the reason.
+    dp : int, optional
+        Data-parallel ranks of every instance [count] (default ``ep / tp``).
+    spec_tokens : sequence of int or None
+        Tokens drafted per verify step [tokens], a dimension of the grid, with the drafter and
+        acceptance of ``speculative`` (``None``: ``speculative`` as it is).
+    speculative : SpecInputs, optional
+        Speculative decoding of the engines (:class:`capplan.speculative.SpecInputs`).
+    layout : dict, optional
+        Other feature options of :class:`capplan.roofline.RooflineInputs` for every row
+        (``expert_dtype``, ``redundant_experts``, ``kv_scale``, ``two_batch_overlap``,
+        ``alltoall_mode``, ``gemm_dtype``).
+    kv_offload_gib : float, optional
+        A CPU KV tier per GPU [GiB] (:func:`capplan.plan.replica.replica_setup`).
 
     Notes
     -----
@@ -171,8 +215,9 @@ def sweep(
     """
     import numpy as np
 
+    from capplan.kv import resolve_dp
     from capplan.plan.replica import replica_setup, shared_sample
-    from capplan.plan.sizing import step_time_s
+    from capplan.plan.sizing import layout_sync_time_s, step_time_s
     from capplan.plan.work import prepare
     from capplan.trainer import (
         MICRO_BATCH_TOKENS,
@@ -184,7 +229,11 @@ def sweep(
     )
 
     check_mode(mode)
-    per_config = len(hardware) * len(tps) * len(kv_dtypes) * len(weight_dtypes)
+    eps, spec_tokens = list(eps) or [1], list(spec_tokens) or [None]
+    if any(k is not None for k in spec_tokens) and speculative is None:
+        raise InputError("--spec-tokens needs --spec-method and an acceptance (or the workload's speculative: block)")
+    features = eps != [1] or dp not in (None, 1) or speculative is not None or bool(layout) or kv_offload_gib is not None
+    per_config = len(hardware) * len(tps) * len(kv_dtypes) * len(weight_dtypes) * len(eps) * len(spec_tokens)
     if inference_gpus and trainer_gpus:
         check_grid_size(per_config * len(inference_gpus) * len(trainer_gpus), max_cells)
     elif inference_gpus:  # the other axis is a doubling series: at most 10 trainer counts
@@ -201,12 +250,25 @@ def sweep(
     work = prepared.work
     trained = work.trained_positions
     parts: list[tuple[dict[str, Any], int]] = []  # per configuration: its columns and row count
-    configs = [(h, t, k, w) for h in hardware for t in tps for k in kv_dtypes for w in weight_dtypes]
+    configs = [(h, t, k, w, e, n) for h in hardware for t in tps for k in kv_dtypes for w in weight_dtypes for e in eps for n in spec_tokens]
     has_trainer = workload.has_trainer
-    for done, (hw, tp, kv_dtype, weight_dtype) in enumerate(configs, 1):
+    for done, (hw, tp, kv_dtype, weight_dtype, ep_cell, k_spec) in enumerate(configs, 1):
         trainer_hw = hw if colocated else (trainer_hardware or hw)
-        base = {"hardware": hw.name, "tp": tp, "kv_dtype": kv_dtype, "weight_dtype": weight_dtype}
-        inference = np.array(list(inference_gpus) if inference_gpus else default_inference_gpus(tp, work.conversations), dtype=float)
+        base: dict[str, Any] = {"hardware": hw.name, "tp": tp, "kv_dtype": kv_dtype, "weight_dtype": weight_dtype}
+        ranks, ep, cell_layout, sinp = 1, 1, None, speculative
+        if features:
+            ep = tp * (dp or 1) if ep_cell is None else ep_cell
+            ranks = dp if dp is not None else resolve_dp(tp, ep, None)
+            cell_layout = {**(layout or {}), **({"ep": ep} if ep != 1 else {}), **({"dp": dp} if dp is not None else {})}
+            try:
+                sinp = _spec_at(speculative, k_spec)
+            except CapplanError:
+                sinp = None  # reported below as the row's reason
+            base.update(_feature_base(ep, ranks, sinp or (speculative if k_spec is None else None), k_spec, kv_offload_gib))
+        unit = tp * ranks  # GPUs of an instance: counts come in multiples of it
+        inference = np.array(
+            list(inference_gpus) if inference_gpus else default_inference_gpus(unit, work.conversations / ranks), dtype=float
+        )
         try:
             trainer_min = min_trainer_gpus(spec, trainer_hw, MICRO_BATCH_TOKENS) if has_trainer else 0
         except CapplanError:
@@ -223,8 +285,14 @@ def sweep(
         try:
             if has_trainer and trainer_min == 0:
                 min_trainer_gpus(spec, trainer_hw, MICRO_BATCH_TOKENS)  # raises the explanation
-            setup = replica_setup(workload, prepared, spec, hw, tp, kv_dtype, weight_dtype, gpu_mem_util, engine=engine,
-                                  time_scale=slowdown, shared=shared)
+            if features:
+                sinp = _spec_at(speculative, k_spec)
+                setup = replica_setup(workload, prepared, spec, hw, tp, kv_dtype, weight_dtype, gpu_mem_util, engine=engine,
+                                      time_scale=slowdown, shared=shared, layout=cell_layout, speculative=sinp,
+                                      kv_offload_gib=kv_offload_gib)
+            else:
+                setup = replica_setup(workload, prepared, spec, hw, tp, kv_dtype, weight_dtype, gpu_mem_util, engine=engine,
+                                      time_scale=slowdown, shared=shared)
         except CapplanError as exc:
             parts.append(
                 (
@@ -243,7 +311,11 @@ def sweep(
                 on_config(done, len(configs))
             continue
         pattern = "reshard" if colocated else "nccl"
-        sync_s = weight_sync_time_s(spec, tp, pattern) if (has_trainer and workload.has_rollout) else 0.0
+        if features:
+            sync_s = layout_sync_time_s(spec, tp, pattern, ep, ranks, (layout or {}).get("redundant_experts", 0)) if (
+                has_trainer and workload.has_rollout) else 0.0
+        else:
+            sync_s = weight_sync_time_s(spec, tp, pattern) if (has_trainer and workload.has_rollout) else 0.0
         busy_extra = sync_s + (overhead if has_trainer else 0.0)
         model = setup.rollout_model(work, weight_load_s=busy_extra if mode == "async" else 0.0)
         replicas = np.maximum(inference // tp, 1)
@@ -260,13 +332,13 @@ def sweep(
         step = np.broadcast_to(step, inference_grid.shape)
         total = inference_grid if colocated else inference_grid + trainer_grid
         trained_per_s = np.where(step > 0, trained / np.where(step > 0, step, 1.0), 0.0)
-        multiple = inference_grid % tp == 0
+        multiple = inference_grid % unit == 0
         trainer_ok = (trainer_grid >= trainer_min) | (not has_trainer)
         within = total <= max_total_gpus if max_total_gpus is not None else np.ones(total.shape, dtype=bool)
         feasible = multiple & trainer_ok & within
         reasons = np.array(
-            ["", f"inference GPUs not a multiple of tp {tp}", f"trainer needs >= {trainer_min} GPUs",
-             f"total GPUs above --max-total-gpus {max_total_gpus}"], dtype=object,
+            ["", f"inference GPUs not a multiple of tp {tp}" if unit == tp else f"inference GPUs not a multiple of an instance (tp x dp = {unit})",
+             f"trainer needs >= {trainer_min} GPUs", f"total GPUs above --max-total-gpus {max_total_gpus}"], dtype=object,
         )
         reason = reasons[np.where(~multiple, 1, np.where(~trainer_ok, 2, np.where(within, 0, 3)))]  # one object per distinct text
         bindings = np.array([setup.binding, "arrival of work"], dtype=object)
@@ -278,10 +350,14 @@ def sweep(
         else:
             cost = np.full(inference_grid.shape, np.nan)
         trainer_busy = trainer_time + busy_extra
+        extra: dict[str, Any] = {}
+        if features:
+            extra = _feature_figures(setup, times, inference_grid, unit)
         parts.append(
             (
                 {
                     **base,
+                    **extra,
                     "inference_gpus": inference_grid.ravel().astype(int),
                     "trainer_gpus": trainer_grid.ravel().astype(int),
                     "total_gpus": total.ravel().astype(int),
@@ -312,14 +388,56 @@ def sweep(
         )
         if on_config:
             on_config(done, len(configs))
-    return _assemble(parts)
+    return _assemble(parts, COLUMNS + FEATURE_COLUMNS if features else COLUMNS)
 
 
-TEXT_COLUMNS = ("hardware", "kv_dtype", "weight_dtype", "reason", "binding_constraint")
-"""Columns of :data:`COLUMNS` holding text (categorical, categories in sorted order)."""
+def _spec_at(speculative: "SpecInputs | None", tokens: int | None) -> "SpecInputs | None":
+    """``speculative`` with ``tokens`` drafted per verify step (validated again; ``None`` keeps it)."""
+    if speculative is None or tokens is None:
+        return speculative
+    from capplan.speculative import SpecInputs
+
+    return SpecInputs(**{**speculative.model_dump(), "num_speculative_tokens": tokens})
 
 
-def _assemble(parts: list[tuple[dict[str, Any], int]]) -> "pd.DataFrame":
+def _feature_base(ep: int, dp: int, sinp: "SpecInputs | None", tokens: int | None, offload: float | None) -> dict[str, Any]:
+    """A configuration's feature columns that do not depend on the GPU counts."""
+    return {
+        "ep": ep, "dp": dp, "spec_method": sinp.method if sinp is not None else "",
+        "spec_num_speculative_tokens": sinp.num_speculative_tokens if sinp is not None else (tokens if tokens is not None else 0),
+        "spec_acceptance_rate": sinp.acceptance_rate if sinp is not None and sinp.acceptance_rate is not None else float("nan"),
+        "spec_tokens_per_step": sinp.tokens_per_step if sinp is not None else 1.0,
+        "kv_offload_gib_per_gpu": offload if offload is not None else 0.0,
+    }
+
+
+def _feature_figures(setup: Any, times: Any, inference_grid: Any, unit: int) -> dict[str, Any]:
+    """A configuration's feature columns over its GPU counts: instances, the speculative decode
+    speed-up at each row's batch (plain decode step over the speculative time per token, as
+    :func:`capplan.plan.features.speculative_figures`), the positions loaded from the CPU tier."""
+    import numpy as np
+
+    shape = inference_grid.shape
+    out: dict[str, Any] = {"inference_instances": (inference_grid // unit).ravel().astype(int)}
+    pricer = setup.replica.speculative
+    if pricer is not None:
+        batch = np.maximum(np.asarray(times.decode_batch_sequences, dtype=float), 1.0)
+        context = setup.decode_context_tokens
+        plain = np.asarray(pricer.target.decode(batch, context).step_time_s, dtype=float)
+        spec = np.asarray(pricer.decode(batch, context).step_time_s, dtype=float)
+        out["spec_speedup"] = np.broadcast_to((plain / spec)[:, None], shape).ravel()
+    else:
+        out["spec_speedup"] = 1.0
+    loaded = np.asarray(times.loaded_tokens, dtype=float)
+    out["kv_offload_loaded_tokens_per_step"] = np.broadcast_to(loaded.reshape(-1, 1) if loaded.ndim else loaded, shape).ravel()
+    return out
+
+
+TEXT_COLUMNS = ("hardware", "kv_dtype", "weight_dtype", "reason", "binding_constraint", "spec_method")
+"""Columns of :data:`COLUMNS` and :data:`FEATURE_COLUMNS` holding text (categorical, categories in sorted order)."""
+
+
+def _assemble(parts: list[tuple[dict[str, Any], int]], columns_out: list[str] = COLUMNS) -> "pd.DataFrame":
     """One DataFrame of :data:`COLUMNS` from the configurations' columns (arrays or scalars).
 
     Built column by column in one step (no per-configuration DataFrame, no concatenation):
@@ -333,7 +451,7 @@ def _assemble(parts: list[tuple[dict[str, Any], int]]) -> "pd.DataFrame":
 
     columns: dict[str, Any] = {}
     infeasible = None
-    for name in COLUMNS:
+    for name in columns_out:
         pieces = [(values.pop(name, np.nan), rows) for values, rows in parts]  # each piece freed once copied
         if name in TEXT_COLUMNS or name == "kv_capacity_tokens_per_replica":
             column = _categorical([np.broadcast_to(np.asarray(value, dtype=object), (rows,)) for value, rows in pieces])
@@ -351,7 +469,7 @@ def _assemble(parts: list[tuple[dict[str, Any], int]]) -> "pd.DataFrame":
         elif infeasible is not None and name in FIGURES and infeasible.any():
             values = np.where(infeasible, np.nan, values.astype(float))
         columns[name] = values
-    return pd.DataFrame(columns, columns=COLUMNS, copy=False)
+    return pd.DataFrame(columns, columns=columns_out, copy=False)
 
 
 def _categorical(arrays: list[Any]) -> "pd.Categorical":

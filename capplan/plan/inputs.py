@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -11,10 +11,11 @@ from capplan.errors import InputError
 from capplan.hardware import HardwareProfile
 from capplan.modelspec import ModelSpec
 from capplan.options import Options
-from capplan.units import MAX_GPUS, KVDtype, WeightDtype
+from capplan.speculative import SpecInputs
+from capplan.units import MAX_GPUS, KVDtype, KVScale, WeightDtype
 
 if TYPE_CHECKING:
-    from capplan.workload import Workload
+    from capplan.workload import Speculative, Workload
 
 Mode = Literal["auto", "colocated", "sync", "async"]
 MODES: tuple[str, ...] = ("colocated", "sync", "async")
@@ -22,6 +23,9 @@ MODES: tuple[str, ...] = ("colocated", "sync", "async")
 in series on the same GPUs), ``sync`` (split GPUs, in series) and ``async`` (split GPUs,
 overlapped, at most ``max_staleness`` policy versions apart)."""
 WeightSync = Literal["auto", "nccl", "checkpoint-engine", "reshard"]
+MEMORY_LAYOUT_KEYS = frozenset({"ep", "dp", "expert_dtype", "redundant_experts", "kv_scale"})
+"""Feature options that change the KV budget (:class:`capplan.kv.KVInputs` takes them); the
+others change step prices only."""
 
 
 def check_mode(mode: str, allow_auto: bool = False) -> None:
@@ -75,7 +79,12 @@ class PlanInputs(Options, BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, arbitrary_types_allowed=True)
-    FLAGS: ClassVar[dict[str, str]] = {"gpu_mem_util": "--gpu-mem-util", "trainer_mfu": "--trainer-mfu"}
+    FLAGS: ClassVar[dict[str, str]] = {
+        "gpu_mem_util": "--gpu-mem-util", "trainer_mfu": "--trainer-mfu", "ep": "--ep", "dp": "--dp", "expert_dtype": "--expert-dtype",
+        "redundant_experts": "--redundant-experts", "kv_scale": "--kv-scale", "alltoall_mode": "--alltoall-mode",
+        "gemm_dtype": "--gemm-dtype", "kv_offload_gib": "--kv-offload-gib", "prefill_decode_ratios": "--prefill-decode-ratio",
+        "acceptance_step": "--acceptance-step",
+    }
 
     hardware: HardwareProfile
     """Inference hardware profile."""
@@ -134,6 +143,85 @@ class PlanInputs(Options, BaseModel):
     """RL workloads: wall time per trainer step outside the GPU phases (the driver's per-step
     work; colocated, also handing the GPUs between engines and trainer) [s]; ``None``: the fit on
     published RL steps."""
+    ep: int = Field(default=1, ge=1, le=MAX_GPUS)
+    """Expert-parallel degree of an instance [GPUs]: 1, or ``tp x dp`` (every GPU of the instance
+    holds whole experts; :class:`capplan.kv.KVInputs`). MoE models only."""
+    dp: int | None = Field(default=None, ge=1, le=MAX_GPUS)
+    """Data-parallel ranks of an instance [count]: each rank of ``tp`` GPUs runs its own sequences
+    and KV cache (a plan's replica is one rank), so an instance is ``tp x dp`` GPUs and GPU counts
+    come in whole instances. Default ``ep / tp`` when ``ep`` exceeds ``tp``, else 1."""
+    expert_dtype: WeightDtype | None = None
+    """Dtype of the routed experts' weights; ``None``: ``weight_dtype``."""
+    redundant_experts: int = Field(default=0, ge=0, le=MAX_GPUS)
+    """Extra expert replicas of an expert load balancer [count]; needs ``ep > 1``."""
+    kv_scale: KVScale = "tensor"
+    """Granularity of the KV quantisation scales (``tensor`` or ``token_head``)."""
+    two_batch_overlap: bool = False
+    """Each engine step runs as two micro-batches, one's all-to-all hidden behind the other's compute."""
+    alltoall_mode: Literal["auto", "low_latency", "normal"] = "auto"
+    """Expert-parallel all-to-all kernels (:class:`capplan.roofline.RooflineInputs`)."""
+    gemm_dtype: WeightDtype | None = None
+    """Tensor unit the weight GEMMs run on; ``None``: ``weight_dtype``'s (``bf16`` prices weight-only
+    FP4/INT4 kernels on a chip without that unit)."""
+    speculative: SpecInputs | None = None
+    """Speculative decoding of the inference engine; ``None``: plain decoding."""
+    speculative_source: str = ""
+    """Where the speculative setting's acceptance comes from, as the plan states it (a flag, the
+    workload's ``speculative`` block, its ``acceptance_by_step`` at a trainer step)."""
+    acceptance_step: int | None = Field(default=None, ge=0, le=100_000_000)
+    """RL workloads: the trainer step whose acceptance rate the workload's
+    ``speculative.acceptance_by_step`` gave ``speculative`` (stated in the plan); ``None``: a
+    constant or given acceptance."""
+    disaggregated: bool = False
+    """Serving: also size separate prefill and decode pools (:func:`capplan.disagg.size_pools`)
+    beside the aggregated fleet. RL: report the prefill instances per decode instance that keep
+    decoders fed (:func:`capplan.disagg.rollout_pool_ratio`); the step is still planned on
+    aggregated replicas."""
+    prefill_decode_ratios: tuple[float, ...] = ()
+    """Serving with ``disaggregated``: prefill-to-decode GPU ratios at which to also size both
+    pools (the smallest pools of that ratio meeting the targets by the mean)."""
+    kv_offload_gib: float | None = Field(default=None, gt=0, le=1_000_000)
+    """Host memory per GPU given to a CPU KV tier [GiB]: KV that does not fit on the GPU (retained
+    prefixes during tool waits, preempted sequences) is loaded back from it instead of recomputed
+    when that is faster; ``None``: no CPU tier."""
+
+    @model_validator(mode="after")
+    def _features(self) -> "PlanInputs":
+        from capplan.kv import check_expert_parallelism, resolve_dp
+
+        check_expert_parallelism(self.model, self.tp, resolve_dp(self.tp, self.ep, self.dp), self.ep, self.redundant_experts)
+        if self.expert_dtype is not None and self.model.moe is None:
+            raise InputError(f"--expert-dtype {self.expert_dtype}: {self.model.name} is a dense model (no routed experts)")
+        if any(not (r > 0 and r <= 1000) for r in self.prefill_decode_ratios):
+            bad = next(r for r in self.prefill_decode_ratios if not (r > 0 and r <= 1000))
+            raise InputError(f"--prefill-decode-ratio {bad:g}: a ratio of prefill to decode GPUs must be in (0, 1,000]")
+        if self.prefill_decode_ratios and not self.disaggregated:
+            raise InputError("--prefill-decode-ratio sizes disaggregated pools: give --disaggregated too")
+        return self
+
+    @property
+    def data_parallel(self) -> int:
+        """Data-parallel ranks of an instance (``dp`` resolved) [count]."""
+        from capplan.kv import resolve_dp
+
+        return resolve_dp(self.tp, self.ep, self.dp)
+
+    @property
+    def instance_gpus(self) -> int:
+        """GPUs of one instance, ``tp x dp`` [GPUs]: GPU counts come in multiples of it."""
+        return self.tp * self.data_parallel
+
+    def layout(self, memory_only: bool = False) -> dict[str, Any]:
+        """The feature options that differ from their defaults, as keyword arguments of
+        :class:`capplan.roofline.RooflineInputs` (``memory_only``: of :class:`capplan.kv.KVInputs`),
+        so a plain plan builds exactly the option objects it always did."""
+        out: dict[str, Any] = {}
+        for key, plain in (("ep", 1), ("dp", None), ("expert_dtype", None), ("redundant_experts", 0), ("kv_scale", "tensor"),
+                           ("two_batch_overlap", False), ("alltoall_mode", "auto"), ("gemm_dtype", None)):
+            value = getattr(self, key)
+            if value != plain and (not memory_only or key in MEMORY_LAYOUT_KEYS):
+                out[key] = value
+        return out
 
 
     @model_validator(mode="after")
@@ -189,3 +277,74 @@ def load_teacher(workload: "Workload") -> "ModelSpec | None":
     from capplan.modelspec import load_model_spec
 
     return load_model_spec(workload.training.teacher_model) if workload.training.teacher_model else None
+
+
+def speculative_setting(
+    block: "Speculative | None", method: str | None = None, tokens: int | None = None, acceptance_rate: float | None = None,
+    acceptance_length: float | None = None, draft_model: str | None = None, step: int | None = None,
+) -> tuple[SpecInputs | None, str]:
+    """The speculative-decoding setting of a plan and where its acceptance comes from.
+
+    Each value given (a ``--spec-*`` flag) wins over the workload's ``speculative:`` block; the
+    block supplies the rest. ``method`` ``none`` turns the block off. An acceptance schedule
+    (``acceptance_by_step``) is read at trainer step ``step`` (default 0, the start of the run).
+
+    Returns
+    -------
+    (setting, source)
+        ``None`` and ``""`` for plain decoding.
+
+    Raises
+    ------
+    InputError
+        A ``--spec-*`` value without a method (no flag, no block); ``--acceptance-step`` without an
+        acceptance schedule in force; an invalid setting (:class:`capplan.speculative.SpecInputs`).
+
+    Examples
+    --------
+    >>> from capplan.workload import Speculative
+    >>> b = Speculative(method="eagle3", num_speculative_tokens=3, acceptance_by_step=[
+    ...     {"step": 0, "acceptance_rate": 0.8}, {"step": 200, "acceptance_rate": 0.6}])
+    >>> s, source = speculative_setting(b, step=100)
+    >>> round(s.acceptance_rate, 3), source
+    (0.7, "the workload's speculative.acceptance_by_step at trainer step 100")
+    >>> speculative_setting(b, acceptance_rate=0.5)[1]
+    '--acceptance-rate'
+    """
+    given = {"--spec-tokens": tokens, "--acceptance-rate": acceptance_rate, "--acceptance-length": acceptance_length,
+             "--draft-model": draft_model}
+    if method == "none":
+        extra = [k for k, v in given.items() if v is not None]
+        if extra:
+            raise InputError(f"{extra[0]} with --spec-method none: speculative decoding is off; drop one")
+        if step is not None:
+            raise InputError("--acceptance-step with --spec-method none: speculative decoding is off; drop one")
+        return None, ""
+    if method is None and block is None:
+        extra = [k for k, v in given.items() if v is not None]
+        if extra:
+            raise InputError(f"{extra[0]} needs --spec-method (or a speculative: block in the workload)")
+        if step is not None:
+            raise InputError("--acceptance-step reads the workload's speculative.acceptance_by_step; the workload has no speculative: block")
+        return None, ""
+    same = block is not None and (method is None or method == block.method)
+    chosen_method = method or (block.method if block else None)
+    k = tokens if tokens is not None else (block.num_speculative_tokens if block is not None else None)
+    if k is None:
+        raise InputError(f"--spec-method {chosen_method} needs --spec-tokens (tokens drafted per verify step, >= 1)")
+    draft = draft_model if draft_model is not None else (block.draft_model if same and block is not None else None)
+    rate, length, source = acceptance_rate, acceptance_length, ""
+    if rate is not None or length is not None:
+        source = "--acceptance-rate" if rate is not None else "--acceptance-length"
+        if step is not None:
+            raise InputError(f"--acceptance-step reads the workload's acceptance schedule, but {source} gives the acceptance; drop one")
+    elif block is not None and block.acceptance_rate is not None:
+        rate, source = block.acceptance_rate, "the workload's speculative.acceptance_rate"
+    elif block is not None and block.acceptance_by_step is not None:
+        at = 0 if step is None else step
+        rate = block.acceptance_at(at)
+        source = f"the workload's speculative.acceptance_by_step at trainer step {at}"
+    elif step is not None:
+        raise InputError("--acceptance-step reads the workload's speculative.acceptance_by_step, which it does not have")
+    return SpecInputs(method=chosen_method, num_speculative_tokens=k, acceptance_rate=rate,  # type: ignore[arg-type]
+                      acceptance_length=length, draft_model=draft), source

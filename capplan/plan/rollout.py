@@ -17,6 +17,9 @@ plan evaluates them in closed form, and ``tests/test_rl_agreement.py`` checks th
   A conversation waiting on a tool with ``kv_during_tool_wait: retain`` keeps its KV only while
   the decoding sequences leave room: the retained KV that does not fit is evicted, and the next
   turn recomputes the prefix it lost (``1 - room / retained demand`` of the reused prefixes).
+  With a CPU KV tier (``offload_tokens``) a lost context is loaded back instead while the tier
+  holds it and loading a position is faster than prefilling it (charged in series with the
+  replica's work, an upper bound: an engine overlaps the copies with other sequences' steps).
 * **Prefix reuse.** Each invocation prefills its input less the prefix the workload's ``cache``
   block reuses (across turns, and the shared prompt of a GRPO group), as the ledger counts it.
 * **Placement.** A prompt group's samples run on one replica (they share its prefix cache), so
@@ -168,6 +171,10 @@ class RolloutTimes:
     """Async: time to produce one step's rollouts at that batch, weight loads included [s]."""
     steady_recompute_tokens: "np.ndarray"
     """Async: positions prefilled again per step at that batch [positions]."""
+    loaded_tokens: Any = 0.0
+    """Positions loaded back from a CPU KV tier per step instead of recomputed (0 without one) [positions]."""
+    steady_loaded_tokens: Any = 0.0
+    """Async: the same at the steady batch [positions]."""
 
 
 
@@ -221,6 +228,10 @@ class RolloutModel:
     """Async: replicas load new weights at a step boundary without draining."""
     group_size: int = 1
     """Conversations of a prompt group, which run whole on one replica [conversations]."""
+    offload_tokens: float = 0.0
+    """Positions a replica's CPU KV tier holds (0: no tier) [positions]."""
+    load_s_per_token: float = 0.0
+    """Replica-seconds to load one position back from the CPU tier [replica-s/position]."""
 
     # ------------------------------------------------------------------ the pieces
 
@@ -241,14 +252,34 @@ class RolloutModel:
 
         return np.maximum(1.0, np.minimum(self.sequence_cap, resident * self.decode_share))
 
-    def _work(self, replicas: Any, batch: Any, recompute: Any) -> tuple[Any, Any]:
-        """(decode replica-s, work time per replica) of one step at ``batch`` with ``recompute`` positions."""
+    def _work(self, replicas: Any, batch: Any, recompute: Any, loaded: Any = 0.0) -> tuple[Any, Any]:
+        """(decode replica-s, work time per replica) of one step at ``batch`` with ``recompute``
+        positions prefilled again and ``loaded`` loaded back from a CPU KV tier."""
         import numpy as np
 
         step_at_batch = np.asarray(self.decode_step_s(batch), dtype=float)
         decode_s = self.work.decode_tokens / batch * step_at_batch
-        work = (self.prefill_replica_s + decode_s + self.score_replica_s + recompute * self.recompute_s_per_token) / replicas
+        lost = recompute * self.recompute_s_per_token
+        if self.offload_tokens:
+            lost = lost + loaded * self.load_s_per_token
+        work = (self.prefill_replica_s + decode_s + self.score_replica_s + lost) / replicas
         return decode_s, work
+
+    def _offloaded(self, recompute: Any, alive: Any, fits: Any, context: float) -> tuple[Any, Any]:
+        """``recompute`` positions split into (prefilled again, loaded back from the CPU KV tier).
+
+        With a tier (``offload_tokens > 0``) whose load is faster per position than a prefill,
+        a lost context is loaded back while the tier holds it: of the ``max(alive - fits, 0) x
+        context`` positions a replica keeps off the GPU at once, the tier holds
+        ``min(1, offload_tokens / that)``; the rest are prefilled again.
+        """
+        import numpy as np
+
+        if not self.offload_tokens or self.load_s_per_token >= self.recompute_s_per_token:
+            return recompute, np.zeros(np.shape(recompute))
+        spilled = np.maximum(np.asarray(alive, dtype=float) - np.asarray(fits, dtype=float), 0.0) * context
+        held = np.clip(self.offload_tokens / np.maximum(spilled, 1e-9), 0.0, 1.0)
+        return recompute * (1.0 - held), recompute * held
 
     def _recompute(self, alive: Any, fits: Any, context: float) -> Any:
         """Positions prefilled again per step with ``alive`` conversations per replica and KV for ``fits``.
@@ -306,8 +337,9 @@ class RolloutModel:
         # scheduler's cap) run together; the rest follow as they finish
         fits = np.minimum(np.minimum(busiest, self.sync_resident_kv), self.sequence_cap / max(self.decode_share, 1e-9))
         batch = self._batch(fits)
-        recompute = self._recompute(busiest, self.sync_resident_kv, self.peak_context_tokens)
-        decode_s, work_time = self._work(replicas, batch, recompute)
+        recompute, loaded = self._offloaded(self._recompute(busiest, self.sync_resident_kv, self.peak_context_tokens), busiest,
+                                            self.sync_resident_kv, self.peak_context_tokens)
+        decode_s, work_time = self._work(replicas, batch, recompute, loaded)
         work_time = work_time * busiest / per_replica  # the busiest replica's share
         population = self.work.conversations
         tail, longest = shrinking_batch_decode_s(
@@ -330,8 +362,9 @@ class RolloutModel:
         alive = per_replica * max(in_flight_steps, 1.0)
         steady_fits = np.minimum(alive, self.resident_kv)
         steady_batch = self._batch(steady_fits)
-        steady_recompute = self._recompute(alive, self.resident_kv, self.held_context_tokens)
-        _, steady_work = self._work(replicas, steady_batch, steady_recompute)
+        steady_recompute, steady_loaded = self._offloaded(self._recompute(alive, self.resident_kv, self.held_context_tokens), alive,
+                                                          self.resident_kv, self.held_context_tokens)
+        _, steady_work = self._work(replicas, steady_batch, steady_recompute, steady_loaded)
         production = steady_work + self.weight_load_s
         if not self.inflight_updates:
             production = production + self._drain_loss(steady_batch)
@@ -341,6 +374,7 @@ class RolloutModel:
             rollout_time_s=rollout, arrival_binds=per_replica * self.decode_share < self.max_decode_batch,
             longest_sampled_tokens=longest, recompute_tokens=recompute,
             steady_batch_sequences=steady_batch, production_time_s=production, steady_recompute_tokens=steady_recompute,
+            loaded_tokens=loaded, steady_loaded_tokens=steady_loaded,
         )
 
     def async_period(self, replicas: Any, in_flight_steps: float, busy_s: Any, batches: bool = False) -> "AsyncPeriod":
@@ -394,8 +428,11 @@ class RolloutModel:
         b_max = np.broadcast_to(times.steady_batch_sequences[:, None], shape)
         production = np.broadcast_to(times.production_time_s[:, None], shape)
         per_token = self.recompute_s_per_token
+        lost = times.steady_recompute_tokens * per_token
+        if self.offload_tokens:
+            lost = lost + times.steady_loaded_tokens * self.load_s_per_token
         fixed = np.broadcast_to(
-            ((self.prefill_replica_s + self.score_replica_s + times.steady_recompute_tokens * per_token)[:, None] / replicas)
+            ((self.prefill_replica_s + self.score_replica_s + lost)[:, None] / replicas)
             + self.weight_load_s, shape,
         )
         if not self.inflight_updates:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from capplan.errors import InputError
+from capplan.plan.features import feature_assumptions
 
 if TYPE_CHECKING:
     from capplan.benchmark import QueueingResult, RequestMix, Server
@@ -209,10 +210,39 @@ class ServingPlan:
     """The assumptions behind the figures, as text."""
     explain: list[str] = field(default_factory=list)
     """Every formula with its numbers (``--explain``; not in the JSON contract)."""
+    ep: int = 1
+    """Expert-parallel degree of an instance [GPUs] (in the JSON only with expert or data parallelism)."""
+    dp: int = 1
+    """Data-parallel ranks of an instance; each rank is one of the ``replicas`` (its own requests,
+    sequences and KV) [count] (in the JSON only with expert or data parallelism)."""
+    instances: int = 0
+    """Instances of ``tp x dp`` GPUs, ``replicas / dp`` [instances] (in the JSON only with expert or
+    data parallelism)."""
+    weights_gib_per_gpu: float | None = None
+    """Weights one GPU holds under the expert/data-parallel layout [GiB] (as ``capplan kv``; in the
+    JSON only with expert or data parallelism)."""
+    speculative: dict[str, Any] | None = None
+    """Speculative decoding: setting, tokens per verify step, decode step with and without it at
+    the plan's batch, the drafter's memory (in the JSON only when on)."""
+    disaggregated: dict[str, Any] | None = None
+    """``--disaggregated``: prefill and decode pools meeting the targets by the mean, aggregated
+    instances meeting them by the mean, and pools at given prefill:decode ratios
+    (:func:`capplan.plan.features.serving_pools`; in the JSON only when asked)."""
+    kv_offload: dict[str, Any] | None = None
+    """A CPU KV tier: capacity and the prefix from which a load beats recomputation (reported, not
+    used by the latency model; in the JSON only with a tier)."""
 
     def as_dict(self) -> dict[str, Any]:
-        """The JSON object: every field but ``explain``."""
-        return {k: v for k, v in self.__dict__.items() if k != "explain"}
+        """The JSON object: every field but ``explain``; the engine features' keys only when one is in use."""
+        plain = self.ep == 1 and self.dp == 1
+        return {k: v for k, v in self.__dict__.items()
+                if k != "explain" and not (k in FEATURE_KEYS and (v is None or (plain and k in LAYOUT_KEYS)))}
+
+
+LAYOUT_KEYS = frozenset({"ep", "dp", "instances"})
+# weights_gib_per_gpu is None (so absent) unless the layout is in use
+FEATURE_KEYS = LAYOUT_KEYS | {"weights_gib_per_gpu", "speculative", "disaggregated", "kv_offload"}
+"""Serving-plan keys of the engine features: absent from the JSON while the feature is off."""
 
 
 def _kv_name(limited_by: str) -> str:
@@ -256,7 +286,11 @@ def plan_serving(
     engine = inputs.engine or default_engine()
     hw, spec, tp = inputs.hardware, inputs.model, inputs.tp
     server = server_for(spec, hw, tp=tp, weight_dtype=inputs.weight_dtype, kv_dtype=inputs.kv_dtype, engine=engine,
-                        gpu_memory_utilization=inputs.gpu_mem_util)
+                        gpu_memory_utilization=inputs.gpu_mem_util, **inputs.layout())
+    memory = None
+    if inputs.speculative is not None:
+        server, memory = _speculative_server(server, inputs, engine)
+    unit = inputs.data_parallel  # replicas (data-parallel ranks) of an instance
     mix = serving_mix(workload, conversations)
     longest = float(np.max(mix.prompt_tokens - mix.cached_tokens + mix.output_tokens))
     if longest + mix.shared_prefix_tokens > server.kv_capacity_tokens:
@@ -297,13 +331,16 @@ def plan_serving(
         return out
 
     if inputs.inference_gpus is not None:
-        if inputs.inference_gpus % tp:
-            raise InputError(f"--inference-gpus {inputs.inference_gpus}: not a multiple of --tp {tp}")
+        if inputs.inference_gpus % (tp * unit):
+            what = f"--tp {tp}" if unit == 1 else f"an instance, --tp x --dp = {tp} x {unit} = {tp * unit}"
+            raise InputError(f"--inference-gpus {inputs.inference_gpus}: not a multiple of {what}")
         replicas = inputs.inference_gpus // tp
         sizing = f"given: {inputs.inference_gpus} GPUs (--inference-gpus) = {replicas} replica(s) of tp {tp}"
+        if unit > 1:
+            sizing += f" = {replicas // unit} instance(s) of tp x dp = {tp} x {unit}"
         binding = "given"
     else:
-        replicas, binding, sizing = _search(evaluate, failing, lam, s.max_utilisation, capacities, server, mix, burst)
+        replicas, binding, sizing = _search(evaluate, failing, lam, s.max_utilisation, capacities, server, mix, burst, unit)
     q = evaluate(replicas)
     fails = failing(q, only_reachable=False)
     reasons = _reasons(q, fails, s, pct, replicas, tp, hw.name, ttft_floor, tpot_floor, floor_prompt, floor_ctx, reachable,
@@ -335,21 +372,88 @@ def plan_serving(
         shared_prefix_tokens=s.shared_prefix_tokens, prefix_hit_rate=s.prefix_hit_rate, cached_prompt_fraction=cached_fraction,
         price_usd_per_gpu_hour=price, price_source=source, fleet_cost_usd_per_hour=fleet_cost,
         cost_usd_per_million_output_tokens=cost_out, cost_usd_per_million_input_tokens=cost_in,
-        assumptions=_assumptions(engine, hw.name, s),
+        assumptions=_assumptions(engine, hw.name, s) + feature_assumptions(inputs),
     )
-    return _with_explanation(plan, q, server, mix)
+    plan = _with_features(plan, workload, inputs, server, memory, mix, q)
+    plan = _with_explanation(plan, q, server, mix)
+    if plan.speculative or plan.kv_offload:
+        from dataclasses import replace
+
+        from capplan.plan.features import feature_explain
+
+        plan = replace(plan, explain=plan.explain + feature_explain(plan.speculative, plan.kv_offload))
+    return plan
+
+
+def _speculative_server(server: "Server", inputs: "PlanInputs", engine: Any) -> "tuple[Server, Any]":
+    """``server`` decoding speculatively (:class:`capplan.speculative.SpeculativePricer`), its KV
+    capacity shared with the drafter (:func:`capplan.speculative.spec_memory`)."""
+    from dataclasses import replace
+
+    from capplan.kv import KVInputs, compute_kv
+    from capplan.speculative import SpeculativePricer, spec_memory
+
+    assert inputs.speculative is not None
+    kv = compute_kv(inputs.model, inputs.hardware, KVInputs(
+        tp=inputs.tp, weight_dtype=inputs.weight_dtype, kv_dtype=inputs.kv_dtype, engine=engine, gpu_mem_util=inputs.gpu_mem_util,
+        **inputs.layout(memory_only=True)))
+    memory = spec_memory(inputs.model, kv, inputs.speculative)
+    pricer = SpeculativePricer.build(inputs.model, inputs.hardware, server.pricer.inp, inputs.speculative)
+    return replace(server, pricer=pricer, kv_capacity_tokens=memory.kv_capacity_tokens), memory
+
+
+def _with_features(plan: ServingPlan, workload: "Workload", inputs: "PlanInputs", server: "Server", memory: Any,
+                   mix: "RequestMix", q: "QueueingResult") -> ServingPlan:
+    """The plan with the objects of the engine features in use (:mod:`capplan.plan.features`)."""
+    from dataclasses import replace
+
+    from capplan.plan.features import layout_figures, serving_pools, speculative_figures
+
+    update: dict[str, Any] = {}
+    layout = layout_figures(inputs, plan.gpus)
+    if layout:
+        from capplan.kv import KVInputs, compute_kv
+
+        kv = compute_kv(inputs.model, inputs.hardware, KVInputs(
+            tp=inputs.tp, weight_dtype=inputs.weight_dtype, kv_dtype=inputs.kv_dtype, engine=inputs.engine,
+            gpu_mem_util=inputs.gpu_mem_util, **inputs.layout(memory_only=True)))
+        update.update(ep=layout["ep"], dp=layout["dp"], instances=layout["inference_instances"],
+                      weights_gib_per_gpu=kv.weights_gib_per_gpu)
+    if inputs.speculative is not None:
+        import numpy as np
+
+        # the context of a decoding sequence, weighted by the steps it decodes (as the queueing model prices it)
+        d = np.maximum(np.asarray(mix.output_tokens, float), 1.0) - 1.0
+        prompt = np.asarray(mix.prompt_tokens, float)
+        context = float((d * (prompt + d / 2.0)).sum() / d.sum()) if d.sum() > 0 else float(prompt.mean())
+        update["speculative"] = speculative_figures(server.pricer, memory, inputs, q.decode_batch, context)
+    if inputs.kv_offload_gib is not None:
+        from capplan.offload import offload_tier
+
+        plain = replace(server, pricer=server.pricer.target) if hasattr(server.pricer, "target") else server  # a load is not a decode
+        update["kv_offload"] = {**offload_tier(plain, inputs.kv_offload_gib).as_dict(), "used_by_latency_model": False}
+    if inputs.disaggregated:
+        update["disaggregated"] = serving_pools(workload, inputs, server, mix, plan.gpus)
+    return replace(plan, **update) if update else plan
 
 
 def _search(evaluate, failing, lam: float, max_util: float, capacities: dict, server: "Server", mix: "RequestMix",
-            burst: float) -> tuple[int, str, str]:  # noqa: ANN001
+            burst: float, unit: int = 1) -> tuple[int, str, str]:  # noqa: ANN001
     """The smallest replica count with nothing failing (``failing`` is monotone in it), the
     binding constraint and a sentence on how it was chosen.
 
     The search starts from the count the utilisation limit needs (a replica's capacity grows a
     little with the count, its arrivals being more regular), walks a few counts down or up, and
-    bisects when the answer is further away.
+    bisects when the answer is further away. With ``unit`` replicas to an instance (data-parallel
+    ranks) it counts whole instances.
     """
     from capplan.benchmark import serving_capacity
+
+    if unit > 1:
+        count, binding, sizing = _search(lambda n: evaluate(n * unit), failing, lam / unit, max_util, capacities, server, mix,
+                                         burst * unit)
+        sizing = sizing.replace("one replica meets", "one instance meets").replace("replica(s)", "instance(s)")
+        return count * unit, binding, sizing + f" (instances of {unit} data-parallel replicas)"
 
     def capacity(k: float) -> float:
         if k not in capacities:

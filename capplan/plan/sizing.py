@@ -28,6 +28,7 @@ from capplan.errors import DoesNotFitError, InputError
 
 if TYPE_CHECKING:
     from capplan.hardware import HardwareProfile
+    from capplan.modelspec import ModelSpec
     from capplan.plan.inputs import PlanInputs
     from capplan.plan.rollout import RolloutModel
     from capplan.plan.work import StepWork
@@ -135,6 +136,31 @@ class TrainerSide:
         }
 
 
+def sync_time_s(inputs: "PlanInputs", pattern: str) -> float:
+    """Time to push new 16-bit weights to the inference engines of ``inputs`` [s] (:func:`layout_sync_time_s`)."""
+    return layout_sync_time_s(inputs.model, inputs.tp, pattern, inputs.ep, inputs.data_parallel, inputs.redundant_experts)
+
+
+def layout_sync_time_s(spec: "ModelSpec", tp: int, pattern: str, ep: int = 1, dp: int = 1, redundant_experts: int = 0) -> float:
+    """Time to push new 16-bit weights to inference engines of ``tp`` GPUs (``tp x dp`` under
+    expert parallelism) [s] (:func:`capplan.trainer.weight_sync_time_s`).
+
+    Every GPU receives the weights it holds, all in parallel: ``2 P / tp`` under tensor
+    parallelism; under expert parallelism ``2 (P - P_routed) / tp + 2 P_routed (E + R) / E / (tp dp)``
+    (its share of the routed experts, whole, and the rest split ``1/tp``).
+    """
+    from capplan.trainer import WEIGHT_SYNC_FITS, weight_bytes_16bit, weight_sync_time_s
+
+    if spec.moe is None or (ep == 1 and dp == 1):
+        return weight_sync_time_s(spec, tp, pattern)
+    from capplan.kv import routed_expert_params
+
+    weight_sync_time_s(spec, tp, pattern)  # refuses an unknown pattern
+    routed = 2.0 * routed_expert_params(spec)
+    share = (spec.moe.num_experts + redundant_experts) / spec.moe.num_experts / (tp * dp)
+    return WEIGHT_SYNC_FITS[pattern].time_s((weight_bytes_16bit(spec) - routed) / tp + routed * share)
+
+
 def trainer_side(
     workload: "Workload", inputs: "PlanInputs", trainer_flops: float, passes: "TrainerPasses", mode: str, overhead_s: float = 0.0
 ) -> TrainerSide:
@@ -145,7 +171,7 @@ def trainer_side(
     DoesNotFitError
         The sharded training state fits no trainer size.
     """
-    from capplan.trainer import MICRO_BATCH_TOKENS, min_trainer_gpus, sane_trainer_gpus, trainer_mfu, weight_sync_time_s
+    from capplan.trainer import MICRO_BATCH_TOKENS, min_trainer_gpus, sane_trainer_gpus, trainer_mfu
 
     has_trainer = workload.has_trainer
     hardware = inputs.hardware if mode == "colocated" else (inputs.trainer_hardware or inputs.hardware)
@@ -160,7 +186,7 @@ def trainer_side(
         mfu_source="given" if inputs.trainer_mfu is not None else "fitted",
         min_gpus=min_gpus,
         sane_gpus=sane_trainer_gpus(min_gpus, hardware.gpus_per_node) if has_trainer else 0,
-        weight_sync_s=weight_sync_time_s(inputs.model, inputs.tp, pattern) if (has_trainer and workload.has_rollout) else 0.0,
+        weight_sync_s=sync_time_s(inputs, pattern) if (has_trainer and workload.has_rollout) else 0.0,
         sync_pattern=pattern,
         passes=passes,
         overhead_s=overhead_s if (has_trainer and workload.has_rollout) else 0.0,
@@ -223,6 +249,8 @@ class SplitTimes:
     trained_share: float = 1.0
     """Async: trained positions per step over the workload's mean (stale rejections drop the
     slowest, longest groups) [ratio]."""
+    loaded_tokens: float = 0.0
+    """Positions loaded back from a CPU KV tier per step instead of recomputed [positions]."""
 
 
 @dataclass(frozen=True)
@@ -243,6 +271,14 @@ class StepModel:
     """Async bound ``K`` [versions]."""
     batches: bool = False
     """Async: the trainer takes whole dispatched batches in order (else finished groups)."""
+    instance_gpus: int = 0
+    """GPUs of one instance, ``tp x dp`` (data-parallel ranks of ``tp`` GPUs, each a replica):
+    inference GPU counts come in multiples of it; 0: ``tp``."""
+
+    @property
+    def unit(self) -> int:
+        """GPUs inference counts come in: an instance [GPUs]."""
+        return self.instance_gpus or self.tp
 
     def evaluate(self, inference_gpus: int, trainer_gpus: int) -> SplitTimes:
         """Rollout, trainer and step times of ``inference_gpus`` and ``trainer_gpus`` [GPUs]."""
@@ -253,6 +289,8 @@ class StepModel:
         if not self.has_rollout:
             return SplitTimes(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, self.rollout.binding, trainer_time, trainer_time,
                               mode=self.mode, trainer_phases_s=phases, bound_by="trainer")
+        import numpy as np
+
         k = self.max_staleness if self.mode == "async" else 0
         replicas = max(inference_gpus // self.tp, 1)
         times = self.rollout.times(replicas, in_flight_steps=k + 1)
@@ -262,6 +300,7 @@ class StepModel:
         batch = times.decode_batch_sequences[0].item()
         bound = "serial"
         recompute = times.recompute_tokens[0].item()
+        loaded = float(np.asarray(times.loaded_tokens).ravel()[0]) if np.ndim(times.loaded_tokens) else float(times.loaded_tokens)
         staleness = (0.0, 0.0, 0.0)
         trained_share = 1.0
         if steady:
@@ -272,6 +311,8 @@ class StepModel:
             staleness = (float(period.rejected_fraction[0, 0]), float(period.stale_fraction[0, 0]), float(period.mean_policy_lag[0, 0]))
             trained_share = float(period.trained_share[0, 0])
             recompute = times.steady_recompute_tokens[0].item()
+            steady_loaded = times.steady_loaded_tokens
+            loaded = float(np.asarray(steady_loaded).ravel()[0]) if np.ndim(steady_loaded) else float(steady_loaded)
         else:
             step = float(step_time_s(self.mode, self.has_rollout, self.trainer.has_trainer, rollout, production, trainer_time, sync_s, k))
         return SplitTimes(
@@ -300,6 +341,7 @@ class StepModel:
             trained_share=trained_share,
             bound_by=bound,
             trainer_phases_s=phases,
+            loaded_tokens=loaded,
         )
 
 
@@ -349,12 +391,13 @@ def check_given_counts(inputs: "PlanInputs", trainer: TrainerSide) -> None:
     DoesNotFitError
         ``--trainer-gpus`` too few to hold the sharded training state.
     """
-    tp = inputs.tp
+    tp, unit = inputs.tp, inputs.instance_gpus
+    what = f"--tp {tp}" if unit == tp else f"an instance, --tp x --dp = {tp} x {unit // tp} = {unit}"
     for flag, gpus in (("--inference-gpus", inputs.inference_gpus), ("--total-gpus", inputs.total_gpus)):
-        if gpus is not None and gpus < tp:
-            raise InputError(f"{flag} {gpus}: fewer GPUs than one replica needs (--tp {tp})")
-    if inputs.inference_gpus is not None and inputs.inference_gpus % tp:
-        raise InputError(f"--inference-gpus {inputs.inference_gpus}: not a multiple of --tp {tp}")
+        if gpus is not None and gpus < unit:
+            raise InputError(f"{flag} {gpus}: fewer GPUs than one {'replica' if unit == tp else 'instance'} needs ({what})")
+    if inputs.inference_gpus is not None and inputs.inference_gpus % unit:
+        raise InputError(f"--inference-gpus {inputs.inference_gpus}: not a multiple of {what}")
     if trainer.has_trainer and inputs.trainer_gpus is not None and inputs.trainer_gpus < trainer.min_gpus:
         raise DoesNotFitError(
             f"--trainer-gpus {inputs.trainer_gpus}: {inputs.model.name}'s sharded training state needs at least "
@@ -379,8 +422,13 @@ def split_for_total_gpus(model: StepModel, total_gpus: int, trained_positions: f
     InputError
         ``total_gpus`` cannot hold one replica and the trainer state.
     """
-    tp, trainer = model.tp, model.trainer
+    tp, trainer = model.unit, model.trainer
     if model.mode == "colocated":
+        if tp != model.tp and total_gpus % tp:  # engines run in whole instances of tp x dp GPUs
+            if total_gpus < tp:
+                raise InputError(f"--total-gpus {total_gpus}: fewer GPUs than one instance of {tp} needs")
+            inference = total_gpus // tp * tp
+            return inference, total_gpus, f"colocated: training on every GPU, generation on the {inference} of whole instances of {tp}"
         return total_gpus, total_gpus, "colocated: both phases on every GPU"
     node = trainer.hardware.gpus_per_node
     if total_gpus - trainer.sane_gpus >= tp:
@@ -391,7 +439,8 @@ def split_for_total_gpus(model: StepModel, total_gpus: int, trained_positions: f
         rule = f"trainer from its memory minimum {trainer.min_gpus} (too few GPUs for whole nodes)"
     if not candidates:
         raise InputError(
-            f"--total-gpus {total_gpus}: the trainer needs {trainer.min_gpus} GPUs and a replica {tp}; too few in total"
+            f"--total-gpus {total_gpus}: the trainer needs {trainer.min_gpus} GPUs and a "
+            f"{'replica' if tp == model.tp else 'instance'} {tp}; too few in total"
         )
     scored = []
     for trainer_gpus in candidates:
@@ -435,7 +484,7 @@ def inference_gpus_for_balance(model: StepModel, trainer_gpus: int, max_replicas
     staleness bound on it, floors the step), stop where the step is within
     :data:`DIMINISHING_RETURNS` of its floor.
     """
-    tp = model.tp
+    tp = model.unit  # GPUs of an instance; "replicas" below count instances
     is_async = model.mode == "async"
     trainer = model.trainer
     goal = trainer.time_s(trainer_gpus) + (trainer.weight_sync_s + trainer.overhead_s if is_async else 0.0)
@@ -486,7 +535,7 @@ def size_split(
         trainer = 0
     if inputs.total_gpus is not None and has_trainer and model.has_rollout:
         if inputs.trainer_gpus is not None and model.mode != "colocated":
-            trainer, inference = inputs.trainer_gpus, ((inputs.total_gpus - inputs.trainer_gpus) // model.tp) * model.tp
+            trainer, inference = inputs.trainer_gpus, ((inputs.total_gpus - inputs.trainer_gpus) // model.unit) * model.unit
             sizing, decided = "the rest of --total-gpus after the given trainer", "the given trainer GPUs"
         elif inputs.inference_gpus is not None and model.mode != "colocated":
             inference, trainer = inputs.inference_gpus, inputs.total_gpus - inputs.inference_gpus
@@ -508,7 +557,8 @@ def size_split(
         decided = "the trainer's sane data-parallel minimum" if trainer == model.trainer.sane_gpus else "the trainer for balance"
     if inference is None:
         # more replicas than conversations idle
-        inference, clause = inference_gpus_for_balance(model, trainer, max(1, math.ceil(work.conversations)))
+        ranks = max(model.unit // model.tp, 1)
+        inference, clause = inference_gpus_for_balance(model, trainer, max(1, math.ceil(work.conversations / ranks)))
         sizing += clause
         decided += ", then inference for balance"
     return Split(inference, trainer, sizing, model.mode, decided)
