@@ -205,6 +205,8 @@ def test_corpus_size_and_ids():
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c['_file']}:{c['id']}" for c in CASES])
 def test_bad_input(case, tmp_path, monkeypatch):
+    if any(str(name).endswith(".parquet") for name in case.get("files") or {}):
+        pytest.importorskip("pyarrow", reason="Parquet cases need pyarrow (pip install 'capplan[parquet]')")
     monkeypatch.chdir(tmp_path)
     for key, value in (case.get("env") or {}).items():
         monkeypatch.setenv(key, str(value))
