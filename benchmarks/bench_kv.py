@@ -32,6 +32,12 @@ def main() -> None:
         f"{len(dtypes)} KV dtypes x {len(contexts)} contexts): best {best:.3f} s = {grid.size / best:,.0f} combinations/s"
     )
     print(f"feasible combinations: {int(grid.fits.sum()):,}")
+    from report import record
+
+    record("kv", "KV calculator grid, model x GPU x TP x KV dtype x context (`bench_kv.py`)",
+           f"{grid.size:,} combinations in {best:.3f} s best of 5 ({grid.size / best:,.0f}/s)",
+           "1,000,000 in < 1 s", grid.size >= 1_000_000 and best < 1.0,
+           headline=f"{grid.size / 1e6:.0f}M KV configs in {best:.2f} s")
 
 
 if __name__ == "__main__":

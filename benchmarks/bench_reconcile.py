@@ -145,12 +145,16 @@ def main() -> None:
     args.dir.mkdir(parents=True, exist_ok=True)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; records from make_trajectories.py (short multi-turn records)")
     peaks: dict[str, dict[int, float]] = {}
+    rates: dict[str, dict[int, float]] = {}
+    figures: list[str] = []
+    held = True
     for fmt in args.formats:
         for n in args.sizes:
             path = jsonl_file(args.dir, n) if fmt == "jsonl" else parquet_file(args.dir, n, args.row_group)
             r = best_of({"kind": "file", "path": str(path), "batches": True}, args.repeat)
             assert r["records"] == n and r["ok"], r
             peaks.setdefault(fmt, {})[n] = r["peak_rss_kib"] / 1024
+            rates.setdefault(fmt, {})[n] = n / r["cpu_s"]
             line = (
                 f"{fmt:>7} {n:>10,} records ({path.stat().st_size / 2**20:,.0f} MiB): {n / r['cpu_s']:>9,.0f} records/s "
                 f"(CPU, one core), {n / r['wall_s']:>9,.0f} wall; peak RSS {r['peak_rss_kib'] / 1024:,.1f} MiB "
@@ -166,6 +170,15 @@ def main() -> None:
             small, large = min(by_size), max(by_size)
             growth = by_size[large] / by_size[small] - 1
             print(f"{fmt:>7} peak RSS at {large:,} vs {small:,} records: {growth:+.1%} (target within 10%)")
+            held = held and abs(growth) <= 0.10
+        else:
+            growth = None
+        floor = 200_000 if fmt == "jsonl" else 500_000
+        held = held and min(rates[fmt].values()) >= floor
+        figures.append(
+            f"{'JSONL' if fmt == 'jsonl' else 'Parquet'} " + ", ".join(f"{rate:,.0f} ({n:,})" for n, rate in sorted(rates[fmt].items()))
+            + " records per CPU-second" + (f", peak RSS {growth:+.1%} from {min(by_size):,} to {max(by_size):,}" if growth is not None else "")
+        )
     if not args.no_directory:
         folder = split_directory(args.dir, jsonl_file(args.dir, max(args.sizes)), args.files)
         one = best_of({"kind": "dir", "path": str(folder), "workers": 1}, args.repeat)
@@ -177,6 +190,13 @@ def main() -> None:
             f"({n / one['wall_s']:,.0f} records/s), 2 workers {two['wall_s']:.2f} s ({n / two['wall_s']:,.0f} records/s): "
             f"{one['wall_s'] / two['wall_s']:.2f}x (target >= 1.7x), same result"
         )
+        figures.append(f"{args.files} files on --workers 2: {one['wall_s'] / two['wall_s']:.2f}x one worker")
+        held = held and one["wall_s"] / two["wall_s"] >= 1.7
+    from report import record
+
+    record("reconcile", "`capplan ledger reconcile` (`bench_reconcile.py`)", "; ".join(figures),
+           "JSONL >= 200,000/s, Parquet >= 500,000/s, RSS within 10%, 2 workers >= 1.7x", held,
+           headline=f"JSONL {min(rates.get('jsonl', {0: 0}).values()) / 1e3:,.0f}K, Parquet {min(rates.get('parquet', {0: 0}).values()) / 1e3:,.0f}K records/s")
 
 
 if __name__ == "__main__":

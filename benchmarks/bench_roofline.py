@@ -43,6 +43,12 @@ def main() -> None:
         f"{len(contexts)} context = {points:,} decode steps; first {times[0]:.3f} s, best {min(times):.3f} s "
         f"= {points / min(times):,.0f} steps/s; {compute:,} compute-bound"
     )
+    from report import record
+
+    record("roofline", "roofline decode grid, hardware x TP x batch x context (`bench_roofline.py`)",
+           f"{points:,} decode steps in {min(times):.3f} s best of {args.repeat} ({points / min(times):,.0f}/s)",
+           "1,000,000 in < 1 s", points >= 1_000_000 and min(times) < 1.0,
+           headline=f"{points / 1e6:.1f}M decode steps in {min(times):.2f} s")
 
 
 if __name__ == "__main__":

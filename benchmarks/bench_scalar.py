@@ -91,6 +91,10 @@ def main() -> None:
     print(f"capplan scalar path:          {ours_rate:>10,.0f} configurations/s  (target >= 20,000)")
     print(f"capplan previous path:        {previous_rate:>10,.0f} configurations/s  ({ours_rate / previous_rate:,.1f}x faster now)")
 
+    from report import record
+
+    name = "one configuration through the Python API: KV + prefill + decode (`bench_scalar.py`)"
+    target = ">= 20,000/s and >= 3x llm-analysis"
     try:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -99,6 +103,8 @@ def main() -> None:
         from llm_analysis.config import ModelConfig, ParallelismConfig, get_dtype_config_by_name, get_gpu_config_by_name
     except ImportError as exc:
         print(f"llm-analysis: not measured ({exc.__class__.__name__}: {exc}; pip install llm-analysis)")
+        record("scalar", name, f"{ours_rate:,.0f} configurations/s ({ours_rate / previous_rate:,.0f}x the numpy path); "
+               "llm-analysis not installed, not compared", target, None, headline=f"{ours_rate:,.0f} configs/s")
         return
     model = ModelConfig(
         name=spec.name, num_layers=spec.num_layers, n_head=spec.num_attention_heads, hidden_dim=spec.hidden_size,
@@ -129,6 +135,9 @@ def main() -> None:
     print(f"llm-analysis, new per config: {fresh_rate:>10,.0f} configurations/s")
     print(f"llm-analysis, reused per tp:  {reused_rate:>10,.0f} configurations/s")
     print(f"capplan / llm-analysis (faster use): {ours_rate / best:.1f}x  (target >= 3x)")
+    record("scalar", name, f"{ours_rate:,.0f} configurations/s, {ours_rate / best:.1f}x llm-analysis in the same run "
+           f"({best:,.0f}/s), {ours_rate / previous_rate:,.0f}x the numpy path", target, ours_rate >= 20_000 and ours_rate / best >= 3,
+           headline=f"{ours_rate:,.0f} configs/s, {ours_rate / best:.1f}x llm-analysis")
 
 
 if __name__ == "__main__":

@@ -40,6 +40,12 @@ def main(argv: list[str] | None = None) -> None:
         f"{s['simulated_s']:,.0f} simulated s ({s['simulated_s'] / wall:,.0f}x real time); "
         f"TTFT p50/p99 {lat['ttft_s']['p50'] * 1e3:,.1f}/{lat['ttft_s']['p99'] * 1e3:,.1f} ms"
     )
+    from report import record
+
+    record("serving_sim", f"serving simulator, `{args.workload}` on {args.replicas} x {args.hardware} (`bench_serving_sim.py`)",
+           f"{s['requests']:,} requests, {s['engine_steps']:,} engine steps in {wall:.1f} s wall ({s['requests'] / wall:,.0f} requests/s)",
+           "1,000,000 requests < 30 s", s["requests"] >= 1_000_000 and wall < 30,
+           headline=f"{s['requests'] / 1e6:,.1f}M requests in {wall:.0f} s")
 
 
 if __name__ == "__main__":

@@ -111,6 +111,18 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{args.workload} on {args.replicas} x {args.hardware}, {mode}; os.cpu_count() = {os.cpu_count()}; "
           f"best wall time of {args.repeat} fresh processes per size")
     report(f"this checkout (capplan.sim {build})", new)
+    from report import record
+
+    large, small = new[max(sizes)], new[min(sizes)]
+    ratio = large["peak_rss_mib"] / small["peak_rss_mib"]
+    figure = (f"{large['trajectories']:,} trajectories ({mode}, {args.replicas} replicas, {build}) in {large['wall_s']:.1f} s wall, "
+              f"{large['cpu_s']:.1f} s CPU ({large['engine_steps'] / large['wall_s']:,.0f} engine steps/s)")
+    if len(sizes) > 1:
+        figure += f"; peak RSS {ratio:.2f}x that at {small['trajectories']:,}"
+    record("simulate", f"`capplan simulate {args.workload}` (`bench_simulate.py`)", figure,
+           "100K trajectories <= 10 s on one core, RSS <= 1.5x that at 10K",
+           large["cpu_s"] <= 10 and large["trajectories"] >= 100_000 and (len(sizes) == 1 or ratio <= 1.5),
+           headline=f"{large['trajectories'] / 1e3:,.0f}K trajectories in {large['cpu_s']:.1f} s CPU")
     if args.baseline is not None:
         old = {size: measure(args, size, args.baseline) for size in sizes}
         report(f"baseline {args.baseline}", old)

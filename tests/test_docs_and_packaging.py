@@ -99,3 +99,21 @@ def test_readme_is_a_front_door():
     assert len(README.encode()) < 15_000
     links = re.findall(r"\]\((docs/[^)]+)\)", README)
     assert links and all((REPO / link).is_file() for link in links), [l for l in links if not (REPO / l).is_file()]
+
+
+def test_performance_tables_are_the_recorded_benchmarks(monkeypatch):
+    """The README's and docs/performance.md's performance tables are written from
+    ``benchmarks/results.json`` (what the benchmarks recorded) by ``benchmarks/report.py``; a
+    figure typed into a table by hand, or a benchmark run without regenerating, fails here.
+    Fix: ``python benchmarks/report.py``."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("bench_report", REPO / "benchmarks" / "report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    results = json.loads((REPO / "benchmarks" / "results.json").read_text(encoding="utf-8"))
+    for path, short in report.DOCUMENTS.items():
+        text = path.read_text(encoding="utf-8")
+        assert report.splice(text, report.render(results, short)) == text, f"{path.name}: run python benchmarks/report.py"
+    assert all(r["cores"] and r["date"] for r in results.values())
