@@ -275,8 +275,9 @@ def _memory_fit(
 def _check_plot_path(path: Path, force: bool) -> None:
     if path.suffix.lower() not in (".png", ".svg"):
         raise fail(f"--plot {path}: give a .png or .svg file name")
-    if path.exists() and not force:
-        raise fail(f"{path}: file exists; pass --force to overwrite it")
+    from capplan.output import ensure_new
+
+    call(lambda: ensure_new(path, force))
     try:
         import matplotlib  # noqa: F401
     except ImportError:
