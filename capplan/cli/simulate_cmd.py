@@ -97,6 +97,7 @@ class Sampling(str, Enum):
         "  capplan simulate reasoning-rl-olmo3-7b -H h100-sxm --inference-replicas 56 --trainer-gpus 16 \\\n"
         "      --mode async --inflight-updates --output sim.json --timeline sim.png\n"
         "  capplan simulate agentic-tool-rl -H h100-sxm --inference-replicas 8 --sweep-staleness 0,1,2,4\n"
+        "  capplan simulate agentic-tool-rl -H h100-sxm --sweep inference_gpus=8:32:8 --sweep mode=sync,async -o grid.csv\n"
         "  capplan simulate seed-replay-auto -m llama-3.1-8b -H h100-sxm --steps 2 --trajectories t.jsonl\n"
         "  capplan simulate chat-serving -H h100-sxm --requests 100000 --records requests.csv\n"
         "  capplan simulate rag-serving -H h100-sxm --inference-replicas 4 --trace trace.jsonl\n\n"
