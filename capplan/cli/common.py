@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterator, TypeVar
 
 import typer
 
@@ -360,6 +361,44 @@ def console(stderr: bool = False) -> "Console":
     from rich.console import Console
 
     return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+@contextmanager
+def progress_bar(label: str, total: int | None = None, *, bytes: bool = False, show: bool = True) -> Iterator[Callable[[int, int], None] | None]:
+    """The one progress bar of every command: a transient rich bar on standard error, when it is a terminal.
+
+    Yields ``update(done, total)`` (``total`` may change as the work is counted), or ``None``
+    when standard error is not a terminal or ``show`` is false, so callers pass it on as a
+    library's ``progress`` callback unchanged. ``label`` is printed before the bar; ``bytes``
+    shows done/total as file sizes instead of counts.
+    """
+    if not show or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+    from rich.markup import escape
+
+    count = DownloadColumn() if bytes else MofNCompleteColumn()
+    bar = Progress(TextColumn(escape(label)), BarColumn(), count, TimeElapsedColumn(), TimeRemainingColumn(),
+                   console=console(stderr=True), transient=True)
+    task = bar.add_task(label, total=total)
+
+    def update(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    bar.start()
+    try:
+        yield update
+    finally:
+        bar.stop()
 
 
 def file_console(width: int = 120) -> "Console":

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import sys
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Callable
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from capplan.cli.registry import CommandSet
-from capplan.cli.common import Format, FormatOpt, ForceOpt, OutputOpt, call, console, emit, file_console, fmt_num, pick_format
+from capplan.cli.common import (
+    Format, FormatOpt, ForceOpt, OutputOpt, call, console, emit, file_console, fmt_num, pick_format, progress_bar,
+)
 
 if TYPE_CHECKING:
     from capplan.reconcile import Reconciliation
@@ -169,43 +170,16 @@ def _echo_failures(result: "Reconciliation", max_errors: int) -> None:
             typer.echo(f"check failed: {check.name}: {check.detail}", err=True)
 
 
-class _progress:
-    """A rich progress bar on standard error when it is a terminal: bytes of one large file, or
-    files done of several; else nothing."""
-
-    def __init__(self, file: Path | None, inputs: int = 1) -> None:
-        self.file = file
-        self.inputs = inputs
-        self.bar: Any = None
-
-    def __enter__(self) -> Callable[[int, int], None] | None:
-        if not sys.stderr.isatty():
-            return None
-        from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        if self.file is None:  # several files: one step per file
-            columns: tuple[Any, ...] = (TextColumn("reconciling files"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-            total = None
-        else:
-            try:
-                total = self.file.stat().st_size
-            except OSError:
-                return None
-            if total < PROGRESS_MIN_BYTES:
-                return None
-            columns = (TextColumn("reconciling"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
-        self.bar = Progress(*columns, console=console(stderr=True), transient=True)
-        self.bar.start()
-        task = self.bar.add_task("reconcile", total=total)
-
-        def update(done: int, total: int) -> None:
-            self.bar.update(task, completed=done, total=total)
-
-        return update
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()
+def _progress(file: Path | None, inputs: int = 1) -> Any:
+    """The progress bar (:func:`capplan.cli.common.progress_bar`): bytes of one large file, or
+    files done of several; none for a file under :data:`PROGRESS_MIN_BYTES`."""
+    if file is None:  # several files: one step per file
+        return progress_bar("reconciling files")
+    try:
+        total = file.stat().st_size
+    except OSError:
+        return progress_bar("reconciling", show=False)
+    return progress_bar("reconciling", total, bytes=True, show=total >= PROGRESS_MIN_BYTES)
 
 
 def render_table(result: "Reconciliation", output: Path | None, force: bool) -> None:

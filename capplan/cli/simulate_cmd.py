@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Callable
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -32,6 +31,9 @@ from capplan.cli.common import (
     fail,
     load_engine_option,
     parse_ints,
+    parse_names,
+    progress_bar,
+    safe,
     workload_settings,
 )
 
@@ -64,6 +66,14 @@ def _sim_help(field: str) -> str:
     return field_help("capplan.sim.config", "SimConfig", field)
 
 
+class Executor(str, Enum):
+    """Where the points of a --sweep run (see ``capplan.scale``)."""
+
+    process = "process"
+    ray = "ray"
+    serial = "serial"
+
+
 class Sampling(str, Enum):
     active = "active"
     oversample = "oversample"
@@ -87,6 +97,7 @@ class Sampling(str, Enum):
         "  capplan simulate reasoning-rl-olmo3-7b -H h100-sxm --inference-replicas 56 --trainer-gpus 16 \\\n"
         "      --mode async --inflight-updates --output sim.json --timeline sim.png\n"
         "  capplan simulate agentic-tool-rl -H h100-sxm --inference-replicas 8 --sweep-staleness 0,1,2,4\n"
+        "  capplan simulate agentic-tool-rl -H h100-sxm --sweep inference_gpus=8:32:8 --sweep mode=sync,async -o grid.csv\n"
         "  capplan simulate seed-replay-auto -m llama-3.1-8b -H h100-sxm --steps 2 --trajectories t.jsonl\n"
         "  capplan simulate chat-serving -H h100-sxm --requests 100000 --records requests.csv\n"
         "  capplan simulate rag-serving -H h100-sxm --inference-replicas 4 --trace trace.jsonl\n\n"
@@ -187,6 +198,29 @@ def simulate(
             help="Comma-separated bounds, e.g. 0,1,2,4: one sync run and one async run per bound, in one table.",
         ),
     ] = None,
+    sweep: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--sweep",
+            help="KEY=V1,V2[,...]: simulate every combination of the swept settings, one task per point, in one table "
+            "(repeat for more axes; integers take ranges start:stop:step). Keys: SimConfig fields such as "
+            "inference_replicas, inference_gpus, tp, mode, max_staleness, max_num_seqs, max_batched_tokens, "
+            "gpu_mem_util, kv_dtype, trainer_gpus, steps, seed, sampling (see docs/simulate.md). Exit 1 when a point fails.",
+            metavar="KEY=V1,V2",
+        ),
+    ] = None,
+    executor: Annotated[
+        Executor,
+        typer.Option(help="Where the --sweep points are simulated: a local process pool, a Ray cluster, or serially."),
+    ] = Executor.process,
+    workers: Annotated[
+        int | None,
+        typer.Option(help="Processes (or local Ray CPUs) simulating points at once; default: the CPUs available.", min=1),
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(help="Ray cluster to run on (auto or HOST:PORT; needs --executor ray); default: a local Ray instance."),
+    ] = None,
     format: Annotated[
         str, typer.Option("--format", "-f", help="Output format: table or json (no CSV: the result is nested).", metavar="[table|json]")
     ] = "table",
@@ -238,7 +272,8 @@ def simulate(
     if format not in ("table", "json"):
         raise fail(f"--format {format} is not available for simulate; use table or json")
     format = Format(format)
-    if output is not None and output.suffix.lower() in (".csv", ".parquet", ".png", ".svg"):
+    axes = _sweep_axes(ctx, sweep, executor, ray_address, output)
+    if axes is None and output is not None and output.suffix.lower() in (".csv", ".parquet", ".png", ".svg"):
         raise fail(f"--output {output}: simulate writes its result as JSON; give a .json file (plots go to --timeline)")
     w = call(lambda: load_workload(workload))
     e = engine_defaults(
@@ -259,6 +294,8 @@ def simulate(
             raise fail(f"--inference-gpus {inference_gpus} is not a multiple of --tensor-parallel-size {tp}")
         inference_replicas = inference_gpus // tp
     if w.method == "serving":
+        if axes is not None:
+            raise fail(f"--sweep does not apply to {w.name} (method serving): it sweeps the settings of an RL simulation")
         _simulate_serving(ctx, w, hardware, model, tp, inference_replicas, seed, kv_dtype, weight_dtype, max_num_seqs,
                           max_batched_tokens, engine, format, output, requests, request_rate, trace, records, force)
         return
@@ -298,9 +335,12 @@ def simulate(
     if bounds is not None:
         _sweep(w, hw, thw, cfg, bounds, model, format, output, timeline, force)
         return
+    if axes is not None:
+        _grid(w, hw, thw, cfg, axes, model, executor.value, workers, ray_address, format, output, force)
+        return
     from capplan.sim import simulate as run
 
-    with _Progress(steps) as progress:  # --trajectories streams the log to disk as trajectories finish
+    with progress_bar("simulating updates", steps) as progress:  # --trajectories streams the log to disk as trajectories finish
         result = call(lambda: run(w, hw, cfg, model=model, trainer_hardware=thw, progress=progress,
                                   trajectories=trajectories, force=force))
     from capplan.output import to_json
@@ -325,7 +365,7 @@ def _sweep(w, hw, thw, cfg, bounds, model, format, output, timeline, force) -> N
     from capplan.plots import plot_sweep
     from capplan.sim import sweep_staleness
 
-    with _Progress(cfg.steps * (len(bounds) + 1)) as progress:
+    with progress_bar("simulating updates", cfg.steps * (len(bounds) + 1)) as progress:
         results = call(lambda: sweep_staleness(w, hw, cfg, bounds, model=model, trainer_hardware=thw, progress=progress))
     docs = [r.as_dict(timeline=False) for r in results]
     if format is Format.json:
@@ -337,6 +377,102 @@ def _sweep(w, hw, thw, cfg, bounds, model, format, output, timeline, force) -> N
     if timeline is not None:
         path = call(lambda: plot_sweep(results, timeline, force=force))
         typer.echo(f"wrote {path}", err=True)
+
+
+def _sweep_axes(ctx: typer.Context, sweep: list[str] | None, executor: Executor, ray_address: str | None,
+                output: Path | None) -> dict[str, list[Any]] | None:
+    """``--sweep KEY=V1,V2`` items as axes (``None`` without --sweep), and the flags that go with them checked."""
+    from capplan.cli.method_flags import given
+    from capplan.sim.grid import GRID_AXES
+
+    if not sweep:
+        runner = given(ctx, ["executor", "workers", "ray_address"])
+        if runner:
+            raise fail(f"{next(iter(runner.values()))} applies to --sweep only (one simulation runs in this process)")
+        return None
+    clash = given(ctx, ["sweep_staleness", "trajectories", "timeline"])
+    if clash:
+        raise fail(f"--sweep with {next(iter(clash.values()))}: give one (a sweep writes one table of points)")
+    if ray_address is not None and executor is not Executor.ray:
+        raise fail("--ray-address needs --executor ray")
+    if output is not None and output.suffix.lower() not in (".csv", ".parquet", ".json"):
+        raise fail(f"--output {output}: a --sweep writes .csv, .parquet or .json")
+    axes: dict[str, list[Any]] = {}
+    for item in sweep:
+        key, sep, values = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise fail(f"--sweep {item!r}: give KEY=V1,V2 (keys: {', '.join(GRID_AXES)})")
+        if key not in GRID_AXES:
+            raise fail(f"--sweep {key}: unknown setting (allowed: {', '.join(GRID_AXES)})")
+        if key in axes:
+            raise fail(f"--sweep {key} given twice: list its values once ({key}=V1,V2)")
+        kind, flag = GRID_AXES[key], f"--sweep {key}"
+        if kind == "int":
+            axes[key] = parse_ints(values, flag, minimum=0)
+        elif kind == "float":
+            try:
+                axes[key] = [float(v) for v in parse_names(values)]
+            except ValueError:
+                raise fail(f"{flag}={values}: expected numbers, e.g. {key}=0.8,0.9") from None
+        else:
+            axes[key] = [dtype_name(v) if key.endswith("dtype") else v for v in parse_names(values)]
+        if not axes[key]:
+            raise fail(f"{flag}: give at least one value, e.g. {key}=V1,V2")
+    if "tp" in axes and given(ctx, ["inference_gpus"]) and not {"inference_gpus", "inference_replicas"} & set(axes):
+        raise fail("--inference-gpus with --sweep tp: sweep inference_gpus=N instead (GPUs = replicas x tp at each point)")
+    return axes
+
+
+def _grid(w, hw, thw, cfg, axes, model, executor, workers, ray_address, format, output, force) -> None:  # noqa: ANN001
+    """``capplan simulate --sweep``: one task per point (:func:`capplan.sim.grid.simulate_grid`)."""
+    from capplan.output import to_json, write_frame
+    from capplan.sim.grid import grid_points, simulate_grid
+
+    if output is not None and output.exists() and not force:
+        raise fail(f"{output}: file exists; pass --force to overwrite it")
+    total = len(call(lambda: grid_points(axes)))
+    with progress_bar(f"simulating {total} points ({executor})", total) as progress:
+        grid = call(lambda: simulate_grid(w, hw, cfg, axes, model=model, trainer_hardware=thw, executor=executor,
+                                          workers=workers, ray_address=ray_address, progress=progress))
+    if format is Format.json:
+        emit(to_json(grid.as_dict()), None, force)
+    else:
+        render_grid(grid, f"{w.name} on {hw.name}")
+    if output is not None:
+        path = call(lambda: write_frame(grid.as_frame(), output, force=force))
+        typer.echo(f"wrote {path}", err=True)
+    for failure in grid.failures:
+        typer.echo(f"point failed: {failure}", err=True)
+    if not grid.ok:
+        raise typer.Exit(1)
+
+
+def render_grid(grid: Any, title: str) -> None:
+    """One row per point of a --sweep: the swept settings, then throughput, staleness and lag."""
+    from rich import box
+    from rich.table import Table
+
+    points = len(grid.rows) + len(grid.failures)
+    t = Table(
+        title=safe(f"{title}: {points} points on {grid.workers} {grid.executor} worker(s)"),
+        caption="trained tok/s and step s: steady state; tok/s: sampled tokens per simulated second (compl. = completed, "
+        "acc. = accepted by the trainer); stale: trained off-policy, lag >= 1; lag in policy versions.",
+        title_justify="left", caption_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+    )
+    cols = ("trained\ntok/s", "step\ns", "compl.\ntok/s", "acc.\ntok/s", "trainer\nidle", "stale", "lag\nmean")
+    for key in grid.axes:  # names from GRID_AXES: no markup
+        t.add_column(key.replace("_", "\n", 1) if len(key) > 8 else key, justify="right", no_wrap=True)
+    for col in cols:
+        t.add_column(col, justify="right", no_wrap=True)
+    for row in grid.rows:
+        t.add_row(
+            *(safe(row[k]) for k in grid.axes),
+            f"{row['steady_trained_tokens_per_s']:,.0f}", f"{row['step_time_s']:,.1f}", f"{row['completed_tokens_per_s']:,.0f}",
+            f"{row['accepted_tokens_per_s']:,.0f}", _pct(row["trainer_idle_fraction"]), _pct(row["stale_fraction"]),
+            f"{row['mean_policy_lag']:.2f}",
+        )
+    console().print(t)
 
 
 def _simulate_serving(ctx, w, hardware, model, tp, inference_replicas, seed, kv_dtype, weight_dtype, max_num_seqs,  # noqa: ANN001
@@ -445,35 +581,6 @@ def render_serving(result: Any) -> None:
             parts.append(f"{label} {key} {got * 1e3:,.1f} ms {'meets' if t[f'{name}_met'] else 'MISSES'} its {target * 1e3:,.1f} ms target")
     if parts:
         con.print("Targets: " + "; ".join(parts) + ".")
-
-
-class _Progress:
-    """A rich progress bar over trainer updates on standard error, when it is a terminal."""
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.bar: Any = None
-
-    def __enter__(self) -> Callable[[int, int], None] | None:
-        if not sys.stderr.isatty():
-            return None
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.bar = Progress(
-            TextColumn("simulating updates"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=console(stderr=True), transient=True,
-        )
-        self.bar.start()
-        task = self.bar.add_task("simulate", total=self.total)
-
-        def update(done: int, total: int) -> None:
-            self.bar.update(task, completed=done, total=total)
-
-        return update
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()
 
 
 def _pct(x: float) -> str:

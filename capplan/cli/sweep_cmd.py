@@ -26,6 +26,7 @@ from capplan.cli.common import (
     load_engine_option,
     parse_ints,
     parse_names,
+    progress_bar,
     safe,
     workload_settings,
     AcceptanceLengthOpt,
@@ -289,8 +290,6 @@ def sweep_cmd(
     ] = None,
     force: ForceOpt = False,
 ) -> None:
-    import sys
-
     from capplan.hardware import load_hardware
     from capplan.plan import best, sweep
     from capplan.plan.grid import check_grid_size, hourly_price
@@ -367,33 +366,19 @@ def sweep_cmd(
         load_engine_option(engine), gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
     )
-    progress = None
-    if sys.stderr.isatty():
-        from rich.progress import Progress
-
-        progress = Progress(console=console(stderr=True), transient=True)
-        task = progress.add_task("sweeping", total=len(profiles) * len(tps) * len(kv_dtypes) * len(weight_dtypes) * len(eps) * len(token_list))
-        progress.start()
-
-    def tick(done: int, total: int) -> None:
-        if progress is not None:
-            progress.update(task, completed=done)
-
-    try:
+    total = len(profiles) * len(tps) * len(kv_dtypes) * len(weight_dtypes) * len(eps) * len(token_list)
+    with progress_bar("sweeping", total) as progress:
         grid = call(
             lambda: sweep(
                 loaded_workload, spec, profiles, tps, kv_dtypes, weight_dtypes,
                 inference_gpus=inference_list, trainer_gpus=trainer_list,
                 trainer_hardware=trainer_profile, mode=mode, gpu_hour_price=prices,
-                conversations=conversations, on_config=tick, engine=engine_profile,
+                conversations=conversations, on_config=progress, engine=engine_profile,
                 max_total_gpus=max_total_gpus, max_cells=max_grid_cells, max_staleness=max_staleness,
                 eps=eps, dp=dp_fixed, spec_tokens=token_list, speculative=sinp, layout=layout,
                 kv_offload_gib=features["kv_offload_gib"],
             )
         )
-    finally:
-        if progress is not None:
-            progress.stop()
     if output is not None:
         write_grid(grid, output, force)
     render(grid, best(grid, objective.value, top), f"{loaded_workload.name} on {spec.name}", objective.value, priced)

@@ -1,6 +1,7 @@
 """The discrete-event simulator of rollout and training (``capplan simulate``): its public API.
 
 * :mod:`capplan.sim.run`: :func:`simulate` and :func:`sweep_staleness`;
+* :mod:`capplan.sim.grid`: :func:`simulate_grid`, a grid of settings as one task per point;
 * :mod:`capplan.sim.config`: :class:`SimConfig` and its validation;
 * :mod:`capplan.sim.setup`: engine constants from the KV calculator, roofline and trainer;
 * :mod:`capplan.sim.stepcost`: engine-step prices as coefficients probed from the roofline model;
@@ -24,6 +25,9 @@ from typing import Any
 
 _HOMES = {
     "SimConfig": "capplan.sim.config",
+    "GRID_AXES": "capplan.sim.grid",
+    "SimGrid": "capplan.sim.grid",
+    "simulate_grid": "capplan.sim.grid",
     "trajectory_records": "capplan.sim.output",
     "write_trajectories": "capplan.sim.output",
     "QUEUES": "capplan.sim.result",
