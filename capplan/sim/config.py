@@ -52,6 +52,21 @@ class EngineFeatures(BaseModel):
                 out[key] = value
         return out
 
+    def check_model(self, spec: Any) -> None:
+        """Refuse settings ``spec`` cannot take (as :class:`capplan.plan.PlanInputs`).
+
+        Raises
+        ------
+        InputError
+            ``expert_dtype`` on a dense model; an expert-parallel layout the model's experts do
+            not allow (:func:`capplan.kv.check_expert_parallelism`).
+        """
+        from capplan.kv import check_expert_parallelism
+
+        check_expert_parallelism(spec, getattr(self, "tp", 1), self.data_parallel, self.ep, self.redundant_experts)
+        if self.expert_dtype is not None and spec.moe is None:
+            raise InputError(f"--expert-dtype {self.expert_dtype}: {spec.name} is a dense model (no routed experts)")
+
     @model_validator(mode="after")
     def _whole_instances(self) -> "EngineFeatures":
         check_instances(getattr(self, "inference_replicas", 1), getattr(self, "tp", 1), self.data_parallel)

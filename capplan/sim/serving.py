@@ -617,6 +617,7 @@ def simulate_serving(
     if ref is None:
         raise InputError(f"workload {workload.name}: the workload names no model; add 'model:' to it or pass --model")
     spec = load_model_spec(ref)
+    config.check_model(spec)
     engine = config.engine or default_engine()
     server = server_for(spec, hw, tp=config.tp, weight_dtype=config.weight_dtype, kv_dtype=config.kv_dtype, engine=engine,
                         max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_batched_tokens,

@@ -162,6 +162,7 @@ def engine_setup(
     from capplan.sim.stepcost import step_coefficients
     from capplan.trainer import trainer_mfu, trainer_step_time_s, training_flops, weight_sync_time_s
 
+    config.check_model(spec)
     kv = compute_kv(
         spec, hw,
         KVInputs(tp=config.tp, kv_dtype=config.kv_dtype, weight_dtype=config.weight_dtype,
