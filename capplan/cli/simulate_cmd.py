@@ -210,10 +210,11 @@ def simulate(
     draft_model: DraftModelOpt = None,
     kv_offload_gib: KVOffloadGibOpt = None,
     disaggregated: Annotated[
-        bool,
-        typer.Option("--disaggregated", help="Not simulated: the simulator runs aggregated replicas; capplan plan "
-                     "--disaggregated sizes prefill and decode pools and compares them with aggregated ones."),
-    ] = False,
+        bool | None,
+        typer.Option("--disaggregated/--aggregated", help="--disaggregated is not simulated (capplan plan --disaggregated sizes "
+                     "prefill and decode pools); --aggregated simulates a workload with serving.disaggregated on aggregated "
+                     "replicas. Default: the workload's serving.disaggregated, refused when true.", show_default=False),
+    ] = None,
     sweep_staleness: Annotated[
         str | None,
         typer.Option(
@@ -373,15 +374,20 @@ def _engine_features(ctx, w, tp, ep, dp, expert_dtype, redundant_experts, kv_sca
     if f["two_batch_overlap"]:
         raise fail(f"{src}: the simulator prices a step as max(compute, memory) + communication, which overlapping one "
                    "micro-batch's all-to-all with the other's work is not; capplan plan and capplan roofline price it")
-    if disaggregated or (w.serving is not None and w.serving.disaggregated):
+    if disaggregated or (disaggregated is None and w.serving is not None and w.serving.disaggregated):
         flag = "--disaggregated" if disaggregated else f"workload {w.name} sets serving.disaggregated"
         raise fail(f"{flag}: the simulator runs aggregated replicas (prefill and decode on the same GPUs); capplan plan "
-                   "--disaggregated sizes the prefill and decode pools and compares them with aggregated ones")
-    if spec[0] is not None or any(v is not None for v in spec[1:]) or getattr(w, "speculative", None) is not None:
-        flag = "--spec-method" if spec[0] is not None else "--spec-tokens/--acceptance-rate" if any(v is not None for v in spec[1:]) \
+                   "--disaggregated sizes the prefill and decode pools and compares them with aggregated ones (--aggregated "
+                   "simulates aggregated replicas)")
+    others = any(v is not None for v in spec[1:])
+    if spec[0] == "none":
+        if others:
+            raise fail("--spec-method none: drop --spec-tokens, --acceptance-rate, --acceptance-length and --draft-model")
+    elif spec[0] is not None or others or getattr(w, "speculative", None) is not None:
+        flag = "--spec-method" if spec[0] is not None else "--spec-tokens/--acceptance-rate" if others \
             else f"workload {w.name} sets speculative"
         raise fail(f"{flag}: speculative decoding is not simulated (the simulator decodes one token per sequence per step); "
-                   "capplan plan and capplan roofline price it (give --spec-method none to capplan plan for the plain figures)")
+                   "capplan plan and capplan roofline price it (--spec-method none simulates plain decoding)")
     if f["kv_offload_gib"] is not None:
         flag = "--kv-offload-gib" if kv_offload_gib is not None else f"workload {w.name} sets engine.kv_offloading_size"
         raise fail(f"{flag}: a CPU KV tier is not simulated (evicted and preempted KV is recomputed); capplan plan prices "
