@@ -322,11 +322,15 @@ def test_plain_sweep_keeps_its_columns(runner, tmp_path):
 
 
 def test_commands_that_do_not_model_a_feature_say_so(runner):
-    """``capplan simulate`` does not model speculative decoding yet: given a workload with a
-    ``speculative:`` block it warns that its figures are without it, never silently."""
-    result = runner.invoke(app, ["simulate", "eagle3-serving", "-H", "h100-sxm", "--requests", "200", "--inference-replicas", "1"])
+    """``capplan simulate`` does not model speculative decoding: given a workload with a
+    ``speculative:`` block it refuses in one line (never silently another setup), and simulates
+    plain decoding when asked with ``--spec-method none``."""
+    args = ["simulate", "eagle3-serving", "-H", "h100-sxm", "--requests", "200", "--inference-replicas", "1"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert "Error: workload eagle3-serving sets speculative: speculative decoding is not simulated" in result.stderr
+    result = runner.invoke(app, [*args, "--spec-method", "none"])
     assert result.exit_code == 0, result.output
-    assert "Warning: workload eagle3-serving: speculative is not read by capplan simulate" in result.stderr
 
 
 def test_plan_csv_gains_feature_columns_only_with_a_feature(runner):

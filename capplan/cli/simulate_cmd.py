@@ -10,9 +10,23 @@ import typer
 
 from capplan.cli.registry import CommandSet
 from capplan.cli.common import (
+    AcceptanceLengthOpt,
+    AcceptanceOpt,
+    AlltoallModeOpt,
     BlockSizeOpt,
+    DpOpt,
+    DraftModelOpt,
     DtypeOpt,
     EngineOpt,
+    EpOpt,
+    ExpertDtypeOpt,
+    GemmDtypeOpt,
+    KVOffloadGibOpt,
+    KVScaleOpt,
+    RedundantOpt,
+    SpecMethodOpt,
+    SpecTokensOpt,
+    TwoBatchOverlapOpt,
     Format,
     ForceOpt,
     GpuMemUtilOpt,
@@ -191,6 +205,27 @@ def simulate(
         int, typer.Option("--pipeline-parallel-size", "-pp", "--pp", help="Pipeline-parallel degree; simulate models 1 only.", min=1)
     ] = 1,
     engine: EngineOpt = None,
+    # engine features (docs/features.md), with plan's flags; _engine_features threads them
+    ep: EpOpt = 1,
+    dp: DpOpt = None,
+    expert_dtype: ExpertDtypeOpt = None,
+    redundant_experts: RedundantOpt = 0,
+    kv_scale: KVScaleOpt = "tensor",
+    two_batch_overlap: TwoBatchOverlapOpt = False,
+    alltoall_mode: AlltoallModeOpt = "auto",
+    gemm_dtype: GemmDtypeOpt = None,
+    spec_method: SpecMethodOpt = None,
+    spec_tokens: SpecTokensOpt = None,
+    acceptance_rate: AcceptanceOpt = None,
+    acceptance_length: AcceptanceLengthOpt = None,
+    draft_model: DraftModelOpt = None,
+    kv_offload_gib: KVOffloadGibOpt = None,
+    disaggregated: Annotated[
+        bool | None,
+        typer.Option("--disaggregated/--aggregated", help="--disaggregated is not simulated (capplan plan --disaggregated sizes "
+                     "prefill and decode pools); --aggregated simulates a workload with serving.disaggregated on aggregated "
+                     "replicas. Default: the workload's serving.disaggregated, refused when true.", show_default=False),
+    ] = None,
     sweep_staleness: Annotated[
         str | None,
         typer.Option(
@@ -277,7 +312,7 @@ def simulate(
         raise fail(f"--output {output}: simulate writes its result as JSON; give a .json file (plots go to --timeline)")
     w = call(lambda: load_workload(workload))
     e = engine_defaults(
-        ctx, w, tp=tp, pp=pp, kv_dtype=kv_dtype, weight_dtype=weight_dtype, gpu_memory_utilization=gpu_memory_utilization,
+        ctx, w, features=True, tp=tp, pp=pp, kv_dtype=kv_dtype, weight_dtype=weight_dtype, gpu_memory_utilization=gpu_memory_utilization,
         engine=engine, max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens, block_size=block_size,
         max_model_len=max_model_len, prefix_caching=prefix_caching,
     )
@@ -287,17 +322,23 @@ def simulate(
     if pp != 1:
         raise fail(f"--pipeline-parallel-size {pp}: simulate models replicas of one pipeline stage (1); capplan kv gives pipeline-parallel memory")
     w = workload_settings(w, prefix_caching=e["prefix_caching"], max_model_len=e["max_model_len"])
+    features = _engine_features(ctx, w, tp, ep, dp, expert_dtype, redundant_experts, kv_scale, two_batch_overlap, alltoall_mode,
+                                gemm_dtype, (spec_method, spec_tokens, acceptance_rate, acceptance_length, draft_model),
+                                kv_offload_gib, disaggregated)
     if inference_gpus is not None:
         if given(ctx, ["inference_replicas"]):
             raise fail("--inference-gpus with --inference-replicas: give one (GPUs = replicas x --tensor-parallel-size)")
         if inference_gpus % tp:
             raise fail(f"--inference-gpus {inference_gpus} is not a multiple of --tensor-parallel-size {tp}")
+        instance = tp * _data_parallel(tp, features)
+        if inference_gpus % instance:
+            raise fail(f"--inference-gpus {inference_gpus}: not a multiple of an instance, --tp x --dp = {tp} x {instance // tp} = {instance}")
         inference_replicas = inference_gpus // tp
     if w.method == "serving":
         if axes is not None:
             raise fail(f"--sweep does not apply to {w.name} (method serving): it sweeps the settings of an RL simulation")
         _simulate_serving(ctx, w, hardware, model, tp, inference_replicas, seed, kv_dtype, weight_dtype, max_num_seqs,
-                          max_batched_tokens, engine, format, output, requests, request_rate, trace, records, force)
+                          max_batched_tokens, engine, format, output, requests, request_rate, trace, records, force, features)
         return
     serving_only = given(ctx, SIMULATE_SERVING_FLAGS)
     if serving_only:
@@ -330,7 +371,7 @@ def simulate(
         step_overhead_s=step_overhead,
         kv_dtype=dtype_name(kv_dtype), weight_dtype=dtype_name(weight_dtype), max_num_seqs=max_num_seqs,
         max_batched_tokens=max_batched_tokens, gpu_mem_util=gpu_memory_utilization,
-        engine=engine_settings(load_engine_option(engine), block_size=block_size),
+        engine=engine_settings(load_engine_option(engine), block_size=block_size), **features,
     ))
     if bounds is not None:
         _sweep(w, hw, thw, cfg, bounds, model, format, output, timeline, force)
@@ -358,6 +399,47 @@ def simulate(
 
         path = call(lambda: plot_timeline(result, timeline, force=force))
         typer.echo(f"wrote {path}", err=True)
+
+
+def _engine_features(ctx, w, tp, ep, dp, expert_dtype, redundant_experts, kv_scale, two_batch_overlap, alltoall_mode,  # noqa: ANN001
+                     gemm_dtype, spec, kv_offload_gib, disaggregated) -> dict[str, Any]:
+    """The engine-feature keywords of :class:`capplan.sim.SimConfig` / ``ServingSimConfig``: the
+    flags, with the workload's ``engine:`` keys as defaults (a flag wins, as in ``capplan plan``).
+    A feature the simulator does not model is a one-line error, never a silent other setup."""
+    from capplan.cli.common import engine_features, layout_options
+
+    f = engine_features(ctx, w, tp, ep=ep, dp=dp, redundant_experts=redundant_experts, two_batch_overlap=two_batch_overlap,
+                        kv_offload_gib=kv_offload_gib)
+    src = "the workload's engine.enable_dbo" if f["two_batch_overlap"] and not two_batch_overlap else "--two-batch-overlap"
+    if f["two_batch_overlap"]:
+        raise fail(f"{src}: the simulator prices a step as max(compute, memory) + communication, which overlapping one "
+                   "micro-batch's all-to-all with the other's work is not; capplan plan and capplan roofline price it")
+    if disaggregated or (disaggregated is None and w.serving is not None and w.serving.disaggregated):
+        flag = "--disaggregated" if disaggregated else f"workload {w.name} sets serving.disaggregated"
+        raise fail(f"{flag}: the simulator runs aggregated replicas (prefill and decode on the same GPUs); capplan plan "
+                   "--disaggregated sizes the prefill and decode pools and compares them with aggregated ones (--aggregated "
+                   "simulates aggregated replicas)")
+    others = any(v is not None for v in spec[1:])
+    if spec[0] == "none":
+        if others:
+            raise fail("--spec-method none: drop --spec-tokens, --acceptance-rate, --acceptance-length and --draft-model")
+    elif spec[0] is not None or others or getattr(w, "speculative", None) is not None:
+        flag = "--spec-method" if spec[0] is not None else "--spec-tokens/--acceptance-rate" if others \
+            else f"workload {w.name} sets speculative"
+        raise fail(f"{flag}: speculative decoding is not simulated (the simulator decodes one token per sequence per step); "
+                   "capplan plan and capplan roofline price it (--spec-method none simulates plain decoding)")
+    if f["kv_offload_gib"] is not None:
+        flag = "--kv-offload-gib" if kv_offload_gib is not None else f"workload {w.name} sets engine.kv_offloading_size"
+        raise fail(f"{flag}: a CPU KV tier is not simulated (evicted and preempted KV is recomputed); capplan plan prices "
+                   "the tier's loads")
+    return call(lambda: layout_options(f["ep"], f["dp"], expert_dtype, f["redundant_experts"], kv_scale, False, alltoall_mode,
+                                       gemm_dtype))
+
+
+def _data_parallel(tp: int, features: dict[str, Any]) -> int:
+    from capplan.kv import resolve_dp
+
+    return resolve_dp(tp, features.get("ep", 1), features.get("dp"))
 
 
 def _sweep(w, hw, thw, cfg, bounds, model, format, output, timeline, force) -> None:  # noqa: ANN001
@@ -476,7 +558,8 @@ def render_grid(grid: Any, title: str) -> None:
 
 
 def _simulate_serving(ctx, w, hardware, model, tp, inference_replicas, seed, kv_dtype, weight_dtype, max_num_seqs,  # noqa: ANN001
-                      max_batched_tokens, engine, format, output, requests, request_rate, trace, records, force) -> None:
+                      max_batched_tokens, engine, format, output, requests, request_rate, trace, records, force,
+                      features: dict[str, Any] | None = None) -> None:
     """``capplan simulate`` on a serving workload (:func:`capplan.sim.serving.simulate_serving`)."""
     from capplan.cli.method_flags import SIMULATE_RL_FLAGS, given
     from capplan.hardware import load_hardware
@@ -496,12 +579,12 @@ def _simulate_serving(ctx, w, hardware, model, tp, inference_replicas, seed, kv_
     profile = load_engine_option(engine)
     replicas = inference_replicas
     if not given(ctx, ["inference_replicas", "inference_gpus"]) and trace is None:
-        replicas = _planned_replicas(w, hw, model, tp, kv_dtype, weight_dtype, profile)
+        replicas = _planned_replicas(w, hw, model, tp, kv_dtype, weight_dtype, profile, features or {})
         typer.echo(f"simulating {replicas} replica(s), the serving plan's fleet (give --inference-replicas for another)", err=True)
     cfg = call(lambda: ServingSimConfig(
         tp=tp, inference_replicas=replicas, requests=requests if requests is not None else 20_000, request_rate_per_s=request_rate,
         seed=seed, kv_dtype=dtype_name(kv_dtype), weight_dtype=dtype_name(weight_dtype), max_num_seqs=max_num_seqs,
-        max_batched_tokens=max_batched_tokens, engine=profile,
+        max_batched_tokens=max_batched_tokens, engine=profile, **(features or {}),
     ))
     result = call(lambda: simulate_serving(w, hw, cfg, model=model, trace=trace))
     if format is Format.json:
@@ -515,7 +598,7 @@ def _simulate_serving(ctx, w, hardware, model, tp, inference_replicas, seed, kv_
         typer.echo(f"wrote {path}", err=True)
 
 
-def _planned_replicas(w, hw, model, tp, kv_dtype, weight_dtype, profile) -> int:  # noqa: ANN001
+def _planned_replicas(w, hw, model, tp, kv_dtype, weight_dtype, profile, features: dict[str, Any]) -> int:  # noqa: ANN001
     """The serving plan's replica count for the simulation's settings."""
     from capplan.modelspec import load_model_spec
     from capplan.plan import PlanInputs
@@ -526,7 +609,7 @@ def _planned_replicas(w, hw, model, tp, kv_dtype, weight_dtype, profile) -> int:
         raise fail(f"{w.name}: the workload names no model; add 'model:' to it or pass --model")
     spec = call(lambda: load_model_spec(ref))
     inputs = call(lambda: PlanInputs(hardware=hw, model=spec, tp=tp, kv_dtype=dtype_name(kv_dtype),
-                                     weight_dtype=dtype_name(weight_dtype), engine=profile))
+                                     weight_dtype=dtype_name(weight_dtype), engine=profile, **features))
     return call(lambda: plan_serving(w, inputs, conversations=min(w.sampling.conversations, 20_000))).replicas
 
 
@@ -539,7 +622,7 @@ def render_serving(result: Any) -> None:
     c, s, st, t = result.config, result.summary, result.setup, result.targets
     con = console()
     con.print(escape(
-        f"{result.workload}: {result.model} on {c['inference_replicas']} x {result.hardware} (tp {c['tp']}), requests dealt "
+        f"{result.workload}: {result.model} on {c['inference_replicas']} x {result.hardware} (tp {c['tp']}{_layout_text(c)}), requests dealt "
         f"{c['routing']}; {result.traffic}; {s['requests']:,} requests over {s['simulated_s']:,.1f} simulated s; seed {c['seed']}; "
         f"engine profile {result.engine_profile} ({result.calibration})"
     ))
@@ -583,6 +666,13 @@ def render_serving(result: Any) -> None:
         con.print("Targets: " + "; ".join(parts) + ".")
 
 
+def _layout_text(c: dict[str, Any]) -> str:
+    """The engine features of a run's config in words (empty for a plain run)."""
+    parts = [f"{k.replace('_', ' ')} {v}" for k, v in c.items()
+             if k in ("ep", "dp", "expert_dtype", "redundant_experts", "kv_scale", "alltoall_mode", "gemm_dtype")]
+    return ", " + ", ".join(parts) if parts else ""
+
+
 def _pct(x: float) -> str:
     return f"{x:.1%}"
 
@@ -598,7 +688,7 @@ def render(result: "SimResult") -> None:
     mode += ", in-flight updates" if c["inflight_updates"] and c["mode"] == "async" else ""
     con.print(
         escape(
-            f"{result.workload}: {result.model} on {c['inference_replicas']} x {result.hardware} (tp {c['tp']}), "
+            f"{result.workload}: {result.model} on {c['inference_replicas']} x {result.hardware} (tp {c['tp']}{_layout_text(c)}), "
             f"trainer {st['trainer_gpus']} x {result.trainer_hardware}; {mode}; "
             f"{'static' if c['static_batching'] else 'continuous'} batching; {c['sampling']} sampling; seed {c['seed']}"
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -17,7 +17,70 @@ if TYPE_CHECKING:
     from capplan.workload import Workload
 
 
-class SimConfig(Options, BaseModel):
+class EngineFeatures(BaseModel):
+    """The engine features a simulated replica runs with: expert and data parallelism, quantised
+    experts and KV scales, the all-to-all kernels (as :class:`capplan.roofline.RooflineInputs`).
+
+    With data-parallel attention a replica is **one rank** of ``tp`` GPUs (its own scheduler and KV
+    cache), as ``capplan plan`` counts it; every rank of an instance is priced with its share of
+    the all-to-all and the MoE layers' view of all ``dp`` ranks' positions.
+    """
+
+    ep: int = Field(default=1, ge=1, le=MAX_GPUS)
+    """Expert-parallel degree [GPUs]: 1 or ``tp x dp`` (:class:`capplan.kv.KVInputs`)."""
+    dp: int | None = Field(default=None, ge=1, le=MAX_GPUS)
+    """Data-parallel attention ranks per instance [count]; default ``ep / tp`` when ``ep`` exceeds ``tp``, else 1."""
+    expert_dtype: WeightDtype | None = None
+    """Dtype of the routed experts' weights; default ``weight_dtype``."""
+    redundant_experts: int = Field(default=0, ge=0, le=MAX_GPUS)
+    """Extra expert replicas of an expert load balancer [count]; needs ``ep > 1``."""
+    kv_scale: Literal["tensor", "token_head"] = "tensor"
+    """KV quantisation-scale granularity (:class:`capplan.kv.KVInputs`)."""
+    alltoall_mode: Literal["auto", "low_latency", "normal"] = "auto"
+    """Expert-parallel all-to-all kernels (:class:`capplan.roofline.RooflineInputs`)."""
+    gemm_dtype: WeightDtype | None = None
+    """Tensor unit of the weight GEMMs; default ``weight_dtype`` (:class:`capplan.roofline.RooflineInputs`)."""
+
+    def layout(self, roofline: bool = True) -> dict[str, Any]:
+        """The settings that differ from their defaults, as keywords of :class:`capplan.roofline.RooflineInputs`
+        (``roofline``) or :class:`capplan.kv.KVInputs` (not): a plain replica builds exactly the inputs it always did."""
+        out: dict[str, Any] = {}
+        for key, plain in (("ep", 1), ("dp", None), ("expert_dtype", None), ("redundant_experts", 0), ("kv_scale", "tensor"),
+                           ("alltoall_mode", "auto"), ("gemm_dtype", None)):
+            value = getattr(self, key)
+            if value != plain and (roofline or key not in ("alltoall_mode", "gemm_dtype")):
+                out[key] = value
+        return out
+
+    def check_model(self, spec: Any) -> None:
+        """Refuse settings ``spec`` cannot take (as :class:`capplan.plan.PlanInputs`).
+
+        Raises
+        ------
+        InputError
+            ``expert_dtype`` on a dense model; an expert-parallel layout the model's experts do
+            not allow (:func:`capplan.kv.check_expert_parallelism`).
+        """
+        from capplan.kv import check_expert_parallelism
+
+        check_expert_parallelism(spec, getattr(self, "tp", 1), self.data_parallel, self.ep, self.redundant_experts)
+        if self.expert_dtype is not None and spec.moe is None:
+            raise InputError(f"--expert-dtype {self.expert_dtype}: {spec.name} is a dense model (no routed experts)")
+
+    @model_validator(mode="after")
+    def _whole_instances(self) -> "EngineFeatures":
+        check_instances(getattr(self, "inference_replicas", 1), getattr(self, "tp", 1), self.data_parallel)
+        return self
+
+    @property
+    def data_parallel(self) -> int:
+        """Data-parallel attention ranks per instance [count] (:func:`capplan.kv.resolve_dp`)."""
+        from capplan.kv import resolve_dp
+
+        return resolve_dp(getattr(self, "tp", 1), self.ep, self.dp)
+
+
+class SimConfig(EngineFeatures, Options, BaseModel):
     """How to run a simulation (everything besides the workload and the hardware).
 
     Raises
@@ -119,6 +182,19 @@ class SimConfig(Options, BaseModel):
                 f"{'no rollout engine' if not workload.has_rollout else 'no trainer'}; simulate needs both "
                 "(distillation, outcome-rl or multi-turn-rl)"
             )
+
+
+def check_instances(replicas: int, tp: int, dp: int) -> None:
+    """Refuse replicas (data-parallel ranks) that are not whole instances of ``dp`` ranks.
+
+    Raises
+    ------
+    ValueError
+        ``replicas`` is not a multiple of ``dp`` (the message names --inference-replicas).
+    """
+    if dp > 1 and replicas % dp:
+        raise ValueError(f"--inference-replicas {replicas}: not a multiple of an instance's {dp} data-parallel ranks "
+                         f"(an instance is --tp x --dp = {tp} x {dp} = {tp * dp} GPUs, each rank one replica)")
 
 
 @dataclass(frozen=True)

@@ -274,6 +274,7 @@ def build_result(
         "seed": options.seed,
         "kv_dtype": config.kv_dtype,
         "weight_dtype": config.weight_dtype,
+        **config.layout(),  # engine features, only when set (a plain run's keys are unchanged)
     }
     conversations = {
         "n": n,

@@ -50,7 +50,7 @@ class ReplicaScheduler:
         "index", "coeffs", "window", "window_limit", "kv_full_bytes", "kv_window_bytes", "kv_state_bytes",
         "kv_capacity_bytes", "held_bytes", "held_limit", "max_batched_tokens", "max_num_seqs", "static_batching",
         "inflight_updates", "weight_sync_s", "decode_compute_base", "decode_compute_per_sequence", "decode_memory_base",
-        "decode_memory_per_sequence", "decode_fixed_base", "decode_fixed_per_sequence", "step_constants",
+        "decode_memory_per_sequence", "decode_fixed_base", "decode_fixed_per_sequence", "step_constants", "a2a_switch", "k_a2a",
         # shared with the rest of the simulation
         "events", "runs", "tiebreak", "uids", "on_invocation_done",
         # queues and KV
@@ -111,6 +111,9 @@ class ReplicaScheduler:
             coeffs.k_logit,
         )
         """The coefficients :meth:`StepCoefficients.step_time` reads, in one tuple for its inline copy."""
+        self.a2a_switch = coeffs.a2a_switch
+        """Positions above which the expert-parallel all-to-all costs ``k_a2a`` more per position (never, without it)."""
+        self.k_a2a = coeffs.k_a2a
         self.events = events.heap
         self.runs = events.runs
         """The heap of run ends (:attr:`capplan.sim.events.EventQueue.runs`)."""
@@ -498,6 +501,8 @@ class ReplicaScheduler:
         compute_growth = c_pair * decoding + c_pair_w * below
         memory_growth = m_read * decoding + m_read_w * below
         fixed = self.decode_fixed_base + self.decode_fixed_per_sequence * decoding
+        if decoding > self.a2a_switch:
+            fixed += self.k_a2a * decoding
         self.run_line = line = (compute_0, compute_growth, memory_0, memory_growth, fixed)
         self.busy = True
         self.run_steps = steps
@@ -576,6 +581,8 @@ class ReplicaScheduler:
         f = overhead + k_0 + k_new * new + h_seq * seqs
         if logits > 0:
             f += k_head + k_logit * logits
+        if new > self.a2a_switch:
+            f += self.k_a2a * new
         step_s = (c if c > m else m) + f
         self.busy = True
         self.run_steps = 1

@@ -45,6 +45,7 @@ from capplan.benchmark import KV_WATERMARK
 from capplan.engine import EngineProfile
 from capplan.errors import InputError
 from capplan.options import Options
+from capplan.sim.config import EngineFeatures
 from capplan.units import MAX_CONTEXT_TOKENS, MAX_GPUS, MAX_SEQUENCES, KVDtype, WeightDtype
 
 if TYPE_CHECKING:
@@ -315,6 +316,7 @@ def simulate_replica(engine: ServingEngine, arrival_s: np.ndarray, prompt: np.nd
     d_f0, d_fs = co.decode_fixed_base, co.decode_fixed_per_sequence
     c_pair, c_pair_w, m_read, m_read_w = co.c_pair, co.c_pair_w, co.m_read, co.m_read_w
     routed, q = co.m_routed, co.q
+    a2a_switch = co.a2a_switch
     step_time = co.step_time
 
     waiting: deque = deque()  # records [idx, positions to prefill, positions in KV, first pass, decode steps left]
@@ -375,6 +377,8 @@ def simulate_replica(engine: ServingEngine, arrival_s: np.ndarray, prompt: np.nd
             compute_g = c_pair * b + c_pair_w * grow_w
             memory_g = m_read * b + m_read_w * grow_w
             fixed = d_f0 + d_fs * b
+            if b > a2a_switch:
+                fixed += co.k_a2a * b
             line = (compute_0, compute_g, memory_0, memory_g, fixed)
             if i < n and not waiting and nrun < max_seqs and k > 1:
                 kk = steps_within(line, k, arr[i] - t)
@@ -490,7 +494,7 @@ def simulate_replica(engine: ServingEngine, arrival_s: np.ndarray, prompt: np.nd
 # --------------------------------------------------------------------------------------------- a fleet
 
 
-class ServingSimConfig(Options, BaseModel):
+class ServingSimConfig(EngineFeatures, Options, BaseModel):
     """How to run a serving simulation (everything besides the workload and the hardware)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, arbitrary_types_allowed=True)
@@ -613,10 +617,11 @@ def simulate_serving(
     if ref is None:
         raise InputError(f"workload {workload.name}: the workload names no model; add 'model:' to it or pass --model")
     spec = load_model_spec(ref)
+    config.check_model(spec)
     engine = config.engine or default_engine()
     server = server_for(spec, hw, tp=config.tp, weight_dtype=config.weight_dtype, kv_dtype=config.kv_dtype, engine=engine,
                         max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_batched_tokens,
-                        gpu_memory_utilization=config.gpu_mem_util)
+                        gpu_memory_utilization=config.gpu_mem_util, **config.layout())
     eng = serving_engine(server)
     s = workload.serving
     shared = s.shared_prefix_tokens if s else 0
@@ -705,7 +710,7 @@ def simulate_serving(
     }
     cfg = {
         "tp": config.tp, "inference_replicas": R, "requests": n, "seed": workload.sampling.seed if config.seed is None else config.seed,
-        "kv_dtype": config.kv_dtype, "weight_dtype": config.weight_dtype, "routing": "round robin",
+        "kv_dtype": config.kv_dtype, "weight_dtype": config.weight_dtype, "routing": "round robin", **config.layout(),
     }
     setup = {
         "kv_capacity_tokens": eng.kv_capacity_tokens, "max_num_seqs": eng.max_num_seqs, "max_num_batched_tokens": eng.max_batched_tokens,

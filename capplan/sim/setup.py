@@ -130,6 +130,19 @@ def trainer_gpus(
     return gpus, f"sized in whole nodes for the workload's {training.step_time_target_s:g} s step-time target"
 
 
+def feature_notes(config: "SimConfig", kv: Any) -> list[str]:
+    """The engine features ``config`` runs with, in words (none for a plain replica)."""
+    layout = config.layout()
+    if not layout:
+        return []
+    dp = config.data_parallel
+    parts = [f"{k}={v}" for k, v in layout.items()]
+    return [f"engine features: {', '.join(parts)}; a replica is one data-parallel rank of {config.tp} GPU(s) "
+            f"(an instance is {config.tp} x {dp} = {config.tp * dp} GPUs); weights {kv.weights_gib_per_gpu:.2f} GiB per GPU "
+            "(capplan.kv.compute_kv), steps priced with the rank's share of the all-to-all and the MoE layers seeing all "
+            f"{dp} ranks' positions; the ranks of an instance are simulated as independent replicas (not in lock-step)"]
+
+
 def engine_setup(
     workload: "Workload", spec: "ModelSpec", hw: "HardwareProfile", trainer_hw: "HardwareProfile", config: "SimConfig"
 ) -> tuple[EngineSetup, SetupReport, list[str]]:
@@ -149,13 +162,15 @@ def engine_setup(
     from capplan.sim.stepcost import step_coefficients
     from capplan.trainer import trainer_mfu, trainer_step_time_s, training_flops, weight_sync_time_s
 
+    config.check_model(spec)
     kv = compute_kv(
         spec, hw,
         KVInputs(tp=config.tp, kv_dtype=config.kv_dtype, weight_dtype=config.weight_dtype,
                  gpu_mem_util=config.gpu_mem_util, max_num_seqs=config.max_num_seqs,
-                 max_batched_tokens=config.max_batched_tokens, engine=config.engine),
+                 max_batched_tokens=config.max_batched_tokens, engine=config.engine, **config.layout(roofline=False)),
     )
-    roofline_inputs = RooflineInputs(tp=config.tp, weight_dtype=config.weight_dtype, kv_dtype=config.kv_dtype, engine=config.engine)
+    roofline_inputs = RooflineInputs(tp=config.tp, weight_dtype=config.weight_dtype, kv_dtype=config.kv_dtype, engine=config.engine,
+                                     **config.layout())
     from dataclasses import fields, replace
 
     from capplan.trainer import RL_FRAMEWORK_FIT
@@ -170,7 +185,13 @@ def engine_setup(
     capacity_bytes = kv.kv_capacity_tokens * kv.kv_bytes_per_token_per_gpu
     colocated = config.mode == "colocated"
     pattern = config.weight_sync if config.weight_sync != "auto" else ("reshard" if colocated else "nccl")
-    sync_s = weight_sync_time_s(spec, config.tp, pattern)
+    layout = config.layout()
+    if layout:  # each GPU receives the weights it holds (capplan.plan.sizing.layout_sync_time_s, as the plan)
+        from capplan.plan.sizing import layout_sync_time_s
+
+        sync_s = layout_sync_time_s(spec, config.tp, pattern, config.ep, config.data_parallel, config.redundant_experts)
+    else:
+        sync_s = weight_sync_time_s(spec, config.tp, pattern)
     if colocated:
         trainer_hw = hw
         gpus, sizing = config.inference_replicas * config.tp, "colocated: every inference GPU"
@@ -186,7 +207,7 @@ def engine_setup(
 
     setup = EngineSetup(
         coeffs=coeffs,
-        kv_layout=kv_layout(spec, config.kv_dtype, config.tp),
+        kv_layout=kv_layout(spec, config.kv_dtype, config.tp, config.kv_scale),
         kv_capacity_bytes=float(capacity_bytes),
         max_num_seqs=kv.max_num_seqs,
         max_batched_tokens=kv.max_batched_tokens,
@@ -208,7 +229,7 @@ def engine_setup(
         step_overhead_s=overhead,
     )
     terms = engine.time_on(hw.name)
-    notes = [
+    notes = feature_notes(config, kv) + [
         f"RL framework: engine steps {slowdown:.3g}x the engine profile's, {overhead:.3g} s per update outside the GPU "
         "phases (capplan.trainer.RL_FRAMEWORK_FIT unless given)",
         f"engine steps priced by the roofline model with engine profile {engine.name} ({engine.calibration}): "

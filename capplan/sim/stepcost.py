@@ -8,10 +8,19 @@ formulas are piecewise affine in those terms::
     memory  = m_0 + m_new T + m_logit N + m_head [N > 0] + m_read R + m_read_w R_w + m_seq S
               + m_routed (1 - q^T)                        (MoE: expected distinct experts touched)
     comm    = k_0 + k_new T + (k_head + k_logit N) [N > 0]     (tensor-parallel collectives)
+              + k_a2a T [T > T_a2a]                       (expert parallelism: normal all-to-all)
     step    = max(compute, memory) + comm + overhead
 
 with ``q = 1 - k / E`` for a mixture of experts (``k`` routed experts per token out of ``E``)
-and no routed term otherwise. :func:`step_coefficients` recovers every coefficient by probing
+and no routed term otherwise; with ``dp`` data-parallel attention ranks the MoE layers see
+``dp x`` the rank's positions, so ``q = (1 - k / E)^dp``. Under expert parallelism each MoE
+layer adds a dispatch and a combine whose latency joins ``k_0`` and whose volume joins ``k_new``;
+with ``alltoall_mode="auto"`` the roofline switches from DeepEP's low-latency kernels to the
+normal ones above ``T_a2a = 256 tp`` positions (:data:`capplan.roofline.LOW_LATENCY_MAX_TOKENS`
+per GPU), a different price per position: ``k_a2a`` is that difference, paid above the switch
+(0 and an infinite switch otherwise, so a step without expert parallelism is priced as before,
+bit for bit). Two-batch overlap hides part of the all-to-all behind ``max(compute, memory)``,
+which is not of this form: the simulator refuses it. :func:`step_coefficients` recovers every coefficient by probing
 ``engine_step`` itself (differences of exact affine functions), so the simulator and the
 roofline model cannot drift apart; ``tests/test_simulate.py`` checks the two agree on random
 step mixes.
@@ -88,6 +97,12 @@ class StepCoefficients:
     tokens' worth of GEMM work)."""
     h_seq: float = 0.0
     """Host time per sequence in a step [s/sequence] (the engine's ``per_sequence_s``)."""
+    a2a_switch: float = NO_WINDOW
+    """Forwarded positions above which the expert-parallel all-to-all runs DeepEP's normal
+    kernels instead of the low-latency ones [positions] (:data:`NO_WINDOW`: never)."""
+    k_a2a: float = 0.0
+    """Communication time per forwarded position added above ``a2a_switch`` [s/position]
+    (normal minus low-latency all-to-all; 0 without expert parallelism)."""
 
     # A decode step of ``B`` sequences: every sequence forwards one position and one logit, so
     # the terms that scale with B fold into one coefficient each (the attention and KV-read
@@ -148,6 +163,8 @@ class StepCoefficients:
         f = self.overhead + self.k_0 + self.k_new * new + self.h_seq * seqs
         if logits > 0:
             f += self.k_head + self.k_logit * logits
+        if new > self.a2a_switch:
+            f += self.k_a2a * new
         return f
 
     def step_time(
@@ -177,9 +194,24 @@ def step_coefficients(spec: "ModelSpec", hw: "HardwareProfile", inp: "RooflineIn
     one term only (probes of ``10^6`` units keep the rounding relative error near ``1e-12``).
     The routed-expert term is solved from three probes at ``T = 1, 2, 3``:
     ``m(T) = A + b T + R (1 - q^T)`` gives
-    ``R = ((m_2 - m_1) - (m_3 - m_2)) / (q (1 - q)^2)``.
+    ``R = ((m_2 - m_1) - (m_3 - m_2)) / (q (1 - q)^2)``. Under expert parallelism with
+    ``alltoall_mode="auto"`` the per-position all-to-all price above the kernel switch is the
+    slope of two probes above it. A step on either side of the switch is checked against
+    ``engine_step``.
+
+    Raises
+    ------
+    InputError
+        ``inp.two_batch_overlap``: its overlap is not affine in the work terms.
     """
-    from capplan.roofline import engine_step
+    from capplan.errors import InputError
+    from capplan.kv import resolve_dp
+    from capplan.roofline import LOW_LATENCY_MAX_TOKENS, engine_step
+
+    if inp.two_batch_overlap:
+        raise InputError("--two-batch-overlap: the simulator prices steps as max(compute, memory) + communication, which the "
+                         "overlap of one micro-batch's all-to-all with the other's work is not; capplan plan and capplan "
+                         "roofline price it")
 
     def probe(new: float = 1.0, logits: float = 0.0, pairs: float = 0.0, pairs_w: float = 0.0,
               read: float = 0.0, read_w: float = 0.0, seqs: float = 0.0) -> tuple[float, float, float, float]:
@@ -209,8 +241,11 @@ def step_coefficients(spec: "ModelSpec", hw: "HardwareProfile", inp: "RooflineIn
     m_head = ml1 - m1 - m_logit
     k_logit = (klb - kl1) / big
     k_head = kl1 - k1 - k_logit
+    dp = resolve_dp(inp.tp, inp.ep, inp.dp)
     if spec.moe is not None:
         q = 1.0 - spec.moe.experts_per_token / spec.moe.num_experts
+        if dp != 1:
+            q = q**dp  # the MoE layers see every rank's positions
         m3 = probe(new=3.0)[1]
         d1, d2 = m2 - m1, m3 - m2
         m_routed = (d1 - d2) / (q * (1.0 - q) ** 2) if 0.0 < q < 1.0 else 0.0
@@ -222,21 +257,30 @@ def step_coefficients(spec: "ModelSpec", hw: "HardwareProfile", inp: "RooflineIn
         m_0 = m1 - m_new
     k_new = k2 - k1
     k_0 = k1 - k_new
+    a2a_switch, k_a2a = NO_WINDOW, 0.0
+    if inp.ep > 1 and inp.alltoall_mode == "auto":
+        a2a_switch = float(LOW_LATENCY_MAX_TOKENS * inp.tp)
+        above = a2a_switch + 1.0
+        k_a2a = (probe(new=above + big)[2] - probe(new=above)[2]) / big - k_new
+        if abs(k_a2a) <= 1e-9 * abs(k_new):  # within a node both kernel families cost the same
+            k_a2a = 0.0
     window = float(spec.sliding_window.window_tokens) if spec.sliding_window else NO_WINDOW
     coeffs = StepCoefficients(
         c_new=c_new, c_logit=c_logit, c_pair=c_pair, c_pair_w=c_pair_w,
         m_0=m_0, m_new=m_new, m_logit=m_logit, m_head=m_head, m_read=m_read, m_read_w=m_read_w,
         m_seq=m_seq, m_routed=m_routed, q=q,
         k_0=k_0, k_new=k_new, k_head=k_head, k_logit=k_logit, overhead=ov, window=window, c_0=c_0, h_seq=h_seq,
+        **({"a2a_switch": a2a_switch, "k_a2a": k_a2a} if k_a2a else {}),
     )
     # guard against a change in engine_step that would break the affine form
-    check = engine_step(
-        spec, hw, inp, new_tokens=700.0, logits_tokens=37.0, attention_pairs=4.1e6, kv_read_tokens=9.3e5,
-        sequences=38.0, window_attention_pairs=1.2e6, window_kv_read_tokens=2.2e5,
-    )
-    got = coeffs.step_time(700.0, 37.0, 4.1e6, 1.2e6, 9.3e5, 2.2e5, 38.0)
-    if not math.isclose(got, float(check.step_time_s), rel_tol=1e-6):
-        raise AssertionError(f"step coefficients disagree with engine_step: {got} vs {float(check.step_time_s)}")
+    for new in (700.0, 37.0) if inp.ep > 1 else (700.0,):
+        check = engine_step(
+            spec, hw, inp, new_tokens=new, logits_tokens=37.0, attention_pairs=4.1e6, kv_read_tokens=9.3e5,
+            sequences=38.0, window_attention_pairs=1.2e6, window_kv_read_tokens=2.2e5,
+        )
+        got = coeffs.step_time(new, 37.0, 4.1e6, 1.2e6, 9.3e5, 2.2e5, 38.0)
+        if not math.isclose(got, float(check.step_time_s), rel_tol=1e-6):
+            raise AssertionError(f"step coefficients disagree with engine_step: {got} vs {float(check.step_time_s)}")
     return coeffs
 
 
