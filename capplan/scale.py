@@ -240,7 +240,12 @@ def _run_ray(
         raise InputError("--executor ray needs Ray, which is not installed: pip install 'capplan[ray]'") from None
     started = not ray.is_initialized()
     if started:
-        options: dict[str, Any] = {"ignore_reinit_error": True, "include_dashboard": False, "log_to_driver": False}
+        import logging
+
+        # Ray's own start-up lines (token authentication, "Started a local Ray instance") would
+        # interleave with capplan's output; its errors still show
+        options: dict[str, Any] = {"ignore_reinit_error": True, "include_dashboard": False, "log_to_driver": False,
+                                   "logging_level": logging.ERROR}
         if address is None:
             options["num_cpus"] = workers
         else:
