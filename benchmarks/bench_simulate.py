@@ -119,7 +119,9 @@ def main(argv: list[str] | None = None) -> None:
               f"{large['cpu_s']:.1f} s CPU ({large['engine_steps'] / large['wall_s']:,.0f} engine steps/s)")
     if len(sizes) > 1:
         figure += f"; peak RSS {ratio:.2f}x that at {small['trajectories']:,}"
-    record("simulate", f"`capplan simulate {args.workload}` (`bench_simulate.py`)", figure,
+    compiled = bool(new[sizes[0]]["compiled"])
+    record("simulate_compiled" if compiled else "simulate",
+           f"`capplan simulate {args.workload}`{', compiled build' if compiled else ''} (`bench_simulate.py`)", figure,
            "100K trajectories <= 10 s on one core, RSS <= 1.5x that at 10K",
            large["cpu_s"] <= 10 and large["trajectories"] >= 100_000 and (len(sizes) == 1 or ratio <= 1.5),
            headline=f"{large['trajectories'] / 1e3:,.0f}K trajectories in {large['cpu_s']:.1f} s CPU")

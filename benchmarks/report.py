@@ -30,7 +30,7 @@ DOCUMENTS = {HERE.parent / "README.md": True, HERE.parent / "docs" / "performanc
 START, END = "<!-- performance:start -->", "<!-- performance:end -->"
 
 ORDER = (
-    "startup", "ledger", "kv", "roofline", "scalar", "sweep_api", "sweep_export", "reconcile", "simulate",
+    "startup", "ledger", "kv", "roofline", "scalar", "sweep_api", "sweep_export", "reconcile", "simulate", "simulate_compiled",
     "serving_sim", "ray",
 )
 """Row order of the table (benchmarks not listed come after, by name)."""

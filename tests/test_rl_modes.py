@@ -266,3 +266,23 @@ def test_synchronised_peak_is_the_max_over_the_grid_of_the_mean_held_kv():
             if mean > best:
                 best, context = mean, c[alive].mean()
         assert synchronised_peak(inputs, actions, share, window) == pytest.approx((best, context), rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "fields, moe",
+    [
+        ({"model": "qwen3-30b-a3b"}, True),  # an RL row names a preset: Qwen3-30B-A3B routes 8 of 128 experts
+        ({"model": "llama-3.1-8b"}, False),  # a dense preset
+        ({"model": "no-such-model"}, False),  # an unknown model is not claimed to be a mixture
+        ({"model": "llama-3.1-8b", "moe": "true"}, True),  # the row's own column wins
+    ],
+)
+def test_dense_and_moe_rows_are_told_apart(fields, moe):
+    """capplan accuracy reports dense and MoE errors apart; rows of corpora without a ``moe``
+    column (rl_steps.csv, kv_capacity.csv) take it from the model preset."""
+    from capplan.accuracy.corpus import CorpusRow
+    from capplan.accuracy.report import row_is_moe
+
+    row = CorpusRow(id="x", kind="rl", source="s", citation="c", metric="step_time_s", unit="s", measured=1.0,
+                    held_out=False, fields=fields)
+    assert row_is_moe(row) is moe

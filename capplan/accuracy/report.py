@@ -48,6 +48,24 @@ class RowResult:
         return asdict(self)
 
 
+def row_is_moe(row: Any) -> bool:
+    """Whether a corpus row's model is a mixture of experts: the row's ``moe`` column where it has
+    one, else the model preset's (rows of ``rl_steps.csv`` and ``kv_capacity.csv`` name a preset)."""
+    flag = str(row.get("moe") or "").lower()
+    if flag in ("true", "false"):
+        return flag == "true"
+    name = row.get("model")
+    if not name:
+        return False
+    from capplan.errors import CapplanError
+    from capplan.modelspec import load_model_spec
+
+    try:
+        return load_model_spec(str(name)).moe is not None
+    except CapplanError:
+        return False
+
+
 def row_feature(row: Any) -> str:
     """The feature a corpus row exercises (see :attr:`RowResult.feature`)."""
     f = row.get("feature")
@@ -182,7 +200,7 @@ def run_accuracy(
             hardware=row.get("hardware") or "", model=row.get("model") or "", engine_profile=p.engine_profile,
             predicted=p.value, measured=row.measured, signed_error=err, abs_error=abs(err) if err is not None else None,
             held_out=row.held_out, citation=row.citation, unsupported=p.reason, assumed=p.assumed,
-            feature=row_feature(row), moe=str(row.get("moe") or "").lower() == "true",
+            feature=row_feature(row), moe=row_is_moe(row),
         ))
     return AccuracyReport(out, used)
 

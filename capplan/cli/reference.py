@@ -153,6 +153,8 @@ def accuracy_markdown() -> str:
         by_source=_summary_table(report.groups(lambda r: r.source, held), "source (held out)"),
         by_hardware=_summary_table(report.groups(lambda r: r.hardware, held), "hardware (held out)"),
         by_engine=_summary_table(report.groups(lambda r: r.engine_profile or "?"), "engine profile (all rows)"),
+        by_moe=_summary_table(report.groups(lambda r: f"{r.kind}: {'moe' if r.moe else 'dense'}"), "dense or MoE (all rows)"),
+        by_feature=_summary_table(report.groups(lambda r: r.feature or "none"), "engine feature (all rows)"),
         worst="\n".join(
             f"| `{r.id}` | {'held out' if r.held_out else 'fit'} | {r.metric} | {r.predicted:,.4g} | {r.measured:,.4g} | {r.signed_error:+.0%} |"
             for r in worst
@@ -196,6 +198,8 @@ id. The engine profiles were fitted on the other rows only (`python -m capplan.a
 {by_source}
 {by_hardware}
 {by_engine}
+{by_moe}
+{by_feature}
 ## Which rows fitted which term
 
 Each engine profile records the corpus rows its fitted terms saw (`fitted_on` in
