@@ -405,7 +405,9 @@ def _engine_features(ctx, w, tp, ep, dp, expert_dtype, redundant_experts, kv_sca
                      gemm_dtype, spec, kv_offload_gib, disaggregated) -> dict[str, Any]:
     """The engine-feature keywords of :class:`capplan.sim.SimConfig` / ``ServingSimConfig``: the
     flags, with the workload's ``engine:`` keys as defaults (a flag wins, as in ``capplan plan``).
-    A feature the simulator does not model is a one-line error, never a silent other setup."""
+    Speculative decoding (``speculative``, with ``acceptance_by_step`` when the acceptance follows
+    the workload's schedule) and the CPU KV tier (``kv_offload_gib``) are simulated for RL
+    workloads. A feature the simulator does not model is a one-line error, never a silent other setup."""
     from capplan.cli.common import engine_features, layout_options
 
     f = engine_features(ctx, w, tp, ep=ep, dp=dp, redundant_experts=redundant_experts, two_batch_overlap=two_batch_overlap,
@@ -419,21 +421,35 @@ def _engine_features(ctx, w, tp, ep, dp, expert_dtype, redundant_experts, kv_sca
         raise fail(f"{flag}: the simulator runs aggregated replicas (prefill and decode on the same GPUs); capplan plan "
                    "--disaggregated sizes the prefill and decode pools and compares them with aggregated ones (--aggregated "
                    "simulates aggregated replicas)")
-    others = any(v is not None for v in spec[1:])
-    if spec[0] == "none":
-        if others:
-            raise fail("--spec-method none: drop --spec-tokens, --acceptance-rate, --acceptance-length and --draft-model")
-    elif spec[0] is not None or others or getattr(w, "speculative", None) is not None:
-        flag = "--spec-method" if spec[0] is not None else "--spec-tokens/--acceptance-rate" if others \
-            else f"workload {w.name} sets speculative"
-        raise fail(f"{flag}: speculative decoding is not simulated (the simulator decodes one token per sequence per step); "
-                   "capplan plan and capplan roofline price it (--spec-method none simulates plain decoding)")
-    if f["kv_offload_gib"] is not None:
-        flag = "--kv-offload-gib" if kv_offload_gib is not None else f"workload {w.name} sets engine.kv_offloading_size"
-        raise fail(f"{flag}: a CPU KV tier is not simulated (evicted and preempted KV is recomputed); capplan plan prices "
-                   "the tier's loads")
-    return call(lambda: layout_options(f["ep"], f["dp"], expert_dtype, f["redundant_experts"], kv_scale, False, alltoall_mode,
-                                       gemm_dtype))
+    out: dict[str, Any] = {}
+    block = getattr(w, "speculative", None) if w.has_rollout else None
+    if w.method == "serving":
+        others = any(v is not None for v in spec[1:])
+        if spec[0] == "none":
+            if others:
+                raise fail("--spec-method none: drop --spec-tokens, --acceptance-rate, --acceptance-length and --draft-model")
+        elif spec[0] is not None or others or block is not None:
+            flag = "--spec-method" if spec[0] is not None else "--spec-tokens/--acceptance-rate" if others \
+                else f"workload {w.name} sets speculative"
+            raise fail(f"{flag}: the serving simulator decodes one token per sequence per step (speculative decoding is "
+                       "simulated for RL workloads); capplan plan and capplan roofline price it (--spec-method none simulates "
+                       "plain decoding)")
+        if f["kv_offload_gib"] is not None:
+            flag = "--kv-offload-gib" if kv_offload_gib is not None else f"workload {w.name} sets engine.kv_offloading_size"
+            raise fail(f"{flag}: the serving simulator keeps no prefixes between requests for a CPU KV tier to hold (the RL "
+                       "simulator's tier holds evicted retained prefixes); capplan plan prices the tier's loads")
+    else:
+        from capplan.plan.inputs import speculative_setting
+
+        setting, source = call(lambda: speculative_setting(block, *spec))
+        if setting is not None:
+            out["speculative"] = setting
+            if source.startswith("the workload's speculative.acceptance_by_step") and block is not None:
+                out["acceptance_by_step"] = tuple((float(p.step), float(p.acceptance_rate)) for p in block.acceptance_by_step)
+        if f["kv_offload_gib"] is not None:
+            out["kv_offload_gib"] = f["kv_offload_gib"]
+    return {**call(lambda: layout_options(f["ep"], f["dp"], expert_dtype, f["redundant_experts"], kv_scale, False, alltoall_mode,
+                                          gemm_dtype)), **out}
 
 
 def _data_parallel(tp: int, features: dict[str, Any]) -> int:
