@@ -689,6 +689,23 @@ def _layout_text(c: dict[str, Any]) -> str:
     return ", " + ", ".join(parts) if parts else ""
 
 
+def _feature_lines(c: dict[str, Any], st: dict[str, Any], s: dict[str, Any]) -> list[str]:
+    """Speculative decoding and the CPU KV tier of an RL simulation, in words (none for a plain run)."""
+    out = []
+    if "spec_method" in st:
+        schedule = " (at step 0; it follows the workload's acceptance schedule)" if "acceptance_by_step" in c.get("speculative", {}) else ""
+        out.append(f"Speculative decoding: {st['spec_method']}, {st['spec_tokens']} drafted tokens, {st['spec_tokens_per_step']:.3g} "
+                   f"tokens per verify step{schedule}; decode priced per output token; KV {st['kv_capacity_tokens']:,} tokens "
+                   f"per replica with the drafter ({st['kv_capacity_tokens_without_spec']:,} without).")
+    if "kv_offload_capacity_tokens" in st:
+        use = "" if st["kv_offload_used"] else " (not used: loading a position is not faster than prefilling it)"
+        out.append(f"CPU KV tier: {st['kv_offload_gib_per_gpu']:g} GiB per GPU, {st['kv_offload_capacity_tokens']:,} tokens{use}; "
+                   f"{s['kv_offload_loads']:,} evicted prefixes loaded back ({s['kv_offload_loaded_tokens']:,} tokens, "
+                   f"{s['kv_offload_loaded_gib_per_gpu']:,.1f} GiB per GPU, {s['kv_offload_load_s']:,.2f} s over the "
+                   f"{st['host_link_bandwidth_gbps']:g} GB/s host link) instead of recomputed.")
+    return out
+
+
 def _pct(x: float) -> str:
     return f"{x:.1%}"
 
@@ -715,6 +732,8 @@ def render(result: "SimResult") -> None:
         f"weight {'reshard' if c['mode'] == 'colocated' else 'push'} {st['weight_sync_s']:.2f} s; steady step "
         f"{s['step_time_s']:,.1f} s, {s['steady_trained_tokens_per_s']:,.0f} trained tokens/s."
     )
+    for line in _feature_lines(c, st, s):
+        con.print(escape(line))
     t = Table(title="Throughput", title_justify="left", box=box.SIMPLE_HEAD)
     for col in ("", "trajectories", "trajectories/s", "sampled tokens/s"):
         t.add_column(col, justify="left" if not col else "right")
