@@ -253,6 +253,23 @@ class ReplicaScheduler:
         self.tier_used += positions
         self.tier_stores += 1
 
+    def _load_recompute(self, inv: "Sequence") -> None:
+        """Admit a preempted sequence's recompute with the context the tier holds loaded back
+        (its last position, at least, is computed)."""
+        stored = self.tier.pop(inv)
+        self.tier_used -= stored
+        loaded = stored if stored < inv.prefill_remaining else inv.prefill_remaining - 1
+        if loaded <= 0:
+            return
+        inv.cached_positions += loaded
+        inv.prefill_remaining -= loaded
+        inv.recompute_forwarded -= loaded
+        load_s = loaded * self.offload.load_s_per_token  # type: ignore[union-attr]
+        self.pending_load_s += load_s
+        self.tier_load_s += load_s
+        self.tier_loads += 1
+        self.tier_loaded_tokens += loaded
+
     def retain(self, seq: "Sequence", positions: int) -> None:
         """Keep ``positions`` of ``seq``'s KV while it waits on a tool."""
         seq.held_positions = positions
@@ -328,6 +345,10 @@ class ReplicaScheduler:
         self.waiting.appendleft(victim)
         self.preemptions += 1
         victim.recompute_forwarded += context
+        if self.offload is not None:  # its KV goes to the CPU tier, to be loaded back when readmitted
+            if victim in self.tier:
+                self.tier_used -= self.tier.pop(victim)
+            self._store_in_tier(victim, context - 1)
 
     def _free_kv_for_growth(self, used: float, growth: float) -> tuple[float, float, bool]:
         """Evict retained KV, then preempt, until the decode batch's next step fits.
@@ -388,6 +409,8 @@ class ReplicaScheduler:
             inv.kv_reserved_bytes = reserved
             if inv.is_recompute or inv.is_score:
                 self.kv_prefill_bytes += reserved
+                if self.tier and inv.is_recompute and inv in self.tier:  # a preempted context comes back from the CPU tier
+                    self._load_recompute(inv)
             else:
                 held = inv.held_positions
                 if inv.is_first_turn:
