@@ -700,7 +700,7 @@ def _feature_lines(c: dict[str, Any], st: dict[str, Any], s: dict[str, Any]) -> 
     if "kv_offload_capacity_tokens" in st:
         use = "" if st["kv_offload_used"] else " (not used: loading a position is not faster than prefilling it)"
         out.append(f"CPU KV tier: {st['kv_offload_gib_per_gpu']:g} GiB per GPU, {st['kv_offload_capacity_tokens']:,} tokens{use}; "
-                   f"{s['kv_offload_loads']:,} evicted prefixes loaded back ({s['kv_offload_loaded_tokens']:,} tokens, "
+                   f"{s['kv_offload_loads']:,} evicted prefixes and preempted contexts loaded back ({s['kv_offload_loaded_tokens']:,} tokens, "
                    f"{s['kv_offload_loaded_gib_per_gpu']:,.1f} GiB per GPU, {s['kv_offload_load_s']:,.2f} s over the "
                    f"{st['host_link_bandwidth_gbps']:g} GB/s host link) instead of recomputed.")
     return out
