@@ -155,7 +155,7 @@ def test_features_not_simulated_or_incomplete_are_refused_in_one_line(runner, ar
     "args,message",
     [
         (["--spec-method", "eagle3", "--spec-tokens", "3", "--acceptance-rate", "0.7"],
-         "--spec-method: the serving simulator decodes one token per sequence per step"),
+         "--spec-method: speculative decoding is not simulated for serving workloads"),
         (["--kv-offload-gib", "8"], "--kv-offload-gib: the serving simulator keeps no prefixes between requests"),
     ],
 )

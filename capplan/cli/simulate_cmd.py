@@ -431,9 +431,9 @@ def _engine_features(ctx, w, tp, ep, dp, expert_dtype, redundant_experts, kv_sca
         elif spec[0] is not None or others or block is not None:
             flag = "--spec-method" if spec[0] is not None else "--spec-tokens/--acceptance-rate" if others \
                 else f"workload {w.name} sets speculative"
-            raise fail(f"{flag}: the serving simulator decodes one token per sequence per step (speculative decoding is "
-                       "simulated for RL workloads); capplan plan and capplan roofline price it (--spec-method none simulates "
-                       "plain decoding)")
+            raise fail(f"{flag}: speculative decoding is not simulated for serving workloads (the serving simulator decodes "
+                       "one token per sequence per step; the RL simulator simulates it); capplan plan and capplan roofline price "
+                       "it (--spec-method none simulates plain decoding)")
         if f["kv_offload_gib"] is not None:
             flag = "--kv-offload-gib" if kv_offload_gib is not None else f"workload {w.name} sets engine.kv_offloading_size"
             raise fail(f"{flag}: the serving simulator keeps no prefixes between requests for a CPU KV tier to hold (the RL "

@@ -170,8 +170,9 @@ class SimConfig(EngineFeatures, Options, BaseModel):
     step its weights belong to (interpolated, flat beyond the ends); ``None``: the acceptance
     of ``speculative``."""
     kv_offload_gib: float | None = Field(default=None, gt=0, le=1_000_000)
-    """Host memory per GPU given to a CPU KV tier [GiB]: evicted retained prefixes are kept there
-    and loaded back over the host link instead of recomputed, when loading is faster
+    """Host memory per GPU given to a CPU KV tier [GiB]: evicted retained prefixes and preempted
+    contexts are kept there and loaded back over the host link instead of recomputed, when
+    loading is faster
     (:mod:`capplan.sim.speculative`); ``None``: no tier."""
 
     @model_validator(mode="after")

@@ -12,7 +12,9 @@ stop at the window, linear-attention layers hold a fixed state. An admitted invo
 the KV of its whole input; decoding grows it one position per step. When a step's growth does
 not fit, retained KV (conversations waiting on a tool) is evicted first, oldest first, then the
 most recently joined decoding sequence is preempted: its KV is freed and it is recomputed
-(prefilled again) when readmitted.
+(prefilled again) when readmitted. With a CPU KV tier (:mod:`capplan.sim.speculative`) the
+evicted prefixes and preempted contexts are loaded back from host memory instead, and with
+speculative decoding a decode step is priced per output token.
 
 This is the simulator's hot loop: an invocation is its conversation's
 :class:`~capplan.sim.conversations.Sequence` (slots read directly, no table look-ups), methods
@@ -126,15 +128,16 @@ class ReplicaScheduler:
         self.offload = setup.offload if setup.offload is not None and setup.offload.loads_win else None
         """The CPU KV tier (``None``: none, or loading would be slower than prefilling)."""
         self.tier: dict[Sequence, int] = {}
-        """Conversations whose evicted prefix the tier holds -> its positions, least recently stored first."""
+        """Conversations whose lost context the tier holds (an evicted prefix, a preempted sequence's context) -> its
+        positions, least recently stored first."""
         self.tier_used = 0
         """Positions the tier holds [positions]."""
         self.pending_load_s = 0.0
         """Tier loads of the invocations admitted for the next step, charged with it [s]."""
         self.tier_stores = 0
-        """Evicted prefixes stored in the tier [count]."""
+        """Lost contexts stored in the tier [count]."""
         self.tier_loads = 0
-        """Prefixes loaded back from the tier [count]."""
+        """Contexts loaded back from the tier [count]."""
         self.tier_loaded_tokens = 0
         """Positions loaded back from the tier [positions]."""
         self.tier_load_s = 0.0
@@ -240,7 +243,7 @@ class ReplicaScheduler:
         return False
 
     def _store_in_tier(self, seq: "Sequence", positions: int) -> None:
-        """Keep ``seq``'s evicted prefix of ``positions`` in the CPU tier, dropping the least
+        """Keep ``seq``'s lost context of ``positions`` in the CPU tier, dropping the least
         recently stored prefixes while it does not fit (a prefix larger than the tier is not kept)."""
         capacity = self.offload.capacity_tokens  # type: ignore[union-attr]
         if positions <= 0 or positions > capacity:

@@ -27,11 +27,13 @@ step's pairs are priced with each sequence wholly below or above the window (exa
 ``n`` positions before its edge).
 
 **CPU KV tier.** A replica with ``kv_offload_gib`` GiB of host memory per GPU keeps the KV of
-the retained prefixes it evicts there (least recently evicted dropped first when full); the
-conversation's next turn loads its prefix back over the host link
+the retained prefixes it evicts and of the sequences it preempts there (least recently stored
+dropped first when full; a preempted context but its last position, which is always computed);
+the conversation's next turn, or the sequence's readmission, loads it back over the host link
 (:func:`capplan.offload.kv_load_s`: the hardware profile's ``host_link_bandwidth_gbps`` times
 the engine profile's ``host_link_efficiency``) instead of prefilling it again, when loading a
-position is faster than prefilling it (``capplan plan``'s rule). The load is charged in series,
+position is faster than prefilling it (``capplan plan``'s rule, with the prefill priced per
+position of one full chunk). The load is charged in series,
 with the step that starts the turn's prefill (as the plan charges it).
 """
 
