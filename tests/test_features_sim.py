@@ -140,14 +140,29 @@ def test_serving_simulation_under_expert_parallelism_uses_the_plans_replica():
     "args,message",
     [
         (["--two-batch-overlap", "--ep", "8", "--inference-replicas", "8"], "--two-batch-overlap: the simulator prices"),
-        (["--spec-method", "eagle3", "--spec-tokens", "3"], "speculative decoding is not simulated"),
-        (["--kv-offload-gib", "8"], "a CPU KV tier is not simulated"),
+        (["--spec-method", "eagle3", "--spec-tokens", "3"], "give exactly one of --acceptance-rate"),  # simulated: needs an acceptance
         (["--ep", "8", "--inference-replicas", "4"], "not a multiple of an instance's 8 data-parallel ranks"),
     ],
 )
-def test_features_not_simulated_are_refused_in_one_line(runner, args, message):
+def test_features_not_simulated_or_incomplete_are_refused_in_one_line(runner, args, message):
     """Never silently another setup: a one-line error naming the flag (exit 2)."""
     r = runner.invoke(app, ["simulate", "seed-replay", "-m", "qwen3-30b-a3b", "-H", "h100-sxm", "--steps", "1", *args])
+    assert r.exit_code == 2
+    assert message in r.stderr and r.stderr.count("Error:") == 1
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--spec-method", "eagle3", "--spec-tokens", "3", "--acceptance-rate", "0.7"],
+         "--spec-method: speculative decoding is not simulated for serving workloads"),
+        (["--kv-offload-gib", "8"], "--kv-offload-gib: the serving simulator keeps no prefixes between requests"),
+    ],
+)
+def test_serving_features_not_simulated_are_refused_in_one_line(runner, args, message):
+    """Speculative decoding and the CPU KV tier are simulated for RL workloads only: the serving
+    simulator refuses them in one line naming the flag (exit 2)."""
+    r = runner.invoke(app, ["simulate", "chat-serving", "-H", "h100-sxm", "--requests", "10", *args])
     assert r.exit_code == 2
     assert message in r.stderr and r.stderr.count("Error:") == 1
 

@@ -405,7 +405,9 @@ def _engine_features(ctx, w, tp, ep, dp, expert_dtype, redundant_experts, kv_sca
                      gemm_dtype, spec, kv_offload_gib, disaggregated) -> dict[str, Any]:
     """The engine-feature keywords of :class:`capplan.sim.SimConfig` / ``ServingSimConfig``: the
     flags, with the workload's ``engine:`` keys as defaults (a flag wins, as in ``capplan plan``).
-    A feature the simulator does not model is a one-line error, never a silent other setup."""
+    Speculative decoding (``speculative``, with ``acceptance_by_step`` when the acceptance follows
+    the workload's schedule) and the CPU KV tier (``kv_offload_gib``) are simulated for RL
+    workloads. A feature the simulator does not model is a one-line error, never a silent other setup."""
     from capplan.cli.common import engine_features, layout_options
 
     f = engine_features(ctx, w, tp, ep=ep, dp=dp, redundant_experts=redundant_experts, two_batch_overlap=two_batch_overlap,
@@ -419,21 +421,35 @@ def _engine_features(ctx, w, tp, ep, dp, expert_dtype, redundant_experts, kv_sca
         raise fail(f"{flag}: the simulator runs aggregated replicas (prefill and decode on the same GPUs); capplan plan "
                    "--disaggregated sizes the prefill and decode pools and compares them with aggregated ones (--aggregated "
                    "simulates aggregated replicas)")
-    others = any(v is not None for v in spec[1:])
-    if spec[0] == "none":
-        if others:
-            raise fail("--spec-method none: drop --spec-tokens, --acceptance-rate, --acceptance-length and --draft-model")
-    elif spec[0] is not None or others or getattr(w, "speculative", None) is not None:
-        flag = "--spec-method" if spec[0] is not None else "--spec-tokens/--acceptance-rate" if others \
-            else f"workload {w.name} sets speculative"
-        raise fail(f"{flag}: speculative decoding is not simulated (the simulator decodes one token per sequence per step); "
-                   "capplan plan and capplan roofline price it (--spec-method none simulates plain decoding)")
-    if f["kv_offload_gib"] is not None:
-        flag = "--kv-offload-gib" if kv_offload_gib is not None else f"workload {w.name} sets engine.kv_offloading_size"
-        raise fail(f"{flag}: a CPU KV tier is not simulated (evicted and preempted KV is recomputed); capplan plan prices "
-                   "the tier's loads")
-    return call(lambda: layout_options(f["ep"], f["dp"], expert_dtype, f["redundant_experts"], kv_scale, False, alltoall_mode,
-                                       gemm_dtype))
+    out: dict[str, Any] = {}
+    block = getattr(w, "speculative", None) if w.has_rollout else None
+    if w.method == "serving":
+        others = any(v is not None for v in spec[1:])
+        if spec[0] == "none":
+            if others:
+                raise fail("--spec-method none: drop --spec-tokens, --acceptance-rate, --acceptance-length and --draft-model")
+        elif spec[0] is not None or others or block is not None:
+            flag = "--spec-method" if spec[0] is not None else "--spec-tokens/--acceptance-rate" if others \
+                else f"workload {w.name} sets speculative"
+            raise fail(f"{flag}: speculative decoding is not simulated for serving workloads (the serving simulator decodes "
+                       "one token per sequence per step; the RL simulator simulates it); capplan plan and capplan roofline price "
+                       "it (--spec-method none simulates plain decoding)")
+        if f["kv_offload_gib"] is not None:
+            flag = "--kv-offload-gib" if kv_offload_gib is not None else f"workload {w.name} sets engine.kv_offloading_size"
+            raise fail(f"{flag}: the serving simulator keeps no prefixes between requests for a CPU KV tier to hold (the RL "
+                       "simulator's tier holds evicted retained prefixes); capplan plan prices the tier's loads")
+    else:
+        from capplan.plan.inputs import speculative_setting
+
+        setting, source = call(lambda: speculative_setting(block, *spec))
+        if setting is not None:
+            out["speculative"] = setting
+            if source.startswith("the workload's speculative.acceptance_by_step") and block is not None:
+                out["acceptance_by_step"] = tuple((float(p.step), float(p.acceptance_rate)) for p in block.acceptance_by_step)
+        if f["kv_offload_gib"] is not None:
+            out["kv_offload_gib"] = f["kv_offload_gib"]
+    return {**call(lambda: layout_options(f["ep"], f["dp"], expert_dtype, f["redundant_experts"], kv_scale, False, alltoall_mode,
+                                          gemm_dtype)), **out}
 
 
 def _data_parallel(tp: int, features: dict[str, Any]) -> int:
@@ -673,6 +689,23 @@ def _layout_text(c: dict[str, Any]) -> str:
     return ", " + ", ".join(parts) if parts else ""
 
 
+def _feature_lines(c: dict[str, Any], st: dict[str, Any], s: dict[str, Any]) -> list[str]:
+    """Speculative decoding and the CPU KV tier of an RL simulation, in words (none for a plain run)."""
+    out = []
+    if "spec_method" in st:
+        schedule = " (at step 0; it follows the workload's acceptance schedule)" if "acceptance_by_step" in c.get("speculative", {}) else ""
+        out.append(f"Speculative decoding: {st['spec_method']}, {st['spec_tokens']} drafted tokens, {st['spec_tokens_per_step']:.3g} "
+                   f"tokens per verify step{schedule}; decode priced per output token; KV {st['kv_capacity_tokens']:,} tokens "
+                   f"per replica with the drafter ({st['kv_capacity_tokens_without_spec']:,} without).")
+    if "kv_offload_capacity_tokens" in st:
+        use = "" if st["kv_offload_used"] else " (not used: loading a position is not faster than prefilling it)"
+        out.append(f"CPU KV tier: {st['kv_offload_gib_per_gpu']:g} GiB per GPU, {st['kv_offload_capacity_tokens']:,} tokens{use}; "
+                   f"{s['kv_offload_loads']:,} evicted prefixes and preempted contexts loaded back ({s['kv_offload_loaded_tokens']:,} tokens, "
+                   f"{s['kv_offload_loaded_gib_per_gpu']:,.1f} GiB per GPU, {s['kv_offload_load_s']:,.2f} s over the "
+                   f"{st['host_link_bandwidth_gbps']:g} GB/s host link) instead of recomputed.")
+    return out
+
+
 def _pct(x: float) -> str:
     return f"{x:.1%}"
 
@@ -699,6 +732,8 @@ def render(result: "SimResult") -> None:
         f"weight {'reshard' if c['mode'] == 'colocated' else 'push'} {st['weight_sync_s']:.2f} s; steady step "
         f"{s['step_time_s']:,.1f} s, {s['steady_trained_tokens_per_s']:,.0f} trained tokens/s."
     )
+    for line in _feature_lines(c, st, s):
+        con.print(escape(line))
     t = Table(title="Throughput", title_justify="left", box=box.SIMPLE_HEAD)
     for col in ("", "trajectories", "trajectories/s", "sampled tokens/s"):
         t.add_column(col, justify="left" if not col else "right")

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from capplan.engine import EngineProfile
 from capplan.errors import InputError
 from capplan.options import Options
+from capplan.speculative import SpecInputs
 from capplan.units import MAX_CONTEXT_TOKENS, MAX_GPUS, MAX_SEQUENCES, KVDtype, WeightDtype
 
 if TYPE_CHECKING:
@@ -91,7 +92,8 @@ class SimConfig(EngineFeatures, Options, BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, arbitrary_types_allowed=True)
-    FLAGS: ClassVar[dict[str, str]] = {"chunk_conversations": "chunk_conversations", "trainer_mfu": "--trainer-mfu"}
+    FLAGS: ClassVar[dict[str, str]] = {"chunk_conversations": "chunk_conversations", "trainer_mfu": "--trainer-mfu",
+                                       "kv_offload_gib": "--kv-offload-gib"}
 
     tp: int = Field(default=1, ge=1, le=MAX_GPUS)
     """Tensor-parallel degree of each inference replica [GPUs]."""
@@ -157,9 +159,26 @@ class SimConfig(EngineFeatures, Options, BaseModel):
     engine: EngineProfile | None = None
     """Engine profile of the inference replicas (memory and step-time terms); ``None``: the
     default engine profile."""
+    speculative: SpecInputs | None = None
+    """Decode speculatively (:class:`capplan.speculative.SpecInputs`): a decode step is priced per
+    output token, (verify step + drafts) / tokens per verify step, and the drafter's weights and
+    KV share the KV budget, as ``capplan plan`` prices it (:mod:`capplan.sim.speculative`);
+    ``None``: plain decoding."""
+    acceptance_by_step: tuple[tuple[float, float], ...] | None = None
+    """``(trainer step, per-token acceptance)`` points of a workload's
+    ``speculative.acceptance_by_step``: each replica decodes at the acceptance of the trainer
+    step its weights belong to (interpolated, flat beyond the ends); ``None``: the acceptance
+    of ``speculative``."""
+    kv_offload_gib: float | None = Field(default=None, gt=0, le=1_000_000)
+    """Host memory per GPU given to a CPU KV tier [GiB]: evicted retained prefixes and preempted
+    contexts are kept there and loaded back over the host link instead of recomputed, when
+    loading is faster
+    (:mod:`capplan.sim.speculative`); ``None``: no tier."""
 
     @model_validator(mode="after")
     def _together(self) -> "SimConfig":
+        if self.acceptance_by_step is not None and self.speculative is None:
+            raise ValueError("an acceptance schedule needs speculative decoding (--spec-method or a speculative: block)")
         if self.inflight_updates and self.mode != "async":
             raise ValueError("--inflight-updates needs --mode async (a synchronous update has nothing in flight)")
         if self.mode == "colocated" and self.trainer_gpus is not None:

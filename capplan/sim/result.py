@@ -258,6 +258,8 @@ def build_result(
         "recompute_fraction": int(recompute.sum()) / forwarded if forwarded else 0.0,
         "inference_idle_fraction": 1.0 - busy_s / (len(replicas) * horizon_s) if horizon_s > 0 else 0.0,
     }
+    if config.kv_offload_gib is not None:  # the CPU KV tier's figures, only with a tier
+        summary.update(offload_summary(replicas, sim.setup.offload))
     run_config = {
         "tp": config.tp,
         "inference_replicas": config.inference_replicas,
@@ -275,6 +277,7 @@ def build_result(
         "kv_dtype": config.kv_dtype,
         "weight_dtype": config.weight_dtype,
         **config.layout(),  # engine features, only when set (a plain run's keys are unchanged)
+        **_feature_config(config),
     }
     conversations = {
         "n": n,
@@ -307,3 +310,38 @@ def build_result(
         conversations=conversations,
         table=table,
     )
+
+
+OFFLOAD_SUMMARY_KEYS: tuple[str, ...] = (
+    "kv_offload_stores",
+    "kv_offload_loads",
+    "kv_offload_loaded_tokens",
+    "kv_offload_loaded_gib_per_gpu",
+    "kv_offload_load_s",
+)
+"""Summary figures of a run with a CPU KV tier, after :data:`SUMMARY_KEYS` (units in ``docs/simulate.md``)."""
+
+
+def offload_summary(replicas: Any, offload: Any) -> dict[str, Any]:
+    """The CPU KV tier's counters summed over the replicas (:data:`OFFLOAD_SUMMARY_KEYS`)."""
+    loaded = int(sum(r.tier_loaded_tokens for r in replicas))
+    per_token = offload.bytes_per_token if offload is not None else 0.0
+    return {
+        "kv_offload_stores": int(sum(r.tier_stores for r in replicas)),
+        "kv_offload_loads": int(sum(r.tier_loads for r in replicas)),
+        "kv_offload_loaded_tokens": loaded,
+        "kv_offload_loaded_gib_per_gpu": loaded * per_token / 2**30,
+        "kv_offload_load_s": float(sum(r.tier_load_s for r in replicas)),
+    }
+
+
+def _feature_config(config: "SimConfig") -> dict[str, Any]:
+    """Speculative decoding and the CPU KV tier of ``config``, only when set."""
+    out: dict[str, Any] = {}
+    if config.speculative is not None:
+        out["speculative"] = config.speculative.model_dump(exclude_none=True)
+        if config.acceptance_by_step is not None:
+            out["speculative"]["acceptance_by_step"] = [list(p) for p in config.acceptance_by_step]
+    if config.kv_offload_gib is not None:
+        out["kv_offload_gib"] = config.kv_offload_gib
+    return out

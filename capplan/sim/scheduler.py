@@ -12,7 +12,9 @@ stop at the window, linear-attention layers hold a fixed state. An admitted invo
 the KV of its whole input; decoding grows it one position per step. When a step's growth does
 not fit, retained KV (conversations waiting on a tool) is evicted first, oldest first, then the
 most recently joined decoding sequence is preempted: its KV is freed and it is recomputed
-(prefilled again) when readmitted.
+(prefilled again) when readmitted. With a CPU KV tier (:mod:`capplan.sim.speculative`) the
+evicted prefixes and preempted contexts are loaded back from host memory instead, and with
+speculative decoding a decode step is priced per output token.
 
 This is the simulator's hot loop: an invocation is its conversation's
 :class:`~capplan.sim.conversations.Sequence` (slots read directly, no table look-ups), methods
@@ -51,6 +53,8 @@ class ReplicaScheduler:
         "kv_capacity_bytes", "held_bytes", "held_limit", "max_batched_tokens", "max_num_seqs", "static_batching",
         "inflight_updates", "weight_sync_s", "decode_compute_base", "decode_compute_per_sequence", "decode_memory_base",
         "decode_memory_per_sequence", "decode_fixed_base", "decode_fixed_per_sequence", "step_constants", "a2a_switch", "k_a2a",
+        # engine features: speculative decoding and the CPU KV tier (capplan.sim.speculative)
+        "spec", "spec_tokens", "budget_per_decoder", "offload", "tier", "tier_used", "pending_load_s",
         # shared with the rest of the simulation
         "events", "runs", "tiebreak", "uids", "on_invocation_done",
         # queues and KV
@@ -63,6 +67,7 @@ class ReplicaScheduler:
         "policy_version", "target_version", "loading_version", "draining", "loading_weights", "stopped", "pending_hold_s",
         # counters
         "steps_done", "busy_s", "sequence_s", "forwarded_tokens", "preemptions", "evictions",
+        "tier_stores", "tier_loads", "tier_loaded_tokens", "tier_load_s",
     )
 
     def __init__(
@@ -114,6 +119,29 @@ class ReplicaScheduler:
         self.a2a_switch = coeffs.a2a_switch
         """Positions above which the expert-parallel all-to-all costs ``k_a2a`` more per position (never, without it)."""
         self.k_a2a = coeffs.k_a2a
+        self.spec = setup.spec
+        """Speculative decoding (``None``: plain decoding): decode steps priced per output token."""
+        self.spec_tokens = setup.spec.tokens_at(0) if setup.spec is not None else 1.0
+        """Mean tokens a verify step yields with the replica's weights ``E`` [tokens]."""
+        self.budget_per_decoder = setup.spec.positions if setup.spec is not None else 1
+        """Positions of the token budget a decoding sequence takes per step [positions]."""
+        self.offload = setup.offload if setup.offload is not None and setup.offload.loads_win else None
+        """The CPU KV tier (``None``: none, or loading would be slower than prefilling)."""
+        self.tier: dict[Sequence, int] = {}
+        """Conversations whose lost context the tier holds (an evicted prefix, a preempted sequence's context) -> its
+        positions, least recently stored first."""
+        self.tier_used = 0
+        """Positions the tier holds [positions]."""
+        self.pending_load_s = 0.0
+        """Tier loads of the invocations admitted for the next step, charged with it [s]."""
+        self.tier_stores = 0
+        """Lost contexts stored in the tier [count]."""
+        self.tier_loads = 0
+        """Contexts loaded back from the tier [count]."""
+        self.tier_loaded_tokens = 0
+        """Positions loaded back from the tier [positions]."""
+        self.tier_load_s = 0.0
+        """Time charged for the loads [s]."""
         self.events = events.heap
         self.runs = events.runs
         """The heap of run ends (:attr:`capplan.sim.events.EventQueue.runs`)."""
@@ -207,10 +235,43 @@ class ReplicaScheduler:
             if seq is not keep:
                 del self.retained[seq]
                 self.kv_retained_bytes -= seq.held_kv_bytes
+                if self.offload is not None:
+                    self._store_in_tier(seq, seq.held_positions)
                 seq.held_positions = 0
                 self.evictions += 1
                 return True
         return False
+
+    def _store_in_tier(self, seq: "Sequence", positions: int) -> None:
+        """Keep ``seq``'s lost context of ``positions`` in the CPU tier, dropping the least
+        recently stored prefixes while it does not fit (a prefix larger than the tier is not kept)."""
+        capacity = self.offload.capacity_tokens  # type: ignore[union-attr]
+        if positions <= 0 or positions > capacity:
+            return
+        tier = self.tier
+        while self.tier_used + positions > capacity:
+            oldest = next(iter(tier))
+            self.tier_used -= tier.pop(oldest)
+        tier[seq] = positions
+        self.tier_used += positions
+        self.tier_stores += 1
+
+    def _load_recompute(self, inv: "Sequence") -> None:
+        """Admit a preempted sequence's recompute with the context the tier holds loaded back
+        (its last position, at least, is computed)."""
+        stored = self.tier.pop(inv)
+        self.tier_used -= stored
+        loaded = stored if stored < inv.prefill_remaining else inv.prefill_remaining - 1
+        if loaded <= 0:
+            return
+        inv.cached_positions += loaded
+        inv.prefill_remaining -= loaded
+        inv.recompute_forwarded -= loaded
+        load_s = loaded * self.offload.load_s_per_token  # type: ignore[union-attr]
+        self.pending_load_s += load_s
+        self.tier_load_s += load_s
+        self.tier_loads += 1
+        self.tier_loaded_tokens += loaded
 
     def retain(self, seq: "Sequence", positions: int) -> None:
         """Keep ``positions`` of ``seq``'s KV while it waits on a tool."""
@@ -230,6 +291,8 @@ class ReplicaScheduler:
             seq.held_positions = 0
             if self.waiting:
                 self.wake(t)
+        if self.tier and seq in self.tier:
+            self.tier_used -= self.tier.pop(seq)
         self.assigned_conversations -= 1
 
     # ------------------------------------------------------------------ the decoding batch
@@ -285,6 +348,10 @@ class ReplicaScheduler:
         self.waiting.appendleft(victim)
         self.preemptions += 1
         victim.recompute_forwarded += context
+        if self.offload is not None:  # its KV goes to the CPU tier, to be loaded back when readmitted
+            if victim in self.tier:
+                self.tier_used -= self.tier.pop(victim)
+            self._store_in_tier(victim, context - 1)
 
     def _free_kv_for_growth(self, used: float, growth: float) -> tuple[float, float, bool]:
         """Evict retained KV, then preempt, until the decode batch's next step fits.
@@ -345,12 +412,25 @@ class ReplicaScheduler:
             inv.kv_reserved_bytes = reserved
             if inv.is_recompute or inv.is_score:
                 self.kv_prefill_bytes += reserved
+                if self.tier and inv.is_recompute and inv in self.tier:  # a preempted context comes back from the CPU tier
+                    self._load_recompute(inv)
             else:
                 held = inv.held_positions
                 if inv.is_first_turn:
                     held = inv.shared_prompt  # the group's first sample, on this replica, computed the prompt
                 claim = inv.claimed_positions
                 hit = claim if claim <= held else held
+                if self.tier and inv in self.tier:  # the evicted prefix comes back from the CPU tier
+                    stored = self.tier.pop(inv)
+                    self.tier_used -= stored
+                    loaded = (claim if claim <= stored else stored) - hit
+                    if loaded > 0:
+                        hit += loaded
+                        load_s = loaded * self.offload.load_s_per_token  # type: ignore[union-attr]
+                        self.pending_load_s += load_s
+                        self.tier_load_s += load_s
+                        self.tier_loads += 1
+                        self.tier_loaded_tokens += loaded
                 if inv.held_positions:
                     self.kv_retained_bytes -= inv.held_kv_bytes
                     del self.retained[inv]
@@ -383,10 +463,13 @@ class ReplicaScheduler:
             return
         if self.run_chunks or self.run_steps <= 1:
             return
-        steps = steps_within(self.run_line, self.run_steps, t - self.run_start_s)
+        if self.spec is not None:
+            steps = self.run_line.steps_within(self.run_steps, t - self.run_start_s)  # type: ignore[union-attr]
+        else:
+            steps = steps_within(self.run_line, self.run_steps, t - self.run_start_s)
         if steps < self.run_steps:
             self.run_steps = steps
-            self.run_time_s = run_time(self.run_line, steps)
+            self.run_time_s = self.run_line.time(steps) if self.spec is not None else run_time(self.run_line, steps)  # type: ignore[union-attr]
             self.run_epoch += 1
             heappush(self.runs, (self.run_start_s + self.run_time_s, next(self.tiebreak), self.index, self.run_epoch))
 
@@ -434,7 +517,7 @@ class ReplicaScheduler:
             below = self.decoding_below_window
             cached = self.decoding_cached
         # prefill chunks: continuing prefills first, then admissions
-        budget = self.max_batched_tokens - decoding
+        budget = self.max_batched_tokens - decoding * self.budget_per_decoder
         prefilling = self.prefilling
         if budget > 0 and (prefilling or self.waiting):
             chunks: list[tuple[Sequence, int]] = []
@@ -484,6 +567,9 @@ class ReplicaScheduler:
                 steps = fitting
         if steps < 1:
             steps = 1
+        if self.spec is not None:
+            self._start_spec_run(steps, t)
+            return
         coeffs = self.coeffs
         cached_below = self.decoding_cached_below_window
         above = decoding - below
@@ -520,6 +606,46 @@ class ReplicaScheduler:
         self.run_time_s = run_s
         self.run_epoch = epoch = self.run_epoch + 1
         heappush(self.runs, (t + run_s, next(self.tiebreak), self.index, epoch))
+
+    def _start_spec_run(self, steps: int, t: float) -> None:
+        """Schedule a run of ``steps`` speculative decode steps (output tokens), priced per output
+        token (:class:`capplan.sim.speculative.SpecRun`)."""
+        from capplan.sim.speculative import spec_run
+
+        run = spec_run(self.spec, self.coeffs, self.spec_tokens, self.decoding, self.decoding_below_window,  # type: ignore[arg-type]
+                       self.decoding_cached, self.decoding_cached_below_window)
+        self.run_line = run  # type: ignore[assignment]
+        self.busy = True
+        self.run_steps = steps
+        self.run_chunks = _NO_CHUNKS
+        self.run_start_s = t
+        self.run_time_s = run_s = run.time(steps)
+        self.run_epoch = epoch = self.run_epoch + 1
+        heappush(self.runs, (t + run_s, next(self.tiebreak), self.index, epoch))
+
+    def _spec_step_terms(self) -> tuple[float, float, float, float, float]:
+        """What a verify step adds to a mixed step's work over a plain decode step of the same
+        batch: ``(new, logits, pairs, pairs_window, 0)`` (``n - 1`` more positions per sequence)."""
+        n = self.spec.positions  # type: ignore[union-attr]
+        decoding, below = self.decoding, self.decoding_below_window
+        extra_pairs_each = n * (n + 1) * 0.5 - 1.0
+        pairs = (n - 1) * self.decoding_cached + decoding * extra_pairs_each
+        pairs_window = 0.0
+        if self.kv_window_bytes:
+            pairs_window = (n - 1) * self.decoding_cached_below_window + below * extra_pairs_each
+            pairs_window += (n - 1) * self.window * (decoding - below)
+        return float(decoding * (n - 1)), float(decoding * (n - 1)), pairs, pairs_window, 0.0
+
+    def _spec_step_price(self, step_s: float) -> float:
+        """A mixed step's price from its verify step with the chunks ``step_s`` [s]: plus the drafts,
+        less ``(1 - 1 / E)`` of the pure verify step and drafts (module notes of :mod:`capplan.sim.speculative`)."""
+        from capplan.sim.speculative import spec_run
+
+        run = spec_run(self.spec, self.coeffs, self.spec_tokens, self.decoding, self.decoding_below_window,  # type: ignore[arg-type]
+                       self.decoding_cached, self.decoding_cached_below_window)
+        draft = self.spec.draft_s(run.draft, 0, 1)  # type: ignore[union-attr]
+        pure = run_time(run.verify, 1) + draft
+        return step_s + draft - (1.0 - 1.0 / self.spec_tokens) * pure
 
     def _start_step_with_prefill(self, chunks: list[tuple["Sequence", int]], t: float) -> None:
         """Price one step of the decoding batch plus ``chunks`` of prefill and schedule its end.
@@ -569,6 +695,12 @@ class ReplicaScheduler:
                 pairs += n * cached + n * (n + 1) * 0.5  # causal_pairs_one(cached, n)
                 read += cached
         seqs = decoding + len(chunks)
+        if self.spec is not None and decoding:
+            more_new, more_logits, more_pairs, more_pairs_window, _ = self._spec_step_terms()
+            new += more_new
+            logits += more_logits
+            pairs += more_pairs
+            pairs_window += more_pairs_window
         # StepCoefficients.step_time(new, logits, pairs, pairs_window, read, read_window, seqs), inline
         (c_0, c_new, c_logit, c_pair, c_pair_w, m_0, m_new, m_logit, m_read, m_read_w, m_seq, m_head, m_routed, q,
          overhead, k_0, k_new, h_seq, k_head, k_logit) = self.step_constants
@@ -584,6 +716,11 @@ class ReplicaScheduler:
         if new > self.a2a_switch:
             f += self.k_a2a * new
         step_s = (c if c > m else m) + f
+        if self.spec is not None and decoding:
+            step_s = self._spec_step_price(step_s)
+        if self.pending_load_s:
+            step_s += self.pending_load_s
+            self.pending_load_s = 0.0
         self.busy = True
         self.run_steps = 1
         self.run_chunks = chunks
@@ -687,6 +824,8 @@ class ReplicaScheduler:
         """The weights are loaded (or a hold is over): resume at ``t`` [s]."""
         self.loading_weights = False
         self.policy_version = self.loading_version
+        if self.spec is not None:
+            self.spec_tokens = self.spec.tokens_at(self.policy_version)
         self.plan(t)
 
     # ------------------------------------------------------------------ reporting

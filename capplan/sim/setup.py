@@ -9,7 +9,7 @@ step time and weight push from :mod:`capplan.trainer`.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from capplan.kv import KVLayout
     from capplan.modelspec import ModelSpec
     from capplan.sim.config import SimConfig
+    from capplan.sim.speculative import OffloadCosts, SpecCosts
     from capplan.sim.stepcost import StepCoefficients
     from capplan.workload import Workload
 
@@ -47,6 +48,10 @@ class EngineSetup:
     step_overhead_s: float = 0.0
     """The framework's time per update outside the GPU phases, at the start of each update: the
     trainer's time includes it and, async, the replicas hold for it [s]."""
+    spec: "SpecCosts | None" = None
+    """Speculative decoding (``None``: plain decoding)."""
+    offload: "OffloadCosts | None" = None
+    """The CPU KV tier (``None``: none)."""
 
 
 @dataclass(frozen=True)
@@ -73,9 +78,14 @@ class SetupReport:
     """Engine step time in the RL framework over the engine profile's [ratio]."""
     step_overhead_s: float = 0.0
     """Framework time per update outside the GPU phases [s]."""
+    features: dict[str, Any] = field(default_factory=dict)
+    """Figures of the engine features in use (speculative decoding, the CPU KV tier), appended
+    to :meth:`as_dict` only when there are any (a plain run's keys are unchanged)."""
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out.update(out.pop("features"))
+        return out
 
 
 def held_bytes_function(layout: "KVLayout") -> Callable[[float], float]:
@@ -182,7 +192,16 @@ def engine_setup(
     if slowdown != 1.0:  # every time term scales, so every step does
         coeffs = replace(coeffs, **{f.name: getattr(coeffs, f.name) * slowdown for f in fields(coeffs) if f.name not in ("q", "window")})
     engine = roofline_inputs.profile()
-    capacity_bytes = kv.kv_capacity_tokens * kv.kv_bytes_per_token_per_gpu
+    capacity_tokens = kv.kv_capacity_tokens
+    spec_costs, features, feature_lines = None, {}, []
+    if config.speculative is not None:
+        spec_costs, capacity_tokens, features, feature_lines = _speculative(spec, hw, roofline_inputs, kv, config, slowdown)
+    capacity_bytes = capacity_tokens * kv.kv_bytes_per_token_per_gpu
+    offload = None
+    if config.kv_offload_gib is not None:
+        offload, more, lines = _offload(spec, hw, roofline_inputs, kv, capacity_tokens, coeffs, config.kv_offload_gib)
+        features.update(more)
+        feature_lines += lines
     colocated = config.mode == "colocated"
     pattern = config.weight_sync if config.weight_sync != "auto" else ("reshard" if colocated else "nccl")
     layout = config.layout()
@@ -215,9 +234,11 @@ def engine_setup(
         trainer_time=trainer_time,
         replica_pause_s=float(sync_s),
         step_overhead_s=float(overhead),
+        spec=spec_costs,
+        offload=offload,
     )
     report = SetupReport(
-        kv_capacity_tokens=kv.kv_capacity_tokens,
+        kv_capacity_tokens=capacity_tokens,
         kv_budget_gib_per_gpu=kv.kv_budget_gib_per_gpu,
         max_num_seqs=kv.max_num_seqs,
         max_batched_tokens=kv.max_batched_tokens,
@@ -227,9 +248,10 @@ def engine_setup(
         single_decode_step_s=coeffs.step_time(1, 1, 1, 1, 0, 0, 1),
         rollout_slowdown=slowdown,
         step_overhead_s=overhead,
+        features=features,
     )
     terms = engine.time_on(hw.name)
-    notes = feature_notes(config, kv) + [
+    notes = feature_notes(config, kv) + feature_lines + [
         f"RL framework: engine steps {slowdown:.3g}x the engine profile's, {overhead:.3g} s per update outside the GPU "
         "phases (capplan.trainer.RL_FRAMEWORK_FIT unless given)",
         f"engine steps priced by the roofline model with engine profile {engine.name} ({engine.calibration}): "
@@ -247,3 +269,79 @@ def engine_setup(
         "the trainer is busy for the weight push after each update",
     ]
     return setup, report, notes
+
+
+def _speculative(
+    spec: "ModelSpec", hw: "HardwareProfile", rinp: Any, kv: Any, config: "SimConfig", slowdown: float,
+) -> tuple["SpecCosts", int, dict[str, Any], list[str]]:
+    """Speculative decoding of a replica: the drafter's step coefficients (scaled by the rollout
+    slowdown, as the target's), the KV capacity with the drafter sharing the budget
+    (:func:`capplan.speculative.spec_memory`, as ``capplan plan`` counts it), the figures and notes."""
+    from dataclasses import fields, replace
+
+    from capplan.sim.speculative import SpecCosts
+    from capplan.sim.stepcost import step_coefficients
+    from capplan.speculative import spec_memory, spec_pricers
+
+    setting = config.speculative
+    assert setting is not None
+    mem = spec_memory(spec, kv, setting)
+    _, drafter = spec_pricers(spec, hw, rinp, setting)
+    dco = None
+    if drafter is not None:
+        dco = step_coefficients(drafter.spec, drafter.hw, drafter.inp)
+        if slowdown != 1.0:
+            dco = replace(dco, **{f.name: getattr(dco, f.name) * slowdown for f in fields(dco) if f.name not in ("q", "window")})
+    schedule = config.acceptance_by_step
+    costs = SpecCosts(drafter=dco, positions=setting.positions_verified, drafts=setting.num_speculative_tokens,
+                      tokens_per_step=setting.tokens_per_step, acceptance_by_step=schedule)
+    figures = {
+        "spec_method": setting.method,
+        "spec_tokens": setting.num_speculative_tokens,
+        "spec_tokens_per_step": costs.tokens_at(0),
+        "draft_weights_gib_per_gpu": mem.draft_weights_gib_per_gpu,
+        "draft_kv_bytes_per_token_per_gpu": mem.draft_kv_bytes_per_token_per_gpu,
+        "kv_capacity_tokens_without_spec": mem.kv_capacity_tokens_without,
+    }
+    acceptance = ("following the acceptance schedule at the policy version of each replica's weights"
+                  if schedule is not None else f"{costs.tokens_per_step:.3g} tokens per verify step")
+    lines = [f"speculative decoding ({setting.method}, k = {setting.num_speculative_tokens}, {acceptance}): a decode step is "
+             f"priced per output token, (verify step of {setting.positions_verified} positions per sequence + the drafts) / "
+             "tokens per verify step (capplan.speculative.SpeculativePricer); a decoding sequence takes "
+             f"{setting.positions_verified} positions of the token budget; the drafter's weights and KV share the KV budget "
+             f"({mem.kv_capacity_tokens:,} positions, {mem.kv_capacity_tokens_without:,} without it)"]
+    return costs, mem.kv_capacity_tokens, figures, lines
+
+
+def _offload(
+    spec: "ModelSpec", hw: "HardwareProfile", rinp: Any, kv: Any, capacity_tokens: int, coeffs: "StepCoefficients", gib: float,
+) -> tuple["OffloadCosts", dict[str, Any], list[str]]:
+    """A replica's CPU KV tier of ``gib`` GiB per GPU (:func:`capplan.offload.offload_tier`, on a
+    server of the replica's step prices as ``capplan plan`` builds it), its figures and notes."""
+    from capplan.benchmark import Server
+    from capplan.offload import offload_tier
+    from capplan.roofline import step_pricer
+    from capplan.sim.speculative import OffloadCosts, prefill_s_per_token
+
+    terms = rinp.profile().time_on(hw.name)
+    server = Server(step_pricer(spec, hw, rinp), kv.max_num_seqs, kv.max_batched_tokens, capacity_tokens,
+                    terms.chunked_prefill, terms.request_overhead_s)
+    tier = offload_tier(server, gib)
+    costs = OffloadCosts(capacity_tokens=tier.capacity_tokens, load_s_per_token=tier.load_s_per_token,
+                         prefill_s_per_token=prefill_s_per_token(coeffs, kv.max_batched_tokens),
+                         bytes_per_token=float(kv.kv_bytes_per_token_per_gpu), host_kv_gib_per_gpu=float(gib))
+    figures = {
+        "kv_offload_gib_per_gpu": float(gib),
+        "kv_offload_capacity_tokens": tier.capacity_tokens,
+        "kv_offload_load_s_per_token": tier.load_s_per_token,
+        "kv_offload_prefill_s_per_token": costs.prefill_s_per_token,
+        "kv_offload_used": costs.loads_win,
+        "host_link_bandwidth_gbps": tier.host_link_bandwidth_gbps,
+    }
+    use = ("evicted retained prefixes are kept there (least recently stored dropped first) and loaded back at the next "
+           "turn, the load charged with the step that starts the turn's prefill" if costs.loads_win else
+           "loading a position is not faster than prefilling it, so the tier is not used (evicted prefixes are recomputed)")
+    lines = [f"CPU KV tier: {gib:g} GiB per GPU, {tier.capacity_tokens:,} positions, loads at "
+             f"{tier.load_s_per_token * 1e6:.3g} us per position over the {tier.host_link_bandwidth_gbps:g} GB/s host link "
+             f"against {costs.prefill_s_per_token * 1e6:.3g} us to prefill one (capplan.offload); {use}"]
+    return costs, figures, lines
