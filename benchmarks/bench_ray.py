@@ -92,6 +92,14 @@ def main() -> None:
         f"ray ({where}):   {ray_s:7.2f} s = {serial_s / ray_s:.2f}x sequential (target >= 1.6x); same results: "
         f"{on_ray.rows == serial.rows}; start-up {startup_s:.1f} s and worker warm-up {warm_s:.1f} s apart"
     )
+    from report import record
+
+    same = on_ray.rows == serial.rows and pool.rows == serial.rows
+    record("ray", f"{points}-point simulation sweep (`simulate_grid`, `bench_ray.py`)",
+           f"sequential {serial_s:.2f} s; process pool ({args.workers} workers) {serial_s / pool_s:.2f}x; Ray ({where}, "
+           f"started once) {serial_s / ray_s:.2f}x; Ray start-up {startup_s:.1f} s apart; identical results: {same}",
+           "Ray on 2 CPUs >= 1.6x sequential, identical results", same and serial_s / ray_s >= 1.6,
+           headline=f"Ray {serial_s / ray_s:.2f}x, pool {serial_s / pool_s:.2f}x sequential")
 
 
 if __name__ == "__main__":
