@@ -53,13 +53,41 @@ class Screened:
     """Trainer versions (-1 not given)."""
 
 
-def _running_count(flags: "np.ndarray") -> "np.ndarray":
-    """``out[k]`` = flags set among the first ``k`` positions (int32 while the batch allows)."""
+FIELD_BITS = 21
+"""Bits of each count packed in one int64 (:func:`_packed_running`): action, tool, prompt."""
+_FIELD = (1 << FIELD_BITS) - 1
+LONGEST_PACKED = 1 << FIELD_BITS
+"""Positions a record may have for the packed counts [positions]; a longer one goes record by record."""
+_SHIFTS = bytes([2 * FIELD_BITS, 0, FIELD_BITS] + [64] * 253)
+"""Origin code -> bit offset of its count (prompt 42, action 0, tool 21; an invalid code 64, which
+shifts 1 out of the word)."""
+
+
+def _packed_running(origin: "np.ndarray") -> tuple["np.ndarray", "np.ndarray"]:
+    """Per position, the bit offset of its class's count; and ``out[k]`` = the action, tool and prompt positions among the first ``k``, packed in one int64:
+    action in bits 0-20, tool in bits 21-41, prompt from bit 42 (an invalid code counts nowhere).
+
+    The sums wrap modulo 2^64, but a difference ``out[j] - out[i]`` is exact in every field while
+    each count between ``i`` and ``j`` is below 2^21 (:data:`LONGEST_PACKED`): one cumulative sum
+    serves three counts, over any span inside a record.
+
+    Returns
+    -------
+    (shifts, running)
+        The bit offset of each position's count (64 for none), and ``running``.
+    """
     import numpy as np
 
-    out = np.zeros(flags.size + 1, dtype=np.int32 if flags.size < 2**31 - 1 else np.int64)
-    np.cumsum(flags, out=out[1:])
-    return out
+    shifts = np.frombuffer(origin.tobytes().translate(_SHIFTS), dtype=np.uint8)
+    out = np.empty(origin.size + 1, dtype=np.int64)
+    out[0] = 0
+    np.cumsum(np.left_shift(np.int64(1), shifts, dtype=np.int64), out=out[1:])
+    return shifts, out
+
+
+def _unpack(packed: "np.ndarray") -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
+    """Action, tool and prompt counts of packed differences (:func:`_packed_running`)."""
+    return packed & _FIELD, (packed >> FIELD_BITS) & _FIELD, (packed >> 2 * FIELD_BITS) & _FIELD
 
 
 def _segment_sums(values: "np.ndarray", offsets: "np.ndarray") -> "np.ndarray":
@@ -135,16 +163,13 @@ def screen(
     clean = cols.exact.copy()
     origin, origin_offsets = cols.origin, cols.origin_offsets
     positions = np.diff(origin_offsets)
-    is_action, is_tool = origin == 1, origin == 2
-    actions_before, tools_before = _running_count(is_action), _running_count(is_tool)
-    starts, ends = origin_offsets[:-1], origin_offsets[1:]
-    action = (actions_before[ends] - actions_before[starts]).astype(np.int64)
-    tool = (tools_before[ends] - tools_before[starts]).astype(np.int64)
-    invalid = origin > 2
-    # well_formed: every mask entry valid
-    if invalid.any():
-        clean &= _segment_sums(invalid.view(np.uint8), origin_offsets) == 0
-    prompt = positions - action - tool  # exact wherever every entry is valid
+    # counts over spans of a record come from one packed running sum; a record too long for it
+    # goes record by record
+    clean &= positions < LONGEST_PACKED
+    shifts, running = _packed_running(origin)
+    action, tool, prompt = _unpack(running[origin_offsets[1:]] - running[origin_offsets[:-1]])
+    # well_formed: every mask entry valid (an invalid one is counted in no class)
+    clean &= action + tool + prompt == positions
     loss_invalid = cols.loss > 1
     if loss_invalid.any():
         clean &= _segment_sums(loss_invalid.view(np.uint8), cols.loss_offsets) == 0
@@ -165,11 +190,10 @@ def screen(
         source = np.repeat(cols.loss_offsets[:-1] - origin_offsets[:-1], positions) + np.arange(origin.size)
         take = np.repeat(same, positions)
         loss[take] = cols.loss[source[take]]
-    trained = loss == 1
-    trained_all = _segment_sums(trained.view(np.uint8), origin_offsets)
-    trained_action = _segment_sums((trained & is_action).view(np.uint8), origin_offsets)
-    trained_tool = _segment_sums((trained & is_tool).view(np.uint8), origin_offsets)
-    trained_prompt = trained_all - trained_action - trained_tool
+    # the trained positions' counts, packed alike (an untrained position shifts 1 out of the word)
+    untrained = (loss != 1).view(np.uint8) << 6
+    trained_packed = np.left_shift(np.int64(1), shifts + untrained, dtype=np.int64)
+    trained_action, trained_tool, trained_prompt = _unpack(_segment_sums(trained_packed, origin_offsets))
     # loss_classes
     for cls, trained in (("prompt", trained_prompt), ("action", trained_action), ("tool", trained_tool)):
         if cls not in allowed:
@@ -192,7 +216,7 @@ def screen(
         # staleness: no trainer_version older than the record's policy_version (the lag against
         # the newest version so far is never negative)
         clean &= (cols.trainer_version < 0) | (cols.policy_version < 0) | (cols.trainer_version >= cols.policy_version)
-        clean &= _turns(cols, rows, prompt, action, needs_logprobs, actions_before, tools_before)
+        clean &= _turns(cols, rows, prompt, action, needs_logprobs, running)
         cache_logged = cols.has_cached | cols.has_prefill
         flags |= np.where(cache_logged, FLAG_CACHE_LOGGED, 0)
     # well_formed: tool_wait_s in [ms]
@@ -209,13 +233,11 @@ def _turns(
     prompt: "np.ndarray",
     action: "np.ndarray",
     needs_logprobs: bool,
-    actions_before: "np.ndarray",
-    tools_before: "np.ndarray",
+    running: "np.ndarray",
 ) -> "np.ndarray":
     """turn_boundaries, cache_hits, sampled_are_actions and logprobs of generated records; fills
     their sampled, prefill, cache-hit, decode, invocation and tool-call columns of ``rows``.
-    ``actions_before`` / ``tools_before`` are :func:`_running_count` of the action and tool
-    positions of the batch. Returns which records pass."""
+    ``running`` is :func:`_packed_running` of the batch's origin codes. Returns which records pass."""
     import numpy as np
 
     n = cols.n
@@ -224,10 +246,14 @@ def _turns(
     positions = np.diff(offsets)
 
     def actions(start: "np.ndarray", end: "np.ndarray") -> "np.ndarray":
-        return (actions_before[end] - actions_before[start]).astype(np.int64)
+        return (running[end] - running[start]) & _FIELD
 
     def tools(start: "np.ndarray", end: "np.ndarray") -> "np.ndarray":
-        return (tools_before[end] - tools_before[start]).astype(np.int64)
+        return ((running[end] - running[start]) >> FIELD_BITS) & _FIELD
+
+    def not_prompt(start: "np.ndarray", end: "np.ndarray") -> "np.ndarray":
+        """Action and tool positions together (packed: zero when both are)."""
+        return (running[end] - running[start]) & ((1 << 2 * FIELD_BITS) - 1)
 
     # the invocations: logged spans, or the runs of action positions
     derived = ~cols.has_turns
@@ -262,7 +288,7 @@ def _turns(
     # turn_boundaries: the prompt a prefix, no tool observation before the first turn
     base = offsets[:-1]
     prompt_end = base + np.minimum(prompt, positions)  # the prompt a prefix: no action or tool before its end
-    ok &= actions(base, prompt_end) + tools(base, prompt_end) == 0
+    ok &= not_prompt(base, prompt_end) == 0
     first = positions.copy()
     has_any = invocations > 0
     first[has_any] = start_c[inv_offsets[:-1][has_any]]
@@ -313,10 +339,10 @@ def _turns(
     absent = count < 0
     lp_ok = np.where(absent, ~(needs_logprobs & (sampled > 0)), (count == sampled) | (count == positions))
     ok &= lp_ok & ~cols.logprobs_positive
-    pairs = np.zeros(cols.origin.size, dtype=np.uint8)
-    if cols.origin.size > 1:
-        pairs[:-1] = (cols.origin[:-1] == 1) & (cols.origin[1:] == 2)
-    tool_calls = _segment_sums(pairs, offsets) - _boundary_pairs(cols.origin, offsets)
+    # tool calls: action -> tool transitions inside a record (few: found, then counted per record)
+    second = np.flatnonzero((cols.origin[:-1] == 1) & (cols.origin[1:] == 2)) + 1
+    pair_record = np.searchsorted(offsets, second, side="right") - 1
+    tool_calls = np.bincount(pair_record[second > offsets[pair_record]], minlength=n)
     rows[:, 4] = sampled  # sampled: action positions only (consistent records)
     rows[:, 6] = input_prompt - hits[0]
     rows[:, 7] = input_action - hits[1]
@@ -326,21 +352,6 @@ def _turns(
     rows[:, 16] = invocations
     rows[:, 17] = tool_calls
     return ok
-
-
-def _boundary_pairs(origin: "np.ndarray", offsets: "np.ndarray") -> "np.ndarray":
-    """Per record: 1 when its last position is an action and the next record starts with a tool
-    position (a pair :func:`_segment_sums` counted across the boundary), else 0."""
-    import numpy as np
-
-    n = offsets.size - 1
-    out = np.zeros(n, dtype=np.int64)
-    ends = offsets[1:]
-    inner = (ends > offsets[:-1]) & (ends < origin.size)
-    idx = np.flatnonzero(inner)
-    last = ends[idx] - 1
-    out[idx] = (origin[last] == 1) & (origin[last + 1] == 2)
-    return out
 
 
 class BatchCounter:
