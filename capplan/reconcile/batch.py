@@ -486,7 +486,7 @@ class BatchCounter:
             counts[name] = counts.get(name, 0) + int(hits[order])
 
 
-BATCH_RECORDS = 8192
+BATCH_RECORDS = 4096
 """Records checked together [records] (Parquet: :data:`~capplan.reconcile.readers.PARQUET_BATCH_ROWS`)."""
 
 

@@ -43,7 +43,7 @@ STOP_CODES: dict[str, int] = {name: code for code, name in enumerate(STOP_REASON
 """Stop reasons as small integers (-1: not given), in :data:`STOP_REASONS` order."""
 
 
-class ClassCounts(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+class ClassCounts(msgspec.Struct, forbid_unknown_fields=True, frozen=True, gc=False):
     """The ``counts`` field: non-negative positions per class (a missing class is 0)."""
 
     prompt: NonNegative = 0
@@ -51,30 +51,38 @@ class ClassCounts(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     tool: NonNegative = 0
 
 
+_NO_COUNTS = ClassCounts(-1, -1, -1)
+"""``counts`` not given (no decoded value is negative)."""
+_NEVER = Annotated[int, msgspec.Meta(ge=1, le=0)]
+"""A type no JSON value decodes into: a record with such a key goes to the record-by-record checker."""
+
+
 class LineRecord(msgspec.Struct, gc=False):
     """One JSONL record as the fast path reads it; list fields are kept as raw JSON.
 
     A line that does not decode into this type (a list-valued mask, a bool where an integer
-    belongs, a negative version, an unknown stop reason, NaN...) goes to the record-by-record
-    checker. Mapping-only keys (``_n_tokens``, ``_lp_offset``, ``_stop_logged``) are read as raw
-    values only so that a record carrying one is sent there too.
+    belongs, a negative version, an unknown stop reason, NaN, a null anywhere...) goes to the
+    record-by-record checker. So does one with a mapping-only key (``_n_tokens``, ``_lp_offset``,
+    ``_stop_logged``): their type accepts no value. A field not given takes a default outside its
+    valid values (-1, NaN, ``""``), so that each field is read into numpy in one pass over the
+    records without a test for ``None``.
     """
 
     origin: str
     loss_mask: str
-    counts: ClassCounts | None = None
+    counts: ClassCounts = _NO_COUNTS
     token_ids: msgspec.Raw = _EMPTY
     turns: msgspec.Raw = _EMPTY
     cached_tokens: msgspec.Raw = _EMPTY
     prefill_tokens: msgspec.Raw = _EMPTY
     logprobs: msgspec.Raw = _EMPTY
-    policy_version: NonNegative | None = None
-    trainer_version: NonNegative | None = None
-    stop_reason: Literal["stop", "length", "tool_calls", "abort"] | None = None
-    tool_wait_s: Annotated[float, msgspec.Meta(ge=0, le=1e9)] | None = None
-    n_tokens: msgspec.Raw = msgspec.field(default=_EMPTY, name="_n_tokens")
-    lp_offset: msgspec.Raw = msgspec.field(default=_EMPTY, name="_lp_offset")
-    stop_logged: msgspec.Raw = msgspec.field(default=_EMPTY, name="_stop_logged")
+    policy_version: NonNegative = -1
+    trainer_version: NonNegative = -1
+    stop_reason: Literal["stop", "length", "tool_calls", "abort"] = ""  # type: ignore[assignment]
+    tool_wait_s: Annotated[float, msgspec.Meta(ge=0, le=1e9)] = float("nan")
+    n_tokens: _NEVER = msgspec.field(default=0, name="_n_tokens")
+    lp_offset: _NEVER = msgspec.field(default=0, name="_lp_offset")
+    stop_logged: _NEVER = msgspec.field(default=0, name="_stop_logged")
 
 
 LINE_DECODER = msgspec.json.Decoder(LineRecord)
@@ -578,8 +586,8 @@ def read_alike(lines: list[bytes], known_bytes: "np.ndarray", ascii_lines: bool 
     return ok
 
 
-def _fill(values: list[Any], missing: Any) -> list[Any]:
-    return [missing if v is None else v for v in values]
+_STOP_OR_NONE = {**STOP_CODES, "": -1}
+"""Stop reason codes, with ``""`` (not given) as -1."""
 
 
 def from_line_records(
@@ -588,39 +596,36 @@ def from_line_records(
     """The columns of decoded JSONL records (every one a :class:`LineRecord`); with the ``lines``
     they were decoded from, a record the record-by-record reader might read otherwise is not
     exact (see :func:`read_alike`; ``ascii_lines``: the lines are known to be ASCII)."""
-    from itertools import repeat
-    from operator import attrgetter, is_not
+    from operator import attrgetter
 
     import numpy as np
 
     n = len(records)
-    # one list comprehension per field (faster than operator.attrgetter on 3.11, and than
-    # transposing msgspec.structs.astuple tuples, which the garbage collector has to track)
+
+    def column(name: str, dtype: Any) -> "np.ndarray":
+        return np.fromiter(map(attrgetter(name), records), dtype=dtype, count=n)
+
+    # one list comprehension per text field (faster than operator.attrgetter on 3.11, and than
+    # transposing tuples of all the fields); the scalars straight into numpy (absent ones hold
+    # their out-of-range default)
     origins = [r.origin for r in records]
     losses = [r.loss_mask for r in records]
-    counts = [r.counts for r in records]
     token_ids = [r.token_ids for r in records]
     turns = [r.turns for r in records]
     cached = [r.cached_tokens for r in records]
     prefill = [r.prefill_tokens for r in records]
     logprobs = [r.logprobs for r in records]
-    policy = [r.policy_version for r in records]
-    trainer = [r.trainer_version for r in records]
-    stops = [r.stop_reason for r in records]
-    waits = [r.tool_wait_s for r in records]
     exact = np.ones(n, dtype=bool)
-    # mapping-only keys: a raw value is true when given
-    exact[[i for i, r in enumerate(records) if r.n_tokens or r.lp_offset or r.stop_logged]] = False
     origin_lengths = np.fromiter(map(len, origins), dtype=np.int64, count=n)
     loss_lengths = np.fromiter(map(len, losses), dtype=np.int64, count=n)
     # bytes.translate maps every character in one pass at memory speed (an invalid one to 255)
     origin = np.frombuffer("".join(origins).encode("latin-1", "replace").translate(ORIGIN_FROM_STR), dtype=np.uint8)
     loss = np.frombuffer("".join(losses).encode("latin-1", "replace").translate(LOSS_FROM_STR), dtype=np.uint8)
-    has_counts = np.fromiter(map(is_not, counts, repeat(None)), dtype=bool, count=n)
-    count_values = np.zeros((n, 3), dtype=np.int64)
-    given = [c for c in counts if c is not None]
+    count_values = np.empty((n, 3), dtype=np.int64)
     for k, name in enumerate(("prompt", "action", "tool")):
-        count_values[has_counts, k] = np.fromiter(map(attrgetter(name), given), dtype=np.int64, count=len(given))
+        count_values[:, k] = column(f"counts.{name}", np.int64)
+    has_counts = count_values[:, 0] >= 0
+    count_values[~has_counts] = 0
     raw_lengths = [np.fromiter(map(len, raws), dtype=np.int64, count=n) for raws in (token_ids, turns, cached, prefill, logprobs)]
     token_count, token_exact = count_numbers(token_ids, integers=True, lengths=raw_lengths[0])
     has_turns, turns_exact, turn_offsets, turn_values = parse_int_lists(turns, nested=True, lengths=raw_lengths[1])
@@ -632,7 +637,6 @@ def from_line_records(
     exact &= token_exact & turns_exact & cached_exact & prefill_exact & lp_exact
     if lines is not None:
         exact &= read_alike(lines, origin_lengths + loss_lengths + sum(raw_lengths), ascii_lines)
-    stop_codes = STOP_CODES
     return Columns(
         n=n,
         exact=exact,
@@ -655,10 +659,10 @@ def from_line_records(
         prefill=prefill_values,
         logprobs=lp_count,
         logprobs_positive=lp_positive,
-        policy_version=np.array(_fill(policy, -1), dtype=np.int64),
-        trainer_version=np.array(_fill(trainer, -1), dtype=np.int64),
-        stop=np.array([-1 if s is None else stop_codes[s] for s in stops], dtype=np.int8),
-        tool_wait_s=np.array(_fill(waits, np.nan), dtype=np.float64),
+        policy_version=column("policy_version", np.int64),
+        trainer_version=column("trainer_version", np.int64),
+        stop=np.fromiter(map(_STOP_OR_NONE.__getitem__, map(attrgetter("stop_reason"), records)), dtype=np.int8, count=n),
+        tool_wait_s=column("tool_wait_s", np.float64),
     )
 
 

@@ -15,7 +15,7 @@ from capplan.errors import InputError
 if TYPE_CHECKING:
     from types import TracebackType
 
-PARQUET_BATCH_ROWS = 8192
+PARQUET_BATCH_ROWS = 4096
 """Parquet rows decoded at a time [rows], by both the record-by-record and the batch path: a
 corrupt page costs its row group from the batch it lies in on, so both paths cut batches alike."""
 
