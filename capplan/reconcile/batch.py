@@ -581,8 +581,7 @@ def _count_jsonl(log: "TrajectoryLog", counter: BatchCounter, progress: Callable
             number += 1
             counter.checker.malformed(number, stream_broken(log.path, number - 1, tell(), exc).message)
             return number
-        decoded = decode_lines(chunk)
-        unread = [i for i, value in enumerate(decoded) if value is None]
+        decoded, unread = decode_lines(chunk)
         for i in unread:
             decoded[i] = placeholder
         cols = from_line_records(decoded, chunk, ascii_lines)  # type: ignore[arg-type]

@@ -357,6 +357,8 @@ def parse_int_lists(
 
 _NUMBER_CHARS = b"0123456789-+.eE,"
 _INTEGER_CHARS = b"0123456789-,"
+_NUMBER_KEEP_COMMAS = _NUMBER_CHARS.replace(b",", b"")
+_INTEGER_KEEP_COMMAS = _INTEGER_CHARS.replace(b",", b"")
 _SHAPE = bytes.maketrans(b"0123456789eE+-", b"1111111111eess")
 """Digits to ``1``, exponent letters to ``e``, signs to ``s`` (for searching number shapes)."""
 
@@ -431,7 +433,8 @@ def _number_lists(
     else:
         expected = b"[]" * lists
     # every character a digit, sign, comma or number letter, one bracket pair per array, no spaces
-    simple = buf.translate(None, _INTEGER_CHARS if integers else _NUMBER_CHARS) == expected
+    kept = buf.translate(None, _INTEGER_KEEP_COMMAS if integers else _NUMBER_KEEP_COMMAS)
+    simple = kept.translate(None, b",") == expected
     exponents = False
     if simple and not integers:
         shape = buf.translate(_SHAPE)
@@ -449,17 +452,21 @@ def _number_lists(
             for i in np.flatnonzero(count > 0).tolist():
                 above[i] = _POSITIVE.search(bytes(raws[i])) is not None
         return count, exact, above
-    commas = np.flatnonzero(chars == ord(","))
-    per_record = np.diff(np.searchsorted(commas, offsets))
-    count = np.where(is_list, per_record + (lengths > 2), -1)
+    # what is kept is each array's brackets around its commas (and each "null"), so the commas of
+    # an array are the kept characters from its "[" to the next value's start, less two
+    marks = np.frombuffer(kept, dtype=np.uint8)
+    starts = np.flatnonzero((marks == ord("[")) | (marks == ord("n")))
+    kept_lengths = np.diff(np.append(starts, marks.size))
+    count = np.full(n, -1, dtype=np.int64)
+    count[is_list] = kept_lengths[is_list[nonempty]] - 2 + (lengths[is_list] > 2)
     above = np.zeros(n, dtype=bool)
     if positive:
         # Every array is valid JSON made of number characters only, so a "-" is either a number's
         # sign or an exponent's: when the signs are as many as the numbers, none is above 0.
-        signs = np.count_nonzero(chars == ord("-"))
+        signs = buf.count(b"-")
         if exponents:
             signs -= buf.count(b"e-") + buf.count(b"E-")
-        if signs != commas.size + np.count_nonzero(is_list & (lengths > 2)):
+        if signs != int(count[is_list].sum()):
             # the arrays with a number that starts with a digit; the pattern tells zero from positive
             digit = (chars >= ord("0")) & (chars <= ord("9"))
             after = np.zeros(chars.size, dtype=bool)
@@ -527,20 +534,23 @@ def _count_numbers_exactly(raws: list[Any], integers: bool, lengths: "np.ndarray
 # ---------------------------------------------------------------------------- JSONL
 
 
-def decode_lines(lines: list[bytes]) -> list[LineRecord | None]:
-    """Each line as a :class:`LineRecord`, or ``None`` where it does not decode into one."""
+def decode_lines(lines: list[bytes]) -> tuple[list[LineRecord | None], list[int]]:
+    """Each line as a :class:`LineRecord`, or ``None`` where it does not decode into one; and the
+    indices of those ``None`` (usually none: then the whole batch decoded in one comprehension)."""
     decode = LINE_DECODER.decode
     out: list[LineRecord | None]
     try:
-        out = [decode(line) for line in lines]
+        return [decode(line) for line in lines], []
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deeply
         out = []
-        for line in lines:
+        unread = []
+        for i, line in enumerate(lines):
             try:
                 out.append(decode(line))
             except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
                 out.append(None)
-    return out
+                unread.append(i)
+    return out, unread
 
 
 def read_alike(lines: list[bytes], known_bytes: "np.ndarray", ascii_lines: bool = False) -> "np.ndarray":
