@@ -78,7 +78,9 @@ def line_blocks(fh: Any, block_bytes: int) -> Iterator[tuple[list[bytes], bool]]
                 yield [rest], rest_ascii
             return
         ascii_block = block.isascii()
-        lines = (rest + block).split(b"\n")
+        lines = block.split(b"\n")  # the carried-over part joins the first line (no copy of the block)
+        if rest:
+            lines[0] = rest + lines[0]
         rest = lines.pop()
         if lines:
             yield lines, ascii_block and rest_ascii
