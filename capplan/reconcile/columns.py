@@ -357,8 +357,10 @@ def parse_int_lists(
 
 _NUMBER_CHARS = b"0123456789-+.eE,"
 _INTEGER_CHARS = b"0123456789-,"
-_NUMBER_KEEP_COMMAS = _NUMBER_CHARS.replace(b",", b"")
-_INTEGER_KEEP_COMMAS = _INTEGER_CHARS.replace(b",", b"")
+_NUMBER_KEEP_SIGNS = _NUMBER_CHARS.replace(b",", b"").replace(b"-", b"")
+_INTEGER_KEEP_SIGNS = _INTEGER_CHARS.replace(b",", b"").replace(b"-", b"")
+"""The characters deleted first: what is left is brackets, commas and minus signs (and anything
+that is not part of a number)."""
 _SHAPE = bytes.maketrans(b"0123456789eE+-", b"1111111111eess")
 """Digits to ``1``, exponent letters to ``e``, signs to ``s`` (for searching number shapes)."""
 
@@ -433,7 +435,8 @@ def _number_lists(
     else:
         expected = b"[]" * lists
     # every character a digit, sign, comma or number letter, one bracket pair per array, no spaces
-    kept = buf.translate(None, _INTEGER_KEEP_COMMAS if integers else _NUMBER_KEEP_COMMAS)
+    signed = buf.translate(None, _INTEGER_KEEP_SIGNS if integers else _NUMBER_KEEP_SIGNS)
+    kept = signed.translate(None, b"-")
     simple = kept.translate(None, b",") == expected
     exponents = False
     if simple and not integers:
@@ -463,7 +466,7 @@ def _number_lists(
     if positive:
         # Every array is valid JSON made of number characters only, so a "-" is either a number's
         # sign or an exponent's: when the signs are as many as the numbers, none is above 0.
-        signs = buf.count(b"-")
+        signs = signed.count(b"-")
         if exponents:
             signs -= buf.count(b"e-") + buf.count(b"E-")
         if signs != int(count[is_list].sum()):
