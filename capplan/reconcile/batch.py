@@ -203,7 +203,7 @@ def screen(
     dropped = truncated & drop_truncated
     # truncated_trained
     clean &= ~(dropped & ((trained_prompt + trained_action + trained_tool) > 0))
-    rows = np.zeros((n, 20), dtype=np.int64)
+    rows = np.zeros((20, n), dtype=np.int64).T  # F-ordered: each column written and folded contiguously
     rows[:, 0], rows[:, 1], rows[:, 2] = prompt, action, tool
     rows[:, 13], rows[:, 14], rows[:, 15] = trained_prompt, trained_action, trained_tool
     flags = np.where(dropped, 0, FLAG_KEPT) | np.where(truncated, FLAG_TRUNCATED, 0)
