@@ -106,6 +106,22 @@ def _segment_sums(values: "np.ndarray", offsets: "np.ndarray") -> "np.ndarray":
     return out
 
 
+def _record_sums(values: "np.ndarray", offsets: "np.ndarray") -> "np.ndarray":
+    """Per segment of ``offsets``: the sums of each row of ``values`` (k, m) -> (k, n) (int64; 0 for
+    an empty segment)."""
+    import numpy as np
+
+    n = offsets.size - 1
+    out = np.zeros((values.shape[0], n), dtype=np.int64)
+    if values.shape[1] == 0 or n == 0:
+        return out
+    starts = offsets[:-1]
+    nonempty = offsets[1:] > starts
+    if nonempty.any():
+        out[:, nonempty] = np.add.reduceat(values, starts[nonempty], axis=1, dtype=np.int64)
+    return out
+
+
 def _derived_spans(origin: "np.ndarray", offsets: "np.ndarray", wanted: "np.ndarray") -> tuple["np.ndarray", ...]:
     """Maximal runs of action positions of the ``wanted`` records: (record, start, end), starts and
     ends relative to the record."""
@@ -257,27 +273,33 @@ def _turns(
 
     # the invocations: logged spans, or the runs of action positions
     derived = ~cols.has_turns
+    logged_counts = np.diff(cols.turn_offsets)
+    record = np.repeat(np.arange(n), logged_counts)
+    start, end = cols.turn_starts, cols.turn_ends
     if derived.any():
         run_record, run_start, run_end = _derived_spans(cols.origin, offsets, derived)
+        order = np.argsort(np.concatenate([record, run_record]), kind="stable")
+        record = np.concatenate([record, run_record])[order]
+        start = np.concatenate([start, run_start])[order]
+        end = np.concatenate([end, run_end])[order]
+        invocations = np.bincount(record, minlength=n)
     else:
-        run_record = run_start = run_end = np.zeros(0, dtype=np.int64)
-    logged_counts = np.diff(cols.turn_offsets)
-    logged_record = np.repeat(np.arange(n), logged_counts)
-    record = np.concatenate([logged_record, run_record])
-    start = np.concatenate([cols.turn_starts, run_start])
-    end = np.concatenate([cols.turn_ends, run_end])
-    order = np.argsort(record, kind="stable")
-    record, start, end = record[order], start[order], end[order]
-    invocations = np.bincount(record, minlength=n)
+        invocations = logged_counts  # already in record order
     inv_offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(invocations, out=inv_offsets[1:])
     index = np.arange(record.size) - inv_offsets[record]  # j, the invocation's number in its record
-    # turn_boundaries: spans ordered and inside the record
-    previous_end = np.zeros(record.size, dtype=np.int64)
     later = index > 0
-    previous_end[later] = end[np.flatnonzero(later) - 1]
-    inside = (previous_end <= start) & (start <= end) & (end <= positions[record])
-    ok &= np.bincount(record, weights=~inside, minlength=n) == 0
+
+    def previous(values: "np.ndarray") -> "np.ndarray":
+        """The value of the invocation before, in the same record (0 for a record's first)."""
+        out = np.zeros(values.size, dtype=np.int64)
+        out[1:] = values[:-1]
+        out[~later] = 0
+        return out
+
+    # turn_boundaries: spans ordered and inside the record
+    inside = (previous(end) <= start) & (start <= end) & (end <= positions[record])
+    ok[record[~inside]] = False
     start_c = np.where(inside, start, 0)
     end_c = np.where(inside, end, 0)
     # turn_boundaries: one cached_tokens / prefill_tokens entry per invocation
@@ -294,20 +316,13 @@ def _turns(
     first[has_any] = start_c[inv_offsets[:-1][has_any]]
     first = np.minimum(first, positions)
     ok &= tools(base, base + first) == 0
-    # sampled_are_actions: the spans hold exactly the action positions
+    # sampled_are_actions: the spans hold exactly the action positions (checked below)
     span_base = base[record]
     in_spans_per = actions(span_base + start_c, span_base + end_c)
     length = end_c - start_c
-    in_spans = np.bincount(record, weights=in_spans_per, minlength=n).astype(np.int64)
-    sampled = np.bincount(record, weights=length, minlength=n).astype(np.int64)
-    ok &= derived | ((in_spans == sampled) & (sampled == action))
     # cache_hits: each claim within what earlier invocations computed; prefill + cached = input
-    computed = np.zeros(record.size, dtype=np.int64)
-    previous_start = np.zeros(record.size, dtype=np.int64)
-    previous_start[later] = start_c[np.flatnonzero(later) - 1]
-    previous_end_c = np.zeros(record.size, dtype=np.int64)
-    previous_end_c[later] = end_c[np.flatnonzero(later) - 1]
-    computed[later] = np.where(previous_end_c[later] > previous_start[later], previous_end_c[later] - 1, previous_start[later])
+    previous_start, previous_end_c = previous(start_c), previous(end_c)
+    computed = np.where(previous_end_c > previous_start, previous_end_c - 1, previous_start)  # 0 for a first
     has_cached = cols.has_cached[record] & (cached_counts == invocations)[record]
     has_prefill = cols.has_prefill[record] & (prefill_counts == invocations)[record]
     cached = np.zeros(record.size, dtype=np.int64)
@@ -316,7 +331,7 @@ def _turns(
     prefill[has_prefill] = cols.prefill[cols.prefill_offsets[record[has_prefill]] + index[has_prefill]]
     hit = np.where(has_cached, cached, np.where(has_prefill, start_c - prefill, 0))
     claim_ok = (hit >= 0) & (hit <= computed) & (~(has_cached & has_prefill) | (cached + prefill == start_c))
-    ok &= np.bincount(record, weights=~claim_ok, minlength=n) == 0
+    ok[record[~claim_ok]] = False
     hit = np.clip(hit, 0, None)
     hit = np.minimum(hit, positions[record])
     # the split by class of a consistent record (prompt a prefix, spans = action runs)
@@ -327,11 +342,16 @@ def _turns(
     cumulative_length = np.cumsum(length)
     before_all = cumulative_length - length  # sampled positions of all earlier invocations, any record
     before = before_all - before_all[inv_offsets[:-1][record]]
-    input_total = np.bincount(record, weights=start_c, minlength=n).astype(np.int64)
-    input_prompt = np.bincount(record, weights=np.minimum(start_c, prompt_r), minlength=n).astype(np.int64)
-    input_action = np.bincount(record, weights=before, minlength=n).astype(np.int64)
-    hits = [np.bincount(record, weights=h, minlength=n).astype(np.int64) for h in (hit_prompt, hit_action, hit_tool)]
-    nonempty = np.bincount(record, weights=length > 0, minlength=n).astype(np.int64)
+    # every per-record sum over its invocations at once
+    (in_spans, sampled, input_total, input_prompt, input_action, hit_p, hit_a, hit_t, nonempty) = _record_sums(
+        np.stack([
+            in_spans_per, length, start_c, np.minimum(start_c, prompt_r), before, hit_prompt, hit_action, hit_tool,
+            (length > 0).astype(np.int64),
+        ]),
+        inv_offsets,
+    )
+    hits = (hit_p, hit_a, hit_t)
+    ok &= derived | ((in_spans == sampled) & (sampled == action))
     # logprobs: one per sampled position (or per position), every one a finite number, none above
     # 0 (a record with a log-prob above 0 anywhere goes record by record: only those at sampled
     # positions fail it)
