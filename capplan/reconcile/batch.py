@@ -63,26 +63,59 @@ _SHIFTS = bytes([2 * FIELD_BITS, 0, FIELD_BITS] + [64] * 253)
 shifts 1 out of the word)."""
 
 
-def _packed_running(origin: "np.ndarray") -> tuple["np.ndarray", "np.ndarray"]:
-    """Per position, the bit offset of its class's count; and ``out[k]`` = the action, tool and prompt positions among the first ``k``, packed in one int64:
+class Workspace:
+    """Large per-position buffers reused from batch to batch.
+
+    A fresh array of a few MiB per batch is costly beyond its size: the allocator hands freed
+    memory back to the system, and the next batch touches new pages (a page fault each, in system
+    time). One buffer per use, grown when a batch needs more, keeps the pages.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, Any] = {}
+
+    def take(self, name: str, size: int, dtype: Any) -> "np.ndarray":
+        """A buffer of ``size`` elements of ``dtype`` (contents undefined), the same memory each call."""
+        import numpy as np
+
+        buffer = self._buffers.get(name)
+        if buffer is None or buffer.size < size or buffer.dtype != dtype:
+            buffer = np.empty(size + size // 4, dtype=dtype)
+            self._buffers[name] = buffer
+        return buffer[:size]
+
+
+def _shifts(origin: "np.ndarray") -> "np.ndarray":
+    """Per position, the bit offset of its class's count in :func:`_packed_running` (64: none)."""
+    import numpy as np
+
+    return np.frombuffer(origin.tobytes().translate(_SHIFTS), dtype=np.uint8)
+
+
+def _packed_running(shifts: "np.ndarray", out: "np.ndarray | None" = None) -> "np.ndarray":
+    """``out[k]`` = the action, tool and prompt positions among the first ``k``, packed in one int64:
     action in bits 0-20, tool in bits 21-41, prompt from bit 42 (an invalid code counts nowhere).
 
     The sums wrap modulo 2^64, but a difference ``out[j] - out[i]`` is exact in every field while
     each count between ``i`` and ``j`` is below 2^21 (:data:`LONGEST_PACKED`): one cumulative sum
     serves three counts, over any span inside a record.
 
-    Returns
-    -------
-    (shifts, running)
-        The bit offset of each position's count (64 for none), and ``running``.
+    Parameters
+    ----------
+    shifts : numpy.ndarray
+        :func:`_shifts` of the origin codes.
+    out : numpy.ndarray, optional
+        Where to write (``shifts.size + 1`` int64).
     """
     import numpy as np
 
-    shifts = np.frombuffer(origin.tobytes().translate(_SHIFTS), dtype=np.uint8)
-    out = np.empty(origin.size + 1, dtype=np.int64)
+    if out is None:
+        out = np.empty(shifts.size + 1, dtype=np.int64)
     out[0] = 0
-    np.cumsum(np.left_shift(np.int64(1), shifts, dtype=np.int64), out=out[1:])
-    return shifts, out
+    body = out[1:]
+    np.left_shift(np.int64(1), shifts, out=body, dtype=np.int64)
+    np.cumsum(body, out=body)
+    return out
 
 
 def _unpack(packed: "np.ndarray") -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
@@ -154,6 +187,7 @@ def screen(
     needs_logprobs: bool,
     rollout: bool,
     max_staleness: int | None,
+    workspace: "Workspace | None" = None,
 ) -> Screened:
     """Run the record checks on a batch and count the records that pass them.
 
@@ -168,6 +202,8 @@ def screen(
     max_staleness : int, optional
         Largest allowed ``trainer_version - policy_version`` [versions] (applied by the caller
         where the reference is the newest version so far).
+    workspace : Workspace, optional
+        Buffers kept from the previous batch.
 
     Returns
     -------
@@ -182,7 +218,10 @@ def screen(
     # counts over spans of a record come from one packed running sum; a record too long for it
     # goes record by record
     clean &= positions < LONGEST_PACKED
-    shifts, running = _packed_running(origin)
+    if workspace is None:
+        workspace = Workspace()
+    shifts = _shifts(origin)
+    running = _packed_running(shifts, workspace.take("running", origin.size + 1, np.int64))
     action, tool, prompt = _unpack(running[origin_offsets[1:]] - running[origin_offsets[:-1]])
     # well_formed: every mask entry valid (an invalid one is counted in no class)
     clean &= action + tool + prompt == positions
@@ -208,7 +247,8 @@ def screen(
         loss[take] = cols.loss[source[take]]
     # the trained positions' counts, packed alike (an untrained position shifts 1 out of the word)
     untrained = (loss != 1).view(np.uint8) << 6
-    trained_packed = np.left_shift(np.int64(1), shifts + untrained, dtype=np.int64)
+    trained_packed = workspace.take("trained", origin.size, np.int64)
+    np.left_shift(np.int64(1), shifts + untrained, out=trained_packed, dtype=np.int64)
     trained_action, trained_tool, trained_prompt = _unpack(_segment_sums(trained_packed, origin_offsets))
     # loss_classes
     for cls, trained in (("prompt", trained_prompt), ("action", trained_action), ("tool", trained_tool)):
@@ -392,6 +432,7 @@ class BatchCounter:
             "rollout": checker.rollout,
             "max_staleness": checker.max_staleness,
         }
+        self.workspace = Workspace()
         self.capped = False
         """Past the cap on distinct versions or lags, or past a version too large for int64
         arithmetic: every record goes record by record."""
@@ -417,7 +458,7 @@ class BatchCounter:
         """
         import numpy as np
 
-        screened = screen(cols, **self.rules)
+        screened = screen(cols, **self.rules, workspace=self.workspace)
         clean = screened.clean
         n = cols.n
         i = 0
