@@ -44,15 +44,19 @@ SERIES_WAIT_MS = _N_CLASS_SERIES + 8
 N_SERIES = _N_CLASS_SERIES + 9
 
 
-def bin_index(values: "np.ndarray") -> "np.ndarray":
+def bin_index(values: "np.ndarray", out: "np.ndarray | None" = None) -> "np.ndarray":
     """Log-linear histogram bin of non-negative integers: exact below ``2 * SUB_BINS``.
 
     ``bin = SUB_BINS * e + (v >> e)`` with ``e = max(bit_length(v) - 11, 0)``, so each bin above
-    2,048 is ``2^e`` wide and its values differ by less than ``2^-10`` relative.
+    2,048 is ``2^e`` wide and its values differ by less than ``2^-10`` relative. ``out`` (which
+    may be ``values`` itself) receives the bins.
     """
     import numpy as np
 
-    out = values.copy()
+    if out is None:
+        out = values.copy()
+    elif out is not values:
+        np.copyto(out, values)
     big = values >= 2 * SUB_BINS
     if big.any():
         big_values = values[big]
@@ -115,6 +119,7 @@ class Accumulator:
         self.flag_sums = {"truncated": 0, "kept": 0, "cache_logged": 0}
         self.invocations = 0
         self.tool_calls = 0
+        self._series = np.zeros(0, dtype=np.int64)
 
     def flush(self) -> None:
         """Fold the rows held so far into the sums, maxima and histograms, and empty them in place."""
@@ -143,12 +148,16 @@ class Accumulator:
         self.flag_sums["cache_logged"] += int(np.count_nonzero(flags & FLAG_CACHE_LOGGED))
         self.invocations += int(by_column[ROW_INVOCATIONS].sum())
         self.tool_calls += int(by_column[ROW_TOOL_CALLS].sum())
-        series = np.zeros((N_SERIES, count), dtype=np.int64)
+        # the series in a buffer kept from batch to batch (a fresh one costs page faults each batch)
+        if self._series.size < N_SERIES * count:
+            self._series = np.empty(N_SERIES * (count + count // 4), dtype=np.int64)
+        series = self._series[:N_SERIES * count].reshape(N_SERIES, count)
         series[0:12] = by_column[0:12]  # recorded, sampled, prefill_forwarded, cache_hit
+        series[12] = 0
         series[13] = by_column[ROW_DECODE]  # decode_forwarded: action positions only
+        series[14] = 0
         series[15:18] = by_column[ROW_TRAINED_PROMPT:ROW_TRAINED_TOOL + 1]
-        if self.scorers:
-            series[18:21] = by_column[0:3] * (self.scorers * kept)
+        np.multiply(by_column[0:3], self.scorers * kept, out=series[18:21])
         series[SERIES_TOTALS:SERIES_TOTALS + 7] = (
             series[0:_N_CLASS_SERIES:3] + series[1:_N_CLASS_SERIES:3] + series[2:_N_CLASS_SERIES:3]
         )
@@ -158,10 +167,11 @@ class Accumulator:
         np.maximum(self.maxes, series.max(1), out=self.maxes)
         # one bincount for all series, each series given the bins up to its largest only: series k
         # counts into [start[k], start[k] + top[k]), then lands on row k of the histograms
-        bins = bin_index(series)
+        bins = bin_index(series, out=series)  # the series are summed: their buffer takes the bins
         tops = bins.max(1) + 1
         start = np.zeros(N_SERIES + 1, dtype=np.int64)
         np.cumsum(tops, out=start[1:])
-        counts = np.bincount((bins + start[:-1, None]).ravel(), minlength=int(start[-1]))
+        bins += start[:-1, None]
+        counts = np.bincount(bins.ravel(), minlength=int(start[-1]))
         rows_start = np.arange(N_SERIES, dtype=np.int64) * N_BINS
         self.hist.ravel()[np.arange(int(start[-1])) + np.repeat(rows_start - start[:-1], tops)] += counts
