@@ -58,9 +58,12 @@ FIELD_BITS = 21
 _FIELD = (1 << FIELD_BITS) - 1
 LONGEST_PACKED = 1 << FIELD_BITS
 """Positions a record may have for the packed counts [positions]; a longer one goes record by record."""
-_SHIFTS = bytes([2 * FIELD_BITS, 0, FIELD_BITS] + [64] * 253)
-"""Origin code -> bit offset of its count (prompt 42, action 0, tool 21; an invalid code 64, which
-shifts 1 out of the word)."""
+PROMPT_SHIFT, ACTION_SHIFT, TOOL_SHIFT = 2 * FIELD_BITS, 0, FIELD_BITS
+"""Bit offset of each class's count in a packed count; the batch's origin codes are these
+(:attr:`Columns.origin <capplan.reconcile.columns.Columns.origin>`), 255 for an invalid entry."""
+TRAINED, UNTRAINED = 0, 64
+"""Loss codes of the batch (255 invalid): added to an origin code, 64 shifts the count out of the word."""
+INVALID = 255
 
 
 class Workspace:
@@ -85,13 +88,6 @@ class Workspace:
         return buffer[:size]
 
 
-def _shifts(origin: "np.ndarray") -> "np.ndarray":
-    """Per position, the bit offset of its class's count in :func:`_packed_running` (64: none)."""
-    import numpy as np
-
-    return np.frombuffer(origin.tobytes().translate(_SHIFTS), dtype=np.uint8)
-
-
 def _packed_running(shifts: "np.ndarray", out: "np.ndarray | None" = None) -> "np.ndarray":
     """``out[k]`` = the action, tool and prompt positions among the first ``k``, packed in one int64:
     action in bits 0-20, tool in bits 21-41, prompt from bit 42 (an invalid code counts nowhere).
@@ -103,7 +99,7 @@ def _packed_running(shifts: "np.ndarray", out: "np.ndarray | None" = None) -> "n
     Parameters
     ----------
     shifts : numpy.ndarray
-        :func:`_shifts` of the origin codes.
+        The origin codes: each position's bit offset (:data:`PROMPT_SHIFT`...; 255 counts nowhere).
     out : numpy.ndarray, optional
         Where to write (``shifts.size + 1`` int64).
     """
@@ -160,7 +156,7 @@ def _derived_spans(origin: "np.ndarray", offsets: "np.ndarray", wanted: "np.ndar
     ends relative to the record."""
     import numpy as np
 
-    action = origin == 1
+    action = origin == ACTION_SHIFT
     n = offsets.size - 1
     lengths = np.diff(offsets)
     record = np.repeat(np.arange(n), lengths)
@@ -220,12 +216,11 @@ def screen(
     clean &= positions < LONGEST_PACKED
     if workspace is None:
         workspace = Workspace()
-    shifts = _shifts(origin)
-    running = _packed_running(shifts, workspace.take("running", origin.size + 1, np.int64))
+    running = _packed_running(origin, workspace.take("running", origin.size + 1, np.int64))
     action, tool, prompt = _unpack(running[origin_offsets[1:]] - running[origin_offsets[:-1]])
     # well_formed: every mask entry valid (an invalid one is counted in no class)
     clean &= action + tool + prompt == positions
-    loss_invalid = cols.loss > 1
+    loss_invalid = cols.loss == INVALID
     if loss_invalid.any():
         clean &= _segment_sums(loss_invalid.view(np.uint8), cols.loss_offsets) == 0
     # mask_lengths: the token count from token_ids, else counts; both masks that long
@@ -240,15 +235,14 @@ def screen(
     loss = cols.loss
     if loss.size != origin.size or not np.array_equal(cols.loss_offsets, origin_offsets):
         # some record's masks differ in length: compare position by position only where they agree
-        loss = np.zeros(origin.size, dtype=np.uint8)
+        loss = np.full(origin.size, UNTRAINED, dtype=np.uint8)
         same = clean & (np.diff(cols.loss_offsets) == positions)
         source = np.repeat(cols.loss_offsets[:-1] - origin_offsets[:-1], positions) + np.arange(origin.size)
         take = np.repeat(same, positions)
         loss[take] = cols.loss[source[take]]
     # the trained positions' counts, packed alike (an untrained position shifts 1 out of the word)
-    untrained = (loss != 1).view(np.uint8) << 6
     trained_packed = workspace.take("trained", origin.size, np.int64)
-    np.left_shift(np.int64(1), shifts + untrained, out=trained_packed, dtype=np.int64)
+    np.left_shift(np.int64(1), np.maximum(origin, loss), out=trained_packed, dtype=np.int64)
     trained_action, trained_tool, trained_prompt = _unpack(_segment_sums(trained_packed, origin_offsets))
     # loss_classes
     for cls, trained in (("prompt", trained_prompt), ("action", trained_action), ("tool", trained_tool)):
@@ -400,7 +394,7 @@ def _turns(
     lp_ok = np.where(absent, ~(needs_logprobs & (sampled > 0)), (count == sampled) | (count == positions))
     ok &= lp_ok & ~cols.logprobs_positive
     # tool calls: action -> tool transitions inside a record (few: found, then counted per record)
-    second = np.flatnonzero((cols.origin[:-1] == 1) & (cols.origin[1:] == 2)) + 1
+    second = np.flatnonzero((cols.origin[:-1] == ACTION_SHIFT) & (cols.origin[1:] == TOOL_SHIFT)) + 1
     pair_record = np.searchsorted(offsets, second, side="right") - 1
     tool_calls = np.bincount(pair_record[second > offsets[pair_record]], minlength=n)
     rows[:, 4] = sampled  # sampled: action positions only (consistent records)

@@ -29,7 +29,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import msgspec
 
 from capplan.reconcile.checks import STOP_REASONS
-from capplan.reconcile.formats import CAPPLAN_COLUMNS, LOSS_FROM_INT, LOSS_FROM_STR, ORIGIN_FROM_INT, ORIGIN_FROM_STR
+from capplan.reconcile.batch import ACTION_SHIFT, PROMPT_SHIFT, TOOL_SHIFT, TRAINED, UNTRAINED
+from capplan.reconcile.formats import (
+    ACTION, CAPPLAN_COLUMNS, LOSS_FROM_INT, LOSS_FROM_STR, ORIGIN_FROM_INT, ORIGIN_FROM_STR, PROMPT, TOOL,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -38,6 +41,22 @@ NonNegative = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
 """A non-negative integer small enough for int64 arithmetic on sums and differences (a larger one,
 valid for the record-by-record checker, sends its record there)."""
 _EMPTY = msgspec.Raw(b"")
+
+def _then(table: bytes, codes: dict[int, int]) -> bytes:
+    """``table`` followed by ``codes`` (a byte not in ``codes`` becomes 255)."""
+    return bytes(codes.get(code, 255) for code in table)
+
+
+_SHIFT_OF_CLASS = {PROMPT: PROMPT_SHIFT, ACTION: ACTION_SHIFT, TOOL: TOOL_SHIFT}
+_LOSS_CODE = {0: UNTRAINED, 1: TRAINED}
+ORIGIN_CODE_FROM_STR = _then(ORIGIN_FROM_STR, _SHIFT_OF_CLASS)
+"""An origin letter (``p a t``) -> its :attr:`Columns.origin` code."""
+ORIGIN_CODE_FROM_INT = _then(ORIGIN_FROM_INT, _SHIFT_OF_CLASS)
+LOSS_CODE_FROM_STR = _then(LOSS_FROM_STR, _LOSS_CODE)
+"""A loss character (``0 1``) -> its :attr:`Columns.loss` code."""
+LOSS_CODE_FROM_INT = _then(LOSS_FROM_INT, _LOSS_CODE)
+_ORIGIN_CODE_OF_CLASS = _then(bytes(range(256)), _SHIFT_OF_CLASS)
+_LOSS_CODE_OF_VALUE = _then(bytes(range(256)), _LOSS_CODE)
 
 STOP_CODES: dict[str, int] = {name: code for code, name in enumerate(STOP_REASONS)}
 """Stop reasons as small integers (-1: not given), in :data:`STOP_REASONS` order."""
@@ -100,10 +119,13 @@ class Columns:
     exact: "np.ndarray"
     """Whether the record was read without loss (else it goes to the record-by-record checker)."""
     origin: "np.ndarray"
-    """Origin codes 0 prompt / 1 action / 2 tool / 255 invalid, all records end to end (uint8)."""
+    """Origin codes, all records end to end (uint8): the bit offset of the class's count in the
+    batch checker's packed counts, 42 prompt / 0 action / 21 tool, 255 invalid
+    (:data:`~capplan.reconcile.batch.PROMPT_SHIFT`...)."""
     origin_offsets: "np.ndarray"
     loss: "np.ndarray"
-    """Loss codes 0 / 1 / 255 invalid (uint8)."""
+    """Loss codes (uint8): 0 carries loss, 64 does not, 255 invalid (added to an origin code, 64
+    moves the count out of the packed word; :data:`~capplan.reconcile.batch.TRAINED`)."""
     loss_offsets: "np.ndarray"
     token_ids: "np.ndarray"
     """Length of ``token_ids`` (-1 absent)."""
@@ -632,8 +654,8 @@ def from_line_records(
     origin_lengths = np.fromiter(map(len, origins), dtype=np.int64, count=n)
     loss_lengths = np.fromiter(map(len, losses), dtype=np.int64, count=n)
     # bytes.translate maps every character in one pass at memory speed (an invalid one to 255)
-    origin = np.frombuffer("".join(origins).encode("latin-1", "replace").translate(ORIGIN_FROM_STR), dtype=np.uint8)
-    loss = np.frombuffer("".join(losses).encode("latin-1", "replace").translate(LOSS_FROM_STR), dtype=np.uint8)
+    origin = np.frombuffer("".join(origins).encode("latin-1", "replace").translate(ORIGIN_CODE_FROM_STR), dtype=np.uint8)
+    loss = np.frombuffer("".join(losses).encode("latin-1", "replace").translate(LOSS_CODE_FROM_STR), dtype=np.uint8)
     count_values = np.empty((n, 3), dtype=np.int64)
     for k, name in enumerate(("prompt", "action", "tool")):
         count_values[:, k] = column(f"counts.{name}", np.int64)
@@ -830,10 +852,11 @@ def _bad_per_record(bad: "np.ndarray", offsets: "np.ndarray") -> "np.ndarray":
 
 
 def _mask_column(
-    arr: Any, n: int, letters: bytes, codes: bytes, top: int
+    arr: Any, n: int, letters: bytes, codes: bytes, top: int, of_value: bytes
 ) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
     """A mask column (a string of letters, a list of integer codes, or binary holding either, one
-    or the other per record) as codes, offsets, exactness."""
+    or the other per record) as codes, offsets, exactness. ``letters`` and ``codes`` translate
+    bytes; ``of_value`` translates an integer ``0..top`` of a list."""
     import numpy as np
     import pyarrow as pa
 
@@ -855,7 +878,7 @@ def _mask_column(
     codes, present = _ints(values)
     good = present & (codes >= 0) & (codes <= top)
     out = np.where(good, codes, 255).astype(np.uint8)
-    return out, offsets, valid_rows
+    return np.frombuffer(out.tobytes().translate(of_value), dtype=np.uint8), offsets, valid_rows
 
 
 def from_arrow(batch: Any) -> Columns:
@@ -888,8 +911,12 @@ def _from_arrow(batch: Any) -> Columns:
         return batch.column(name) if name in names else None
 
     exact = np.ones(n, dtype=bool)
-    origin, origin_offsets, origin_ok = _mask_column(column("origin"), n, ORIGIN_FROM_STR, ORIGIN_FROM_INT, 2)
-    loss, loss_offsets, loss_ok = _mask_column(column("loss_mask"), n, LOSS_FROM_STR, LOSS_FROM_INT, 1)
+    origin, origin_offsets, origin_ok = _mask_column(
+        column("origin"), n, ORIGIN_CODE_FROM_STR, ORIGIN_CODE_FROM_INT, 2, _ORIGIN_CODE_OF_CLASS
+    )
+    loss, loss_offsets, loss_ok = _mask_column(
+        column("loss_mask"), n, LOSS_CODE_FROM_STR, LOSS_CODE_FROM_INT, 1, _LOSS_CODE_OF_VALUE
+    )
     exact &= origin_ok & loss_ok
 
     counts = np.zeros((n, 3), dtype=np.int64)
