@@ -135,20 +135,12 @@ def _segment_sums(values: "np.ndarray", offsets: "np.ndarray") -> "np.ndarray":
     return out
 
 
-def _record_sums(values: "np.ndarray", offsets: "np.ndarray") -> "np.ndarray":
-    """Per segment of ``offsets``: the sums of each row of ``values`` (k, m) -> (k, n) (int64; 0 for
-    an empty segment)."""
+def _record_sums(values: "list[np.ndarray]", record: "np.ndarray", n: int) -> "list[np.ndarray]":
+    """Per record ``0..n-1``: the sums of each of ``values`` over its entries (``record`` gives each
+    entry's record) [int64; exact while every sum is below 2^53]."""
     import numpy as np
 
-    n = offsets.size - 1
-    out = np.zeros((values.shape[0], n), dtype=np.int64)
-    if values.shape[1] == 0 or n == 0:
-        return out
-    starts = offsets[:-1]
-    nonempty = offsets[1:] > starts
-    if nonempty.any():
-        out[:, nonempty] = np.add.reduceat(values, starts[nonempty], axis=1, dtype=np.int64)
-    return out
+    return [np.bincount(record, weights=v, minlength=n).astype(np.int64) for v in values]
 
 
 def _derived_spans(origin: "np.ndarray", offsets: "np.ndarray", wanted: "np.ndarray") -> tuple["np.ndarray", ...]:
@@ -378,11 +370,9 @@ def _turns(
     before = before_all - before_all[inv_offsets[:-1][record]]
     # every per-record sum over its invocations at once
     (in_spans, sampled, input_total, input_prompt, input_action, hit_p, hit_a, hit_t, nonempty) = _record_sums(
-        np.stack([
-            in_spans_per, length, start_c, np.minimum(start_c, prompt_r), before, hit_prompt, hit_action, hit_tool,
-            (length > 0).astype(np.int64),
-        ]),
-        inv_offsets,
+        [in_spans_per, length, start_c, np.minimum(start_c, prompt_r), before, hit_prompt, hit_action, hit_tool, length > 0],
+        record,
+        n,
     )
     hits = (hit_p, hit_a, hit_t)
     ok &= derived | ((in_spans == sampled) & (sampled == action))
