@@ -212,7 +212,7 @@ def screen(
     action, tool, prompt = _unpack(running[origin_offsets[1:]] - running[origin_offsets[:-1]])
     # well_formed: every mask entry valid (an invalid one is counted in no class)
     clean &= action + tool + prompt == positions
-    loss_invalid = cols.loss == INVALID
+    loss_invalid = np.equal(cols.loss, INVALID, out=workspace.take("loss_invalid", cols.loss.size, np.bool_))
     if loss_invalid.any():
         clean &= _segment_sums(loss_invalid.view(np.uint8), cols.loss_offsets) == 0
     # mask_lengths: the token count from token_ids, else counts; both masks that long
@@ -234,7 +234,8 @@ def screen(
         loss[take] = cols.loss[source[take]]
     # the trained positions' counts, packed alike (an untrained position shifts 1 out of the word)
     trained_packed = workspace.take("trained", origin.size, np.int64)
-    np.left_shift(np.int64(1), np.maximum(origin, loss), out=trained_packed, dtype=np.int64)
+    trained_shifts = np.maximum(origin, loss, out=workspace.take("trained_shifts", origin.size, np.uint8))
+    np.left_shift(np.int64(1), trained_shifts, out=trained_packed, dtype=np.int64)
     trained_action, trained_tool, trained_prompt = _unpack(_segment_sums(trained_packed, origin_offsets))
     # loss_classes
     for cls, trained in (("prompt", trained_prompt), ("action", trained_action), ("tool", trained_tool)):
@@ -258,7 +259,7 @@ def screen(
         # staleness: no trainer_version older than the record's policy_version (the lag against
         # the newest version so far is never negative)
         clean &= (cols.trainer_version < 0) | (cols.policy_version < 0) | (cols.trainer_version >= cols.policy_version)
-        clean &= _turns(cols, rows, prompt, action, needs_logprobs, running)
+        clean &= _turns(cols, rows, prompt, action, needs_logprobs, running, workspace)
         cache_logged = cols.has_cached | cols.has_prefill
         flags |= np.where(cache_logged, FLAG_CACHE_LOGGED, 0)
     # well_formed: tool_wait_s in [ms]
@@ -276,10 +277,12 @@ def _turns(
     action: "np.ndarray",
     needs_logprobs: bool,
     running: "np.ndarray",
+    workspace: "Workspace",
 ) -> "np.ndarray":
     """turn_boundaries, cache_hits, sampled_are_actions and logprobs of generated records; fills
     their sampled, prefill, cache-hit, decode, invocation and tool-call columns of ``rows``.
-    ``running`` is :func:`_packed_running` of the batch's origin codes. Returns which records pass."""
+    ``running`` is :func:`_packed_running` of the batch's origin codes; ``workspace`` holds the
+    per-position buffers. Returns which records pass."""
     import numpy as np
 
     n = cols.n
@@ -384,7 +387,10 @@ def _turns(
     lp_ok = np.where(absent, ~(needs_logprobs & (sampled > 0)), (count == sampled) | (count == positions))
     ok &= lp_ok & ~cols.logprobs_positive
     # tool calls: action -> tool transitions inside a record (few: found, then counted per record)
-    second = np.flatnonzero((cols.origin[:-1] == ACTION_SHIFT) & (cols.origin[1:] == TOOL_SHIFT)) + 1
+    size = max(cols.origin.size - 1, 0)
+    pair = np.equal(cols.origin[:-1], ACTION_SHIFT, out=workspace.take("pair", size, np.bool_))
+    pair &= np.equal(cols.origin[1:], TOOL_SHIFT, out=workspace.take("tool_after", size, np.bool_))
+    second = np.flatnonzero(pair) + 1
     pair_record = np.searchsorted(offsets, second, side="right") - 1
     tool_calls = np.bincount(pair_record[second > offsets[pair_record]], minlength=n)
     rows[:, 4] = sampled  # sampled: action positions only (consistent records)
@@ -695,7 +701,7 @@ def _count_parquet(
         if n == 0:
             continue
         try:
-            cols = from_arrow(batch)
+            cols = from_arrow(batch, counter.workspace)
         except Unsupported:
             for k, row in enumerate(batch.to_pylist() if rows is None else rows):
                 counter.checker.feed(first + k, row, None)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal
 
 import msgspec
 
@@ -780,9 +780,10 @@ def _ints(values: Any) -> tuple["np.ndarray", "np.ndarray"]:
     if code == "u8" and data.size and int(data.max()) > np.iinfo(np.int64).max:
         raise Unsupported("an unsigned integer past int64")
     valid = _validity(values)
+    if valid.all():
+        return data.astype(np.int64, copy=False), valid  # int64 already: a view of the Arrow buffer
     out = data.astype(np.int64)
-    if not valid.all():
-        out[~valid] = 0
+    out[~valid] = 0
     return out, valid
 
 
@@ -796,12 +797,14 @@ def _floats(values: Any) -> tuple["np.ndarray", "np.ndarray"]:
         ints, valid = _ints(values)
         data = ints.astype(np.float64)
     elif pa.types.is_floating(kind):
-        data = _primitive(values, np.dtype({16: "f2", 32: "f4", 64: "f8"}[kind.bit_width])).astype(np.float64)
+        data = _primitive(values, np.dtype({16: "f2", 32: "f4", 64: "f8"}[kind.bit_width]))
         valid = _validity(values)
     else:
         raise Unsupported(str(kind))
-    if not valid.all():
-        data[~valid] = np.nan
+    if valid.all():
+        return data.astype(np.float64, copy=False), valid  # float64 already: a view of the Arrow buffer
+    data = data.astype(np.float64)
+    data[~valid] = np.nan
     return data, valid
 
 
@@ -820,6 +823,23 @@ def _strings(arr: Any) -> tuple[bytes, "np.ndarray"]:
     data = buffers[2]
     raw = (np.frombuffer(data, dtype=np.uint8)[offsets[0]:offsets[-1]] if data is not None else np.zeros(0, np.uint8)).tobytes()
     return raw, offsets - offsets[0]
+
+
+def _string_view(arr: Any) -> tuple["np.ndarray", "np.ndarray"]:
+    """A string or binary Arrow array's bytes end to end (a view of its buffer) and its offsets
+    rebased to 0."""
+    import numpy as np
+    import pyarrow as pa
+
+    kind = arr.type
+    width = np.int64 if pa.types.is_large_string(kind) or pa.types.is_large_binary(kind) else np.int32
+    n = len(arr)
+    buffers = arr.buffers()
+    if buffers[1] is None or buffers[2] is None:
+        return np.zeros(0, dtype=np.uint8), np.zeros(n + 1, dtype=np.int64)
+    offsets = np.frombuffer(buffers[1], dtype=width)[arr.offset:arr.offset + n + 1].astype(np.int64)
+    chars = np.frombuffer(buffers[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
+    return chars, offsets - offsets[0]
 
 
 def _stop_codes(arr: Any) -> tuple["np.ndarray", "np.ndarray"]:
@@ -852,11 +872,13 @@ def _bad_per_record(bad: "np.ndarray", offsets: "np.ndarray") -> "np.ndarray":
 
 
 def _mask_column(
-    arr: Any, n: int, letters: bytes, codes: bytes, top: int, of_value: bytes
+    arr: Any, n: int, letters: bytes, codes: bytes, top: int, of_value: bytes,
+    out: "Callable[[int], np.ndarray] | None" = None,
 ) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
     """A mask column (a string of letters, a list of integer codes, or binary holding either, one
     or the other per record) as codes, offsets, exactness. ``letters`` and ``codes`` translate
-    bytes; ``of_value`` translates an integer ``0..top`` of a list."""
+    bytes; ``of_value`` translates an integer ``0..top`` of a list; ``out(size)``, when given,
+    provides the buffer for the codes of a string column."""
     import numpy as np
     import pyarrow as pa
 
@@ -864,6 +886,12 @@ def _mask_column(
         return np.zeros(0, dtype=np.uint8), np.zeros(n + 1, dtype=np.int64), np.zeros(n, dtype=bool)
     kind = arr.type
     text = pa.types.is_string(kind) or pa.types.is_large_string(kind)
+    if text and out is not None:
+        # straight from the Arrow buffer into the caller's buffer (no copy, no fresh allocation)
+        valid = _validity(arr)
+        chars, offsets = _string_view(arr)
+        table = np.frombuffer(letters, dtype=np.uint8)
+        return np.take(table, chars, out=out(chars.size)), offsets, valid
     if text or pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
         valid = _validity(arr)
         raw, offsets = _strings(arr)
@@ -881,8 +909,11 @@ def _mask_column(
     return np.frombuffer(out.tobytes().translate(of_value), dtype=np.uint8), offsets, valid_rows
 
 
-def from_arrow(batch: Any) -> Columns:
+def from_arrow(batch: Any, workspace: Any = None) -> Columns:
     """The columns of a Parquet record batch, read from its Arrow buffers.
+
+    With a ``workspace`` (:class:`capplan.reconcile.batch.Workspace`), the mask codes are written
+    into its buffers: the columns are then valid until the next call with the same workspace.
 
     Raises
     ------
@@ -893,12 +924,12 @@ def from_arrow(batch: Any) -> Columns:
     import pyarrow as pa
 
     try:
-        return _from_arrow(batch)
+        return _from_arrow(batch, workspace)
     except (pa.ArrowException, OverflowError, ValueError, TypeError) as exc:
         raise Unsupported(f"{type(exc).__name__}: {exc}") from None
 
 
-def _from_arrow(batch: Any) -> Columns:
+def _from_arrow(batch: Any, workspace: Any = None) -> Columns:
     import numpy as np
     import pyarrow as pa
 
@@ -911,11 +942,14 @@ def _from_arrow(batch: Any) -> Columns:
         return batch.column(name) if name in names else None
 
     exact = np.ones(n, dtype=bool)
+    def buffer(name: str) -> "Callable[[int], np.ndarray] | None":
+        return None if workspace is None else (lambda size: workspace.take(name, size, np.uint8))
+
     origin, origin_offsets, origin_ok = _mask_column(
-        column("origin"), n, ORIGIN_CODE_FROM_STR, ORIGIN_CODE_FROM_INT, 2, _ORIGIN_CODE_OF_CLASS
+        column("origin"), n, ORIGIN_CODE_FROM_STR, ORIGIN_CODE_FROM_INT, 2, _ORIGIN_CODE_OF_CLASS, buffer("origin")
     )
     loss, loss_offsets, loss_ok = _mask_column(
-        column("loss_mask"), n, LOSS_CODE_FROM_STR, LOSS_CODE_FROM_INT, 1, _LOSS_CODE_OF_VALUE
+        column("loss_mask"), n, LOSS_CODE_FROM_STR, LOSS_CODE_FROM_INT, 1, _LOSS_CODE_OF_VALUE, buffer("loss")
     )
     exact &= origin_ok & loss_ok
 
@@ -978,7 +1012,7 @@ def _from_arrow(batch: Any) -> Columns:
     if arr is not None:
         valid, offsets, values = _list_parts(arr)
         data, _present = _floats(values)
-        bad = _bad_per_record(~(np.abs(data) <= 1e290), offsets)  # any sum of up to 10^18 stays finite
+        bad = _bad_per_record(~((data <= 1e290) & (data >= -1e290)), offsets)  # any sum of up to 10^18 stays finite
         exact &= ~valid | ~bad
         logprobs = np.where(valid, np.diff(offsets), -1)
         logprobs_positive = valid & _bad_per_record(data > 0, offsets)
