@@ -701,7 +701,7 @@ def _count_parquet(
         if n == 0:
             continue
         try:
-            cols = from_arrow(batch, counter.workspace)
+            cols = from_arrow(batch)
         except Unsupported:
             for k, row in enumerate(batch.to_pylist() if rows is None else rows):
                 counter.checker.feed(first + k, row, None)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 
@@ -825,23 +825,6 @@ def _strings(arr: Any) -> tuple[bytes, "np.ndarray"]:
     return raw, offsets - offsets[0]
 
 
-def _string_view(arr: Any) -> tuple["np.ndarray", "np.ndarray"]:
-    """A string or binary Arrow array's bytes end to end (a view of its buffer) and its offsets
-    rebased to 0."""
-    import numpy as np
-    import pyarrow as pa
-
-    kind = arr.type
-    width = np.int64 if pa.types.is_large_string(kind) or pa.types.is_large_binary(kind) else np.int32
-    n = len(arr)
-    buffers = arr.buffers()
-    if buffers[1] is None or buffers[2] is None:
-        return np.zeros(0, dtype=np.uint8), np.zeros(n + 1, dtype=np.int64)
-    offsets = np.frombuffer(buffers[1], dtype=width)[arr.offset:arr.offset + n + 1].astype(np.int64)
-    chars = np.frombuffer(buffers[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
-    return chars, offsets - offsets[0]
-
-
 def _stop_codes(arr: Any) -> tuple["np.ndarray", "np.ndarray"]:
     """A string column of stop reasons as :data:`STOP_CODES` (-1 null or unknown), and validity."""
     import numpy as np
@@ -872,13 +855,11 @@ def _bad_per_record(bad: "np.ndarray", offsets: "np.ndarray") -> "np.ndarray":
 
 
 def _mask_column(
-    arr: Any, n: int, letters: bytes, codes: bytes, top: int, of_value: bytes,
-    out: "Callable[[int], np.ndarray] | None" = None,
+    arr: Any, n: int, letters: bytes, codes: bytes, top: int, of_value: bytes
 ) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
     """A mask column (a string of letters, a list of integer codes, or binary holding either, one
     or the other per record) as codes, offsets, exactness. ``letters`` and ``codes`` translate
-    bytes; ``of_value`` translates an integer ``0..top`` of a list; ``out(size)``, when given,
-    provides the buffer for the codes of a string column."""
+    bytes; ``of_value`` translates an integer ``0..top`` of a list."""
     import numpy as np
     import pyarrow as pa
 
@@ -886,12 +867,6 @@ def _mask_column(
         return np.zeros(0, dtype=np.uint8), np.zeros(n + 1, dtype=np.int64), np.zeros(n, dtype=bool)
     kind = arr.type
     text = pa.types.is_string(kind) or pa.types.is_large_string(kind)
-    if text and out is not None:
-        # straight from the Arrow buffer into the caller's buffer (no copy, no fresh allocation)
-        valid = _validity(arr)
-        chars, offsets = _string_view(arr)
-        table = np.frombuffer(letters, dtype=np.uint8)
-        return np.take(table, chars, out=out(chars.size)), offsets, valid
     if text or pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
         valid = _validity(arr)
         raw, offsets = _strings(arr)
@@ -909,11 +884,8 @@ def _mask_column(
     return np.frombuffer(out.tobytes().translate(of_value), dtype=np.uint8), offsets, valid_rows
 
 
-def from_arrow(batch: Any, workspace: Any = None) -> Columns:
+def from_arrow(batch: Any) -> Columns:
     """The columns of a Parquet record batch, read from its Arrow buffers.
-
-    With a ``workspace`` (:class:`capplan.reconcile.batch.Workspace`), the mask codes are written
-    into its buffers: the columns are then valid until the next call with the same workspace.
 
     Raises
     ------
@@ -924,12 +896,12 @@ def from_arrow(batch: Any, workspace: Any = None) -> Columns:
     import pyarrow as pa
 
     try:
-        return _from_arrow(batch, workspace)
+        return _from_arrow(batch)
     except (pa.ArrowException, OverflowError, ValueError, TypeError) as exc:
         raise Unsupported(f"{type(exc).__name__}: {exc}") from None
 
 
-def _from_arrow(batch: Any, workspace: Any = None) -> Columns:
+def _from_arrow(batch: Any) -> Columns:
     import numpy as np
     import pyarrow as pa
 
@@ -942,14 +914,11 @@ def _from_arrow(batch: Any, workspace: Any = None) -> Columns:
         return batch.column(name) if name in names else None
 
     exact = np.ones(n, dtype=bool)
-    def buffer(name: str) -> "Callable[[int], np.ndarray] | None":
-        return None if workspace is None else (lambda size: workspace.take(name, size, np.uint8))
-
     origin, origin_offsets, origin_ok = _mask_column(
-        column("origin"), n, ORIGIN_CODE_FROM_STR, ORIGIN_CODE_FROM_INT, 2, _ORIGIN_CODE_OF_CLASS, buffer("origin")
+        column("origin"), n, ORIGIN_CODE_FROM_STR, ORIGIN_CODE_FROM_INT, 2, _ORIGIN_CODE_OF_CLASS
     )
     loss, loss_offsets, loss_ok = _mask_column(
-        column("loss_mask"), n, LOSS_CODE_FROM_STR, LOSS_CODE_FROM_INT, 1, _LOSS_CODE_OF_VALUE, buffer("loss")
+        column("loss_mask"), n, LOSS_CODE_FROM_STR, LOSS_CODE_FROM_INT, 1, _LOSS_CODE_OF_VALUE
     )
     exact &= origin_ok & loss_ok
 
