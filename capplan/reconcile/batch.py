@@ -404,6 +404,22 @@ def _turns(
     return ok
 
 
+def _key_counts(values: "np.ndarray") -> tuple[list[int], list[int]]:
+    """The distinct values in ascending order and how often each occurs (a bincount when they span
+    a short range, as versions and lags do; else a sort)."""
+    import numpy as np
+
+    if values.size == 0:
+        return [], []
+    low, high = int(values.min()), int(values.max())
+    if high - low <= 4 * values.size + 1024:
+        hits = np.bincount(values - low)
+        keys = np.flatnonzero(hits)
+        return (keys + low).tolist(), hits[keys].tolist()
+    keys, hits = np.unique(values, return_counts=True)
+    return keys.tolist(), hits.tolist()
+
+
 class BatchCounter:
     """Feeds batches to a :class:`RecordChecker`: clean runs counted at once, the rest one by one.
 
@@ -516,11 +532,11 @@ class BatchCounter:
         checker = self.checker
         new = []
         for counts, values in ((checker.versions, versions), (checker.staleness, lags)):
-            keys, hits = np.unique(values, return_counts=True)
-            fresh = sum(1 for k in keys.tolist() if k not in counts)
+            keys, hits = _key_counts(values)
+            fresh = sum(1 for k in keys if k not in counts)
             if len(counts) + fresh > _MAX_KEYS:
                 return False
-            new.append((counts, keys.tolist(), hits.tolist()))
+            new.append((counts, keys, hits))
         for counts, keys, hits in new:
             for key, hit in zip(keys, hits):
                 counts[key] = counts.get(key, 0) + hit
@@ -531,10 +547,11 @@ class BatchCounter:
         import numpy as np
 
         counts = self.checker.stop_reasons
-        codes, first, hits = np.unique(stops, return_index=True, return_counts=True)
-        for order in np.argsort(first, kind="stable"):
-            name = STOP_REASONS[int(codes[order])]
-            counts[name] = counts.get(name, 0) + int(hits[order])
+        hits = np.bincount(stops.astype(np.intp), minlength=len(STOP_REASONS))  # clean records: codes >= 0
+        present = np.flatnonzero(hits).tolist()
+        for code in sorted(present, key=lambda c: int(np.argmax(stops == c))):
+            name = STOP_REASONS[code]
+            counts[name] = counts.get(name, 0) + int(hits[code])
 
 
 BATCH_RECORDS = 4096
