@@ -22,6 +22,7 @@ records the fast path may count.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -622,7 +623,22 @@ def read_alike(lines: list[bytes], known_bytes: "np.ndarray", ascii_lines: bool 
 
 
 _STOP_OR_NONE = {**STOP_CODES, "": -1}
-"""Stop reason codes, with ``""`` (not given) as -1."""
+
+
+@functools.lru_cache(maxsize=1)
+def _stop_tables() -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
+    """The stop reasons' bytes end to end, where each starts (indexed by code; -1 maps to 0), and
+    the code of the reason of each length (-1: none; a length past the longest maps to the last)."""
+    import numpy as np
+
+    names = [name.encode() for name in STOP_CODES]
+    assert len({len(name) for name in names}) == len(names), "stop reasons of equal length"
+    starts = np.zeros(len(names) + 1, dtype=np.int64)
+    np.cumsum([len(name) for name in names[:-1]], out=starts[1:-1])
+    by_length = np.full(max(map(len, names)) + 2, -1, dtype=np.int64)
+    for code, name in enumerate(names):
+        by_length[len(name)] = code
+    return np.frombuffer(b"".join(names), dtype=np.uint8), starts, by_length
 
 
 def from_line_records(
@@ -826,20 +842,23 @@ def _strings(arr: Any) -> tuple[bytes, "np.ndarray"]:
 
 
 def _stop_codes(arr: Any) -> tuple["np.ndarray", "np.ndarray"]:
-    """A string column of stop reasons as :data:`STOP_CODES` (-1 null or unknown), and validity."""
+    """A string column of stop reasons as :data:`STOP_CODES` (-1 null or unknown), and validity.
+
+    The known reasons differ in length, so a row's length names the one reason it can be; its
+    bytes are then compared with that reason's, all rows at once.
+    """
     import numpy as np
 
-    n = len(arr)
     valid = _validity(arr)
     raw, offsets = _strings(arr)
-    chars = np.frombuffer(raw, dtype=np.uint8)
     lengths = np.diff(offsets)
-    codes = np.full(n, -1, dtype=np.int8)
-    for name, code in STOP_CODES.items():
-        rows = np.flatnonzero(valid & (lengths == len(name)))
-        if rows.size:
-            text = chars[offsets[rows, None] + np.arange(len(name))]
-            codes[rows[(text == np.frombuffer(name.encode(), dtype=np.uint8)).all(axis=1)]] = code
+    names, starts, by_length = _stop_tables()
+    candidate = by_length[np.minimum(lengths, by_length.size - 1)]
+    # each character's counterpart in the candidate reason (anything, when there is none)
+    within = np.arange(len(raw)) - np.repeat(offsets[:-1], lengths)
+    counterpart = np.minimum(np.repeat(starts[candidate], lengths) + within, names.size - 1)
+    differs = np.frombuffer(raw, dtype=np.uint8) != names[counterpart]
+    codes = np.where(valid & (candidate >= 0) & ~_segment_any(differs, offsets), candidate, -1).astype(np.int8)
     return codes, valid
 
 
