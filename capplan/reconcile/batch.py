@@ -554,7 +554,7 @@ class BatchCounter:
             counts[name] = counts.get(name, 0) + int(hits[code])
 
 
-BATCH_RECORDS = 4096
+BATCH_RECORDS = 2048
 """Records checked together [records] (Parquet: :data:`~capplan.reconcile.readers.PARQUET_BATCH_ROWS`)."""
 
 
