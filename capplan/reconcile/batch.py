@@ -20,6 +20,7 @@ breaks both at the same row).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -660,6 +661,7 @@ def _count_jsonl(log: "TrajectoryLog", counter: BatchCounter, progress: Callable
         number += len(chunk)
 
 
+@functools.lru_cache(maxsize=256)
 def _plain_type(kind: Any) -> bool:
     """Whether every value of an Arrow type converts to Python without fail (no strings: a string
     that is not UTF-8 fails; no dates, decimals or extension types)."""
