@@ -121,6 +121,14 @@ class Accumulator:
         self.tool_calls = 0
         self._series = np.zeros(0, dtype=np.int64)
 
+    def used(self, series: int) -> "np.ndarray":
+        """Series ``series``'s histogram up to the bin of its largest value (the bins past it are
+        empty: percentiles need not sum them)."""
+        import numpy as np
+
+        top = int(bin_index(self.maxes[series:series + 1])[0])
+        return self.hist[series, :top + 1]
+
     def flush(self) -> None:
         """Fold the rows held so far into the sums, maxima and histograms, and empty them in place."""
         import numpy as np
