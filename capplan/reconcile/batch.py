@@ -20,6 +20,7 @@ breaks both at the same row).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -53,13 +54,70 @@ class Screened:
     """Trainer versions (-1 not given)."""
 
 
-def _running_count(flags: "np.ndarray") -> "np.ndarray":
-    """``out[k]`` = flags set among the first ``k`` positions (int32 while the batch allows)."""
+FIELD_BITS = 21
+"""Bits of each count packed in one int64 (:func:`_packed_running`): action, tool, prompt."""
+_FIELD = (1 << FIELD_BITS) - 1
+LONGEST_PACKED = 1 << FIELD_BITS
+"""Positions a record may have for the packed counts [positions]; a longer one goes record by record."""
+PROMPT_SHIFT, ACTION_SHIFT, TOOL_SHIFT = 2 * FIELD_BITS, 0, FIELD_BITS
+"""Bit offset of each class's count in a packed count; the batch's origin codes are these
+(:attr:`Columns.origin <capplan.reconcile.columns.Columns.origin>`), 255 for an invalid entry."""
+TRAINED, UNTRAINED = 0, 64
+"""Loss codes of the batch (255 invalid): added to an origin code, 64 shifts the count out of the word."""
+INVALID = 255
+
+
+class Workspace:
+    """Large per-position buffers reused from batch to batch.
+
+    A fresh array of a few MiB per batch is costly beyond its size: the allocator hands freed
+    memory back to the system, and the next batch touches new pages (a page fault each, in system
+    time). One buffer per use, grown when a batch needs more, keeps the pages.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, Any] = {}
+
+    def take(self, name: str, size: int, dtype: Any) -> "np.ndarray":
+        """A buffer of ``size`` elements of ``dtype`` (contents undefined), the same memory each call."""
+        import numpy as np
+
+        buffer = self._buffers.get(name)
+        if buffer is None or buffer.size < size or buffer.dtype != dtype:
+            buffer = np.empty(size + size // 4, dtype=dtype)
+            self._buffers[name] = buffer
+        return buffer[:size]
+
+
+def _packed_running(shifts: "np.ndarray", out: "np.ndarray | None" = None) -> "np.ndarray":
+    """``out[k]`` = the action, tool and prompt positions among the first ``k``, packed in one int64:
+    action in bits 0-20, tool in bits 21-41, prompt from bit 42 (an invalid code counts nowhere).
+
+    The sums wrap modulo 2^64, but a difference ``out[j] - out[i]`` is exact in every field while
+    each count between ``i`` and ``j`` is below 2^21 (:data:`LONGEST_PACKED`): one cumulative sum
+    serves three counts, over any span inside a record.
+
+    Parameters
+    ----------
+    shifts : numpy.ndarray
+        The origin codes: each position's bit offset (:data:`PROMPT_SHIFT`...; 255 counts nowhere).
+    out : numpy.ndarray, optional
+        Where to write (``shifts.size + 1`` int64).
+    """
     import numpy as np
 
-    out = np.zeros(flags.size + 1, dtype=np.int32 if flags.size < 2**31 - 1 else np.int64)
-    np.cumsum(flags, out=out[1:])
+    if out is None:
+        out = np.empty(shifts.size + 1, dtype=np.int64)
+    out[0] = 0
+    body = out[1:]
+    np.left_shift(np.int64(1), shifts, out=body, dtype=np.int64)
+    np.cumsum(body, out=body)
     return out
+
+
+def _unpack(packed: "np.ndarray") -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
+    """Action, tool and prompt counts of packed differences (:func:`_packed_running`)."""
+    return packed & _FIELD, (packed >> FIELD_BITS) & _FIELD, (packed >> 2 * FIELD_BITS) & _FIELD
 
 
 def _segment_sums(values: "np.ndarray", offsets: "np.ndarray") -> "np.ndarray":
@@ -78,12 +136,20 @@ def _segment_sums(values: "np.ndarray", offsets: "np.ndarray") -> "np.ndarray":
     return out
 
 
+def _record_sums(values: "list[np.ndarray]", record: "np.ndarray", n: int) -> "list[np.ndarray]":
+    """Per record ``0..n-1``: the sums of each of ``values`` over its entries (``record`` gives each
+    entry's record) [int64; exact while every sum is below 2^53]."""
+    import numpy as np
+
+    return [np.bincount(record, weights=v, minlength=n).astype(np.int64) for v in values]
+
+
 def _derived_spans(origin: "np.ndarray", offsets: "np.ndarray", wanted: "np.ndarray") -> tuple["np.ndarray", ...]:
     """Maximal runs of action positions of the ``wanted`` records: (record, start, end), starts and
     ends relative to the record."""
     import numpy as np
 
-    action = origin == 1
+    action = origin == ACTION_SHIFT
     n = offsets.size - 1
     lengths = np.diff(offsets)
     record = np.repeat(np.arange(n), lengths)
@@ -110,6 +176,7 @@ def screen(
     needs_logprobs: bool,
     rollout: bool,
     max_staleness: int | None,
+    workspace: "Workspace | None" = None,
 ) -> Screened:
     """Run the record checks on a batch and count the records that pass them.
 
@@ -124,6 +191,8 @@ def screen(
     max_staleness : int, optional
         Largest allowed ``trainer_version - policy_version`` [versions] (applied by the caller
         where the reference is the newest version so far).
+    workspace : Workspace, optional
+        Buffers kept from the previous batch.
 
     Returns
     -------
@@ -135,17 +204,16 @@ def screen(
     clean = cols.exact.copy()
     origin, origin_offsets = cols.origin, cols.origin_offsets
     positions = np.diff(origin_offsets)
-    is_action, is_tool = origin == 1, origin == 2
-    actions_before, tools_before = _running_count(is_action), _running_count(is_tool)
-    starts, ends = origin_offsets[:-1], origin_offsets[1:]
-    action = (actions_before[ends] - actions_before[starts]).astype(np.int64)
-    tool = (tools_before[ends] - tools_before[starts]).astype(np.int64)
-    invalid = origin > 2
-    # well_formed: every mask entry valid
-    if invalid.any():
-        clean &= _segment_sums(invalid.view(np.uint8), origin_offsets) == 0
-    prompt = positions - action - tool  # exact wherever every entry is valid
-    loss_invalid = cols.loss > 1
+    # counts over spans of a record come from one packed running sum; a record too long for it
+    # goes record by record
+    clean &= positions < LONGEST_PACKED
+    if workspace is None:
+        workspace = Workspace()
+    running = _packed_running(origin, workspace.take("running", origin.size + 1, np.int64))
+    action, tool, prompt = _unpack(running[origin_offsets[1:]] - running[origin_offsets[:-1]])
+    # well_formed: every mask entry valid (an invalid one is counted in no class)
+    clean &= action + tool + prompt == positions
+    loss_invalid = np.equal(cols.loss, INVALID, out=workspace.take("loss_invalid", cols.loss.size, np.bool_))
     if loss_invalid.any():
         clean &= _segment_sums(loss_invalid.view(np.uint8), cols.loss_offsets) == 0
     # mask_lengths: the token count from token_ids, else counts; both masks that long
@@ -160,16 +228,16 @@ def screen(
     loss = cols.loss
     if loss.size != origin.size or not np.array_equal(cols.loss_offsets, origin_offsets):
         # some record's masks differ in length: compare position by position only where they agree
-        loss = np.zeros(origin.size, dtype=np.uint8)
+        loss = np.full(origin.size, UNTRAINED, dtype=np.uint8)
         same = clean & (np.diff(cols.loss_offsets) == positions)
         source = np.repeat(cols.loss_offsets[:-1] - origin_offsets[:-1], positions) + np.arange(origin.size)
         take = np.repeat(same, positions)
         loss[take] = cols.loss[source[take]]
-    trained = loss == 1
-    trained_all = _segment_sums(trained.view(np.uint8), origin_offsets)
-    trained_action = _segment_sums((trained & is_action).view(np.uint8), origin_offsets)
-    trained_tool = _segment_sums((trained & is_tool).view(np.uint8), origin_offsets)
-    trained_prompt = trained_all - trained_action - trained_tool
+    # the trained positions' counts, packed alike (an untrained position shifts 1 out of the word)
+    trained_packed = workspace.take("trained", origin.size, np.int64)
+    trained_shifts = np.maximum(origin, loss, out=workspace.take("trained_shifts", origin.size, np.uint8))
+    np.left_shift(np.int64(1), trained_shifts, out=trained_packed, dtype=np.int64)
+    trained_action, trained_tool, trained_prompt = _unpack(_segment_sums(trained_packed, origin_offsets))
     # loss_classes
     for cls, trained in (("prompt", trained_prompt), ("action", trained_action), ("tool", trained_tool)):
         if cls not in allowed:
@@ -179,7 +247,7 @@ def screen(
     dropped = truncated & drop_truncated
     # truncated_trained
     clean &= ~(dropped & ((trained_prompt + trained_action + trained_tool) > 0))
-    rows = np.zeros((n, 20), dtype=np.int64)
+    rows = np.zeros((20, n), dtype=np.int64).T  # F-ordered: each column written and folded contiguously
     rows[:, 0], rows[:, 1], rows[:, 2] = prompt, action, tool
     rows[:, 13], rows[:, 14], rows[:, 15] = trained_prompt, trained_action, trained_tool
     flags = np.where(dropped, 0, FLAG_KEPT) | np.where(truncated, FLAG_TRUNCATED, 0)
@@ -192,7 +260,7 @@ def screen(
         # staleness: no trainer_version older than the record's policy_version (the lag against
         # the newest version so far is never negative)
         clean &= (cols.trainer_version < 0) | (cols.policy_version < 0) | (cols.trainer_version >= cols.policy_version)
-        clean &= _turns(cols, rows, prompt, action, needs_logprobs, actions_before, tools_before)
+        clean &= _turns(cols, rows, prompt, action, needs_logprobs, running, workspace)
         cache_logged = cols.has_cached | cols.has_prefill
         flags |= np.where(cache_logged, FLAG_CACHE_LOGGED, 0)
     # well_formed: tool_wait_s in [ms]
@@ -209,13 +277,13 @@ def _turns(
     prompt: "np.ndarray",
     action: "np.ndarray",
     needs_logprobs: bool,
-    actions_before: "np.ndarray",
-    tools_before: "np.ndarray",
+    running: "np.ndarray",
+    workspace: "Workspace",
 ) -> "np.ndarray":
     """turn_boundaries, cache_hits, sampled_are_actions and logprobs of generated records; fills
     their sampled, prefill, cache-hit, decode, invocation and tool-call columns of ``rows``.
-    ``actions_before`` / ``tools_before`` are :func:`_running_count` of the action and tool
-    positions of the batch. Returns which records pass."""
+    ``running`` is :func:`_packed_running` of the batch's origin codes; ``workspace`` holds the
+    per-position buffers. Returns which records pass."""
     import numpy as np
 
     n = cols.n
@@ -224,34 +292,44 @@ def _turns(
     positions = np.diff(offsets)
 
     def actions(start: "np.ndarray", end: "np.ndarray") -> "np.ndarray":
-        return (actions_before[end] - actions_before[start]).astype(np.int64)
+        return (running[end] - running[start]) & _FIELD
 
     def tools(start: "np.ndarray", end: "np.ndarray") -> "np.ndarray":
-        return (tools_before[end] - tools_before[start]).astype(np.int64)
+        return ((running[end] - running[start]) >> FIELD_BITS) & _FIELD
+
+    def not_prompt(start: "np.ndarray", end: "np.ndarray") -> "np.ndarray":
+        """Action and tool positions together (packed: zero when both are)."""
+        return (running[end] - running[start]) & ((1 << 2 * FIELD_BITS) - 1)
 
     # the invocations: logged spans, or the runs of action positions
     derived = ~cols.has_turns
+    logged_counts = np.diff(cols.turn_offsets)
+    record = np.repeat(np.arange(n), logged_counts)
+    start, end = cols.turn_starts, cols.turn_ends
     if derived.any():
         run_record, run_start, run_end = _derived_spans(cols.origin, offsets, derived)
+        order = np.argsort(np.concatenate([record, run_record]), kind="stable")
+        record = np.concatenate([record, run_record])[order]
+        start = np.concatenate([start, run_start])[order]
+        end = np.concatenate([end, run_end])[order]
+        invocations = np.bincount(record, minlength=n)
     else:
-        run_record = run_start = run_end = np.zeros(0, dtype=np.int64)
-    logged_counts = np.diff(cols.turn_offsets)
-    logged_record = np.repeat(np.arange(n), logged_counts)
-    record = np.concatenate([logged_record, run_record])
-    start = np.concatenate([cols.turn_starts, run_start])
-    end = np.concatenate([cols.turn_ends, run_end])
-    order = np.argsort(record, kind="stable")
-    record, start, end = record[order], start[order], end[order]
-    invocations = np.bincount(record, minlength=n)
+        invocations = logged_counts  # already in record order
     inv_offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(invocations, out=inv_offsets[1:])
     index = np.arange(record.size) - inv_offsets[record]  # j, the invocation's number in its record
-    # turn_boundaries: spans ordered and inside the record
-    previous_end = np.zeros(record.size, dtype=np.int64)
     later = index > 0
-    previous_end[later] = end[np.flatnonzero(later) - 1]
-    inside = (previous_end <= start) & (start <= end) & (end <= positions[record])
-    ok &= np.bincount(record, weights=~inside, minlength=n) == 0
+
+    def previous(values: "np.ndarray") -> "np.ndarray":
+        """The value of the invocation before, in the same record (0 for a record's first)."""
+        out = np.zeros(values.size, dtype=np.int64)
+        out[1:] = values[:-1]
+        out[~later] = 0
+        return out
+
+    # turn_boundaries: spans ordered and inside the record
+    inside = (previous(end) <= start) & (start <= end) & (end <= positions[record])
+    ok[record[~inside]] = False
     start_c = np.where(inside, start, 0)
     end_c = np.where(inside, end, 0)
     # turn_boundaries: one cached_tokens / prefill_tokens entry per invocation
@@ -262,26 +340,19 @@ def _turns(
     # turn_boundaries: the prompt a prefix, no tool observation before the first turn
     base = offsets[:-1]
     prompt_end = base + np.minimum(prompt, positions)  # the prompt a prefix: no action or tool before its end
-    ok &= actions(base, prompt_end) + tools(base, prompt_end) == 0
+    ok &= not_prompt(base, prompt_end) == 0
     first = positions.copy()
     has_any = invocations > 0
     first[has_any] = start_c[inv_offsets[:-1][has_any]]
     first = np.minimum(first, positions)
     ok &= tools(base, base + first) == 0
-    # sampled_are_actions: the spans hold exactly the action positions
+    # sampled_are_actions: the spans hold exactly the action positions (checked below)
     span_base = base[record]
     in_spans_per = actions(span_base + start_c, span_base + end_c)
     length = end_c - start_c
-    in_spans = np.bincount(record, weights=in_spans_per, minlength=n).astype(np.int64)
-    sampled = np.bincount(record, weights=length, minlength=n).astype(np.int64)
-    ok &= derived | ((in_spans == sampled) & (sampled == action))
     # cache_hits: each claim within what earlier invocations computed; prefill + cached = input
-    computed = np.zeros(record.size, dtype=np.int64)
-    previous_start = np.zeros(record.size, dtype=np.int64)
-    previous_start[later] = start_c[np.flatnonzero(later) - 1]
-    previous_end_c = np.zeros(record.size, dtype=np.int64)
-    previous_end_c[later] = end_c[np.flatnonzero(later) - 1]
-    computed[later] = np.where(previous_end_c[later] > previous_start[later], previous_end_c[later] - 1, previous_start[later])
+    previous_start, previous_end_c = previous(start_c), previous(end_c)
+    computed = np.where(previous_end_c > previous_start, previous_end_c - 1, previous_start)  # 0 for a first
     has_cached = cols.has_cached[record] & (cached_counts == invocations)[record]
     has_prefill = cols.has_prefill[record] & (prefill_counts == invocations)[record]
     cached = np.zeros(record.size, dtype=np.int64)
@@ -290,7 +361,7 @@ def _turns(
     prefill[has_prefill] = cols.prefill[cols.prefill_offsets[record[has_prefill]] + index[has_prefill]]
     hit = np.where(has_cached, cached, np.where(has_prefill, start_c - prefill, 0))
     claim_ok = (hit >= 0) & (hit <= computed) & (~(has_cached & has_prefill) | (cached + prefill == start_c))
-    ok &= np.bincount(record, weights=~claim_ok, minlength=n) == 0
+    ok[record[~claim_ok]] = False
     hit = np.clip(hit, 0, None)
     hit = np.minimum(hit, positions[record])
     # the split by class of a consistent record (prompt a prefix, spans = action runs)
@@ -301,11 +372,14 @@ def _turns(
     cumulative_length = np.cumsum(length)
     before_all = cumulative_length - length  # sampled positions of all earlier invocations, any record
     before = before_all - before_all[inv_offsets[:-1][record]]
-    input_total = np.bincount(record, weights=start_c, minlength=n).astype(np.int64)
-    input_prompt = np.bincount(record, weights=np.minimum(start_c, prompt_r), minlength=n).astype(np.int64)
-    input_action = np.bincount(record, weights=before, minlength=n).astype(np.int64)
-    hits = [np.bincount(record, weights=h, minlength=n).astype(np.int64) for h in (hit_prompt, hit_action, hit_tool)]
-    nonempty = np.bincount(record, weights=length > 0, minlength=n).astype(np.int64)
+    # every per-record sum over its invocations at once
+    (in_spans, sampled, input_total, input_prompt, input_action, hit_p, hit_a, hit_t, nonempty) = _record_sums(
+        [in_spans_per, length, start_c, np.minimum(start_c, prompt_r), before, hit_prompt, hit_action, hit_tool, length > 0],
+        record,
+        n,
+    )
+    hits = (hit_p, hit_a, hit_t)
+    ok &= derived | ((in_spans == sampled) & (sampled == action))
     # logprobs: one per sampled position (or per position), every one a finite number, none above
     # 0 (a record with a log-prob above 0 anywhere goes record by record: only those at sampled
     # positions fail it)
@@ -313,10 +387,13 @@ def _turns(
     absent = count < 0
     lp_ok = np.where(absent, ~(needs_logprobs & (sampled > 0)), (count == sampled) | (count == positions))
     ok &= lp_ok & ~cols.logprobs_positive
-    pairs = np.zeros(cols.origin.size, dtype=np.uint8)
-    if cols.origin.size > 1:
-        pairs[:-1] = (cols.origin[:-1] == 1) & (cols.origin[1:] == 2)
-    tool_calls = _segment_sums(pairs, offsets) - _boundary_pairs(cols.origin, offsets)
+    # tool calls: action -> tool transitions inside a record (few: found, then counted per record)
+    size = max(cols.origin.size - 1, 0)
+    pair = np.equal(cols.origin[:-1], ACTION_SHIFT, out=workspace.take("pair", size, np.bool_))
+    pair &= np.equal(cols.origin[1:], TOOL_SHIFT, out=workspace.take("tool_after", size, np.bool_))
+    second = np.flatnonzero(pair) + 1
+    pair_record = np.searchsorted(offsets, second, side="right") - 1
+    tool_calls = np.bincount(pair_record[second > offsets[pair_record]], minlength=n)
     rows[:, 4] = sampled  # sampled: action positions only (consistent records)
     rows[:, 6] = input_prompt - hits[0]
     rows[:, 7] = input_action - hits[1]
@@ -328,19 +405,20 @@ def _turns(
     return ok
 
 
-def _boundary_pairs(origin: "np.ndarray", offsets: "np.ndarray") -> "np.ndarray":
-    """Per record: 1 when its last position is an action and the next record starts with a tool
-    position (a pair :func:`_segment_sums` counted across the boundary), else 0."""
+def _key_counts(values: "np.ndarray") -> tuple[list[int], list[int]]:
+    """The distinct values in ascending order and how often each occurs (a bincount when they span
+    a short range, as versions and lags do; else a sort)."""
     import numpy as np
 
-    n = offsets.size - 1
-    out = np.zeros(n, dtype=np.int64)
-    ends = offsets[1:]
-    inner = (ends > offsets[:-1]) & (ends < origin.size)
-    idx = np.flatnonzero(inner)
-    last = ends[idx] - 1
-    out[idx] = (origin[last] == 1) & (origin[last + 1] == 2)
-    return out
+    if values.size == 0:
+        return [], []
+    low, high = int(values.min()), int(values.max())
+    if high - low <= 4 * values.size + 1024:
+        hits = np.bincount(values - low)
+        keys = np.flatnonzero(hits)
+        return (keys + low).tolist(), hits[keys].tolist()
+    keys, hits = np.unique(values, return_counts=True)
+    return keys.tolist(), hits.tolist()
 
 
 class BatchCounter:
@@ -361,6 +439,7 @@ class BatchCounter:
             "rollout": checker.rollout,
             "max_staleness": checker.max_staleness,
         }
+        self.workspace = Workspace()
         self.capped = False
         """Past the cap on distinct versions or lags, or past a version too large for int64
         arithmetic: every record goes record by record."""
@@ -386,7 +465,7 @@ class BatchCounter:
         """
         import numpy as np
 
-        screened = screen(cols, **self.rules)
+        screened = screen(cols, **self.rules, workspace=self.workspace)
         clean = screened.clean
         n = cols.n
         i = 0
@@ -454,11 +533,11 @@ class BatchCounter:
         checker = self.checker
         new = []
         for counts, values in ((checker.versions, versions), (checker.staleness, lags)):
-            keys, hits = np.unique(values, return_counts=True)
-            fresh = sum(1 for k in keys.tolist() if k not in counts)
+            keys, hits = _key_counts(values)
+            fresh = sum(1 for k in keys if k not in counts)
             if len(counts) + fresh > _MAX_KEYS:
                 return False
-            new.append((counts, keys.tolist(), hits.tolist()))
+            new.append((counts, keys, hits))
         for counts, keys, hits in new:
             for key, hit in zip(keys, hits):
                 counts[key] = counts.get(key, 0) + hit
@@ -469,13 +548,14 @@ class BatchCounter:
         import numpy as np
 
         counts = self.checker.stop_reasons
-        codes, first, hits = np.unique(stops, return_index=True, return_counts=True)
-        for order in np.argsort(first, kind="stable"):
-            name = STOP_REASONS[int(codes[order])]
-            counts[name] = counts.get(name, 0) + int(hits[order])
+        hits = np.bincount(stops.astype(np.intp), minlength=len(STOP_REASONS))  # clean records: codes >= 0
+        present = np.flatnonzero(hits).tolist()
+        for code in sorted(present, key=lambda c: int(np.argmax(stops == c))):
+            name = STOP_REASONS[code]
+            counts[name] = counts.get(name, 0) + int(hits[code])
 
 
-BATCH_RECORDS = 8192
+BATCH_RECORDS = 2048
 """Records checked together [records] (Parquet: :data:`~capplan.reconcile.readers.PARQUET_BATCH_ROWS`)."""
 
 
@@ -570,8 +650,7 @@ def _count_jsonl(log: "TrajectoryLog", counter: BatchCounter, progress: Callable
             number += 1
             counter.checker.malformed(number, stream_broken(log.path, number - 1, tell(), exc).message)
             return number
-        decoded = decode_lines(chunk)
-        unread = [i for i, value in enumerate(decoded) if value is None]
+        decoded, unread = decode_lines(chunk)
         for i in unread:
             decoded[i] = placeholder
         cols = from_line_records(decoded, chunk, ascii_lines)  # type: ignore[arg-type]
@@ -582,6 +661,7 @@ def _count_jsonl(log: "TrajectoryLog", counter: BatchCounter, progress: Callable
         number += len(chunk)
 
 
+@functools.lru_cache(maxsize=256)
 def _plain_type(kind: Any) -> bool:
     """Whether every value of an Arrow type converts to Python without fail (no strings: a string
     that is not UTF-8 fails; no dates, decimals or extension types)."""

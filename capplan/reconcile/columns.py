@@ -22,6 +22,7 @@ records the fast path may count.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -29,7 +30,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import msgspec
 
 from capplan.reconcile.checks import STOP_REASONS
-from capplan.reconcile.formats import CAPPLAN_COLUMNS, LOSS_FROM_INT, LOSS_FROM_STR, ORIGIN_FROM_INT, ORIGIN_FROM_STR
+from capplan.reconcile.batch import ACTION_SHIFT, PROMPT_SHIFT, TOOL_SHIFT, TRAINED, UNTRAINED
+from capplan.reconcile.formats import (
+    ACTION, CAPPLAN_COLUMNS, LOSS_FROM_INT, LOSS_FROM_STR, ORIGIN_FROM_INT, ORIGIN_FROM_STR, PROMPT, TOOL,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -39,11 +43,27 @@ NonNegative = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
 valid for the record-by-record checker, sends its record there)."""
 _EMPTY = msgspec.Raw(b"")
 
+def _then(table: bytes, codes: dict[int, int]) -> bytes:
+    """``table`` followed by ``codes`` (a byte not in ``codes`` becomes 255)."""
+    return bytes(codes.get(code, 255) for code in table)
+
+
+_SHIFT_OF_CLASS = {PROMPT: PROMPT_SHIFT, ACTION: ACTION_SHIFT, TOOL: TOOL_SHIFT}
+_LOSS_CODE = {0: UNTRAINED, 1: TRAINED}
+ORIGIN_CODE_FROM_STR = _then(ORIGIN_FROM_STR, _SHIFT_OF_CLASS)
+"""An origin letter (``p a t``) -> its :attr:`Columns.origin` code."""
+ORIGIN_CODE_FROM_INT = _then(ORIGIN_FROM_INT, _SHIFT_OF_CLASS)
+LOSS_CODE_FROM_STR = _then(LOSS_FROM_STR, _LOSS_CODE)
+"""A loss character (``0 1``) -> its :attr:`Columns.loss` code."""
+LOSS_CODE_FROM_INT = _then(LOSS_FROM_INT, _LOSS_CODE)
+_ORIGIN_CODE_OF_CLASS = _then(bytes(range(256)), _SHIFT_OF_CLASS)
+_LOSS_CODE_OF_VALUE = _then(bytes(range(256)), _LOSS_CODE)
+
 STOP_CODES: dict[str, int] = {name: code for code, name in enumerate(STOP_REASONS)}
 """Stop reasons as small integers (-1: not given), in :data:`STOP_REASONS` order."""
 
 
-class ClassCounts(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+class ClassCounts(msgspec.Struct, forbid_unknown_fields=True, frozen=True, gc=False):
     """The ``counts`` field: non-negative positions per class (a missing class is 0)."""
 
     prompt: NonNegative = 0
@@ -51,30 +71,38 @@ class ClassCounts(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     tool: NonNegative = 0
 
 
+_NO_COUNTS = ClassCounts(-1, -1, -1)
+"""``counts`` not given (no decoded value is negative)."""
+_NEVER = Annotated[int, msgspec.Meta(ge=1, le=0)]
+"""A type no JSON value decodes into: a record with such a key goes to the record-by-record checker."""
+
+
 class LineRecord(msgspec.Struct, gc=False):
     """One JSONL record as the fast path reads it; list fields are kept as raw JSON.
 
     A line that does not decode into this type (a list-valued mask, a bool where an integer
-    belongs, a negative version, an unknown stop reason, NaN...) goes to the record-by-record
-    checker. Mapping-only keys (``_n_tokens``, ``_lp_offset``, ``_stop_logged``) are read as raw
-    values only so that a record carrying one is sent there too.
+    belongs, a negative version, an unknown stop reason, NaN, a null anywhere...) goes to the
+    record-by-record checker. So does one with a mapping-only key (``_n_tokens``, ``_lp_offset``,
+    ``_stop_logged``): their type accepts no value. A field not given takes a default outside its
+    valid values (-1, NaN, ``""``), so that each field is read into numpy in one pass over the
+    records without a test for ``None``.
     """
 
     origin: str
     loss_mask: str
-    counts: ClassCounts | None = None
+    counts: ClassCounts = _NO_COUNTS
     token_ids: msgspec.Raw = _EMPTY
     turns: msgspec.Raw = _EMPTY
     cached_tokens: msgspec.Raw = _EMPTY
     prefill_tokens: msgspec.Raw = _EMPTY
     logprobs: msgspec.Raw = _EMPTY
-    policy_version: NonNegative | None = None
-    trainer_version: NonNegative | None = None
-    stop_reason: Literal["stop", "length", "tool_calls", "abort"] | None = None
-    tool_wait_s: Annotated[float, msgspec.Meta(ge=0, le=1e9)] | None = None
-    n_tokens: msgspec.Raw = msgspec.field(default=_EMPTY, name="_n_tokens")
-    lp_offset: msgspec.Raw = msgspec.field(default=_EMPTY, name="_lp_offset")
-    stop_logged: msgspec.Raw = msgspec.field(default=_EMPTY, name="_stop_logged")
+    policy_version: NonNegative = -1
+    trainer_version: NonNegative = -1
+    stop_reason: Literal["stop", "length", "tool_calls", "abort"] = ""  # type: ignore[assignment]
+    tool_wait_s: Annotated[float, msgspec.Meta(ge=0, le=1e9)] = float("nan")
+    n_tokens: _NEVER = msgspec.field(default=0, name="_n_tokens")
+    lp_offset: _NEVER = msgspec.field(default=0, name="_lp_offset")
+    stop_logged: _NEVER = msgspec.field(default=0, name="_stop_logged")
 
 
 LINE_DECODER = msgspec.json.Decoder(LineRecord)
@@ -92,10 +120,13 @@ class Columns:
     exact: "np.ndarray"
     """Whether the record was read without loss (else it goes to the record-by-record checker)."""
     origin: "np.ndarray"
-    """Origin codes 0 prompt / 1 action / 2 tool / 255 invalid, all records end to end (uint8)."""
+    """Origin codes, all records end to end (uint8): the bit offset of the class's count in the
+    batch checker's packed counts, 42 prompt / 0 action / 21 tool, 255 invalid
+    (:data:`~capplan.reconcile.batch.PROMPT_SHIFT`...)."""
     origin_offsets: "np.ndarray"
     loss: "np.ndarray"
-    """Loss codes 0 / 1 / 255 invalid (uint8)."""
+    """Loss codes (uint8): 0 carries loss, 64 does not, 255 invalid (added to an origin code, 64
+    moves the count out of the packed word; :data:`~capplan.reconcile.batch.TRAINED`)."""
     loss_offsets: "np.ndarray"
     token_ids: "np.ndarray"
     """Length of ``token_ids`` (-1 absent)."""
@@ -349,6 +380,10 @@ def parse_int_lists(
 
 _NUMBER_CHARS = b"0123456789-+.eE,"
 _INTEGER_CHARS = b"0123456789-,"
+_NUMBER_KEEP_SIGNS = _NUMBER_CHARS.replace(b",", b"").replace(b"-", b"")
+_INTEGER_KEEP_SIGNS = _INTEGER_CHARS.replace(b",", b"").replace(b"-", b"")
+"""The characters deleted first: what is left is brackets, commas and minus signs (and anything
+that is not part of a number)."""
 _SHAPE = bytes.maketrans(b"0123456789eE+-", b"1111111111eess")
 """Digits to ``1``, exponent letters to ``e``, signs to ``s`` (for searching number shapes)."""
 
@@ -423,7 +458,9 @@ def _number_lists(
     else:
         expected = b"[]" * lists
     # every character a digit, sign, comma or number letter, one bracket pair per array, no spaces
-    simple = buf.translate(None, _INTEGER_CHARS if integers else _NUMBER_CHARS) == expected
+    signed = buf.translate(None, _INTEGER_KEEP_SIGNS if integers else _NUMBER_KEEP_SIGNS)
+    kept = signed.translate(None, b"-")
+    simple = kept.translate(None, b",") == expected
     exponents = False
     if simple and not integers:
         shape = buf.translate(_SHAPE)
@@ -441,17 +478,21 @@ def _number_lists(
             for i in np.flatnonzero(count > 0).tolist():
                 above[i] = _POSITIVE.search(bytes(raws[i])) is not None
         return count, exact, above
-    commas = np.flatnonzero(chars == ord(","))
-    per_record = np.diff(np.searchsorted(commas, offsets))
-    count = np.where(is_list, per_record + (lengths > 2), -1)
+    # what is kept is each array's brackets around its commas (and each "null"), so the commas of
+    # an array are the kept characters from its "[" to the next value's start, less two
+    marks = np.frombuffer(kept, dtype=np.uint8)
+    starts = np.flatnonzero((marks == ord("[")) | (marks == ord("n")))
+    kept_lengths = np.diff(np.append(starts, marks.size))
+    count = np.full(n, -1, dtype=np.int64)
+    count[is_list] = kept_lengths[is_list[nonempty]] - 2 + (lengths[is_list] > 2)
     above = np.zeros(n, dtype=bool)
     if positive:
         # Every array is valid JSON made of number characters only, so a "-" is either a number's
         # sign or an exponent's: when the signs are as many as the numbers, none is above 0.
-        signs = np.count_nonzero(chars == ord("-"))
+        signs = signed.count(b"-")
         if exponents:
             signs -= buf.count(b"e-") + buf.count(b"E-")
-        if signs != commas.size + np.count_nonzero(is_list & (lengths > 2)):
+        if signs != int(count[is_list].sum()):
             # the arrays with a number that starts with a digit; the pattern tells zero from positive
             digit = (chars >= ord("0")) & (chars <= ord("9"))
             after = np.zeros(chars.size, dtype=bool)
@@ -519,20 +560,23 @@ def _count_numbers_exactly(raws: list[Any], integers: bool, lengths: "np.ndarray
 # ---------------------------------------------------------------------------- JSONL
 
 
-def decode_lines(lines: list[bytes]) -> list[LineRecord | None]:
-    """Each line as a :class:`LineRecord`, or ``None`` where it does not decode into one."""
+def decode_lines(lines: list[bytes]) -> tuple[list[LineRecord | None], list[int]]:
+    """Each line as a :class:`LineRecord`, or ``None`` where it does not decode into one; and the
+    indices of those ``None`` (usually none: then the whole batch decoded in one comprehension)."""
     decode = LINE_DECODER.decode
     out: list[LineRecord | None]
     try:
-        out = [decode(line) for line in lines]
+        return [decode(line) for line in lines], []
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deeply
         out = []
-        for line in lines:
+        unread = []
+        for i, line in enumerate(lines):
             try:
                 out.append(decode(line))
             except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
                 out.append(None)
-    return out
+                unread.append(i)
+    return out, unread
 
 
 def read_alike(lines: list[bytes], known_bytes: "np.ndarray", ascii_lines: bool = False) -> "np.ndarray":
@@ -578,8 +622,23 @@ def read_alike(lines: list[bytes], known_bytes: "np.ndarray", ascii_lines: bool 
     return ok
 
 
-def _fill(values: list[Any], missing: Any) -> list[Any]:
-    return [missing if v is None else v for v in values]
+_STOP_OR_NONE = {**STOP_CODES, "": -1}
+
+
+@functools.lru_cache(maxsize=1)
+def _stop_tables() -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
+    """The stop reasons' bytes end to end, where each starts (indexed by code; -1 maps to 0), and
+    the code of the reason of each length (-1: none; a length past the longest maps to the last)."""
+    import numpy as np
+
+    names = [name.encode() for name in STOP_CODES]
+    assert len({len(name) for name in names}) == len(names), "stop reasons of equal length"
+    starts = np.zeros(len(names) + 1, dtype=np.int64)
+    np.cumsum([len(name) for name in names[:-1]], out=starts[1:-1])
+    by_length = np.full(max(map(len, names)) + 2, -1, dtype=np.int64)
+    for code, name in enumerate(names):
+        by_length[len(name)] = code
+    return np.frombuffer(b"".join(names), dtype=np.uint8), starts, by_length
 
 
 def from_line_records(
@@ -588,39 +647,36 @@ def from_line_records(
     """The columns of decoded JSONL records (every one a :class:`LineRecord`); with the ``lines``
     they were decoded from, a record the record-by-record reader might read otherwise is not
     exact (see :func:`read_alike`; ``ascii_lines``: the lines are known to be ASCII)."""
-    from itertools import repeat
-    from operator import attrgetter, is_not
+    from operator import attrgetter
 
     import numpy as np
 
     n = len(records)
-    # one list comprehension per field (faster than operator.attrgetter on 3.11, and than
-    # transposing msgspec.structs.astuple tuples, which the garbage collector has to track)
+
+    def column(name: str, dtype: Any) -> "np.ndarray":
+        return np.fromiter(map(attrgetter(name), records), dtype=dtype, count=n)
+
+    # one list comprehension per text field (faster than operator.attrgetter on 3.11, and than
+    # transposing tuples of all the fields); the scalars straight into numpy (absent ones hold
+    # their out-of-range default)
     origins = [r.origin for r in records]
     losses = [r.loss_mask for r in records]
-    counts = [r.counts for r in records]
     token_ids = [r.token_ids for r in records]
     turns = [r.turns for r in records]
     cached = [r.cached_tokens for r in records]
     prefill = [r.prefill_tokens for r in records]
     logprobs = [r.logprobs for r in records]
-    policy = [r.policy_version for r in records]
-    trainer = [r.trainer_version for r in records]
-    stops = [r.stop_reason for r in records]
-    waits = [r.tool_wait_s for r in records]
     exact = np.ones(n, dtype=bool)
-    # mapping-only keys: a raw value is true when given
-    exact[[i for i, r in enumerate(records) if r.n_tokens or r.lp_offset or r.stop_logged]] = False
     origin_lengths = np.fromiter(map(len, origins), dtype=np.int64, count=n)
     loss_lengths = np.fromiter(map(len, losses), dtype=np.int64, count=n)
     # bytes.translate maps every character in one pass at memory speed (an invalid one to 255)
-    origin = np.frombuffer("".join(origins).encode("latin-1", "replace").translate(ORIGIN_FROM_STR), dtype=np.uint8)
-    loss = np.frombuffer("".join(losses).encode("latin-1", "replace").translate(LOSS_FROM_STR), dtype=np.uint8)
-    has_counts = np.fromiter(map(is_not, counts, repeat(None)), dtype=bool, count=n)
-    count_values = np.zeros((n, 3), dtype=np.int64)
-    given = [c for c in counts if c is not None]
+    origin = np.frombuffer("".join(origins).encode("latin-1", "replace").translate(ORIGIN_CODE_FROM_STR), dtype=np.uint8)
+    loss = np.frombuffer("".join(losses).encode("latin-1", "replace").translate(LOSS_CODE_FROM_STR), dtype=np.uint8)
+    count_values = np.empty((n, 3), dtype=np.int64)
     for k, name in enumerate(("prompt", "action", "tool")):
-        count_values[has_counts, k] = np.fromiter(map(attrgetter(name), given), dtype=np.int64, count=len(given))
+        count_values[:, k] = column(f"counts.{name}", np.int64)
+    has_counts = count_values[:, 0] >= 0
+    count_values[~has_counts] = 0
     raw_lengths = [np.fromiter(map(len, raws), dtype=np.int64, count=n) for raws in (token_ids, turns, cached, prefill, logprobs)]
     token_count, token_exact = count_numbers(token_ids, integers=True, lengths=raw_lengths[0])
     has_turns, turns_exact, turn_offsets, turn_values = parse_int_lists(turns, nested=True, lengths=raw_lengths[1])
@@ -632,7 +688,6 @@ def from_line_records(
     exact &= token_exact & turns_exact & cached_exact & prefill_exact & lp_exact
     if lines is not None:
         exact &= read_alike(lines, origin_lengths + loss_lengths + sum(raw_lengths), ascii_lines)
-    stop_codes = STOP_CODES
     return Columns(
         n=n,
         exact=exact,
@@ -655,10 +710,10 @@ def from_line_records(
         prefill=prefill_values,
         logprobs=lp_count,
         logprobs_positive=lp_positive,
-        policy_version=np.array(_fill(policy, -1), dtype=np.int64),
-        trainer_version=np.array(_fill(trainer, -1), dtype=np.int64),
-        stop=np.array([-1 if s is None else stop_codes[s] for s in stops], dtype=np.int8),
-        tool_wait_s=np.array(_fill(waits, np.nan), dtype=np.float64),
+        policy_version=column("policy_version", np.int64),
+        trainer_version=column("trainer_version", np.int64),
+        stop=np.fromiter(map(_STOP_OR_NONE.__getitem__, map(attrgetter("stop_reason"), records)), dtype=np.int8, count=n),
+        tool_wait_s=column("tool_wait_s", np.float64),
     )
 
 
@@ -669,22 +724,61 @@ class Unsupported(Exception):
     """A column type the fast path does not read (the batch goes record by record)."""
 
 
+def _validity(arr: Any) -> "np.ndarray":
+    """Per value of an Arrow array: not null, read from its validity bitmap.
+
+    Converting ``arr.is_null()`` to numpy goes through ``pyarrow.compute`` and, for a boolean
+    array, imports pandas (a quarter of a second of a 100,000-row file); the bitmap is one
+    ``unpackbits``.
+    """
+    import numpy as np
+
+    n = len(arr)
+    if arr.null_count == 0:
+        return np.ones(n, dtype=bool)
+    bitmap = arr.buffers()[0]
+    if bitmap is None:  # the null type: every value null
+        return np.zeros(n, dtype=bool)
+    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), count=arr.offset + n, bitorder="little")
+    return bits[arr.offset:].view(bool)
+
+
+def _primitive(arr: Any, dtype: Any) -> "np.ndarray":
+    """The values buffer of a fixed-width Arrow array as numpy (a view; null slots undefined)."""
+    import numpy as np
+
+    n = len(arr)
+    data = arr.buffers()[1]
+    if n == 0 or data is None:
+        return np.zeros(n, dtype=dtype)
+    return np.frombuffer(data, dtype=dtype)[arr.offset:arr.offset + n]
+
+
 def _list_parts(arr: Any) -> tuple["np.ndarray", "np.ndarray", Any]:
     """A list column's per-row validity, offsets rebased to 0, and its child values in range."""
     import numpy as np
     import pyarrow as pa
 
     kind = arr.type
+    n = len(arr)
     if pa.types.is_fixed_size_list(kind):
         size = kind.list_size
-        offsets = (np.arange(len(arr) + 1, dtype=np.int64) + arr.offset) * size
+        offsets = (np.arange(n + 1, dtype=np.int64) + arr.offset) * size
     elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
-        offsets = np.asarray(arr.offsets, dtype=np.int64)
+        width = np.int64 if pa.types.is_large_list(kind) else np.int32
+        buffer = arr.buffers()[1]
+        if buffer is None:  # an empty array may have no offsets buffer
+            offsets = np.zeros(n + 1, dtype=np.int64)
+        else:
+            offsets = np.frombuffer(buffer, dtype=width)[arr.offset:arr.offset + n + 1].astype(np.int64)
     else:
         raise Unsupported(str(kind))
-    valid = ~np.asarray(arr.is_null(), dtype=bool)
+    valid = _validity(arr)
     values = arr.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
     return valid, offsets - offsets[0], values
+
+
+_INT_TYPES = {8: "i1", 16: "i2", 32: "i4", 64: "i8"}
 
 
 def _ints(values: Any) -> tuple["np.ndarray", "np.ndarray"]:
@@ -692,13 +786,80 @@ def _ints(values: Any) -> tuple["np.ndarray", "np.ndarray"]:
     import numpy as np
     import pyarrow as pa
 
-    if not pa.types.is_integer(values.type):
-        raise Unsupported(str(values.type))
-    if values.null_count == 0:
-        return np.asarray(values.cast(pa.int64()), dtype=np.int64), np.ones(len(values), dtype=bool)
-    valid = ~np.asarray(values.is_null(), dtype=bool)
-    data = np.asarray(values.fill_null(0).cast(pa.int64()), dtype=np.int64)
+    kind = values.type
+    if not pa.types.is_integer(kind):
+        raise Unsupported(str(kind))
+    code = _INT_TYPES[kind.bit_width]
+    if pa.types.is_unsigned_integer(kind):
+        code = "u" + code[1:]
+    data = _primitive(values, np.dtype(code))
+    if code == "u8" and data.size and int(data.max()) > np.iinfo(np.int64).max:
+        raise Unsupported("an unsigned integer past int64")
+    valid = _validity(values)
+    if valid.all():
+        return data.astype(np.int64, copy=False), valid  # int64 already: a view of the Arrow buffer
+    out = data.astype(np.int64)
+    out[~valid] = 0
+    return out, valid
+
+
+def _floats(values: Any) -> tuple["np.ndarray", "np.ndarray"]:
+    """A floating-point or integer Arrow array as float64 (nulls read as NaN) and its validity."""
+    import numpy as np
+    import pyarrow as pa
+
+    kind = values.type
+    if pa.types.is_integer(kind):
+        ints, valid = _ints(values)
+        data = ints.astype(np.float64)
+    elif pa.types.is_floating(kind):
+        data = _primitive(values, np.dtype({16: "f2", 32: "f4", 64: "f8"}[kind.bit_width]))
+        valid = _validity(values)
+    else:
+        raise Unsupported(str(kind))
+    if valid.all():
+        return data.astype(np.float64, copy=False), valid  # float64 already: a view of the Arrow buffer
+    data = data.astype(np.float64)
+    data[~valid] = np.nan
     return data, valid
+
+
+def _strings(arr: Any) -> tuple[bytes, "np.ndarray"]:
+    """A string or binary Arrow array's bytes end to end and its offsets rebased to 0."""
+    import numpy as np
+    import pyarrow as pa
+
+    kind = arr.type
+    width = np.int64 if pa.types.is_large_string(kind) or pa.types.is_large_binary(kind) else np.int32
+    n = len(arr)
+    buffers = arr.buffers()
+    if buffers[1] is None:
+        return b"", np.zeros(n + 1, dtype=np.int64)
+    offsets = np.frombuffer(buffers[1], dtype=width)[arr.offset:arr.offset + n + 1].astype(np.int64)
+    data = buffers[2]
+    raw = (np.frombuffer(data, dtype=np.uint8)[offsets[0]:offsets[-1]] if data is not None else np.zeros(0, np.uint8)).tobytes()
+    return raw, offsets - offsets[0]
+
+
+def _stop_codes(arr: Any) -> tuple["np.ndarray", "np.ndarray"]:
+    """A string column of stop reasons as :data:`STOP_CODES` (-1 null or unknown), and validity.
+
+    The known reasons differ in length, so a row's length names the one reason it can be; its
+    bytes are then compared with that reason's, all rows at once.
+    """
+    import numpy as np
+
+    valid = _validity(arr)
+    raw, offsets = _strings(arr)
+    lengths = np.diff(offsets)
+    names, starts, by_length = _stop_tables()
+    candidate = by_length[np.minimum(lengths, by_length.size - 1)]
+    # each character's counterpart in the candidate reason (anything, when there is none)
+    within = np.arange(len(raw)) - np.repeat(offsets[:-1], lengths)
+    counterpart = np.minimum(np.repeat(starts[candidate], lengths) + within, names.size - 1)
+    differs = np.frombuffer(raw, dtype=np.uint8) != names[counterpart]
+    codes = np.where(valid & (candidate >= 0) & ~_segment_any(differs, offsets), candidate, -1).astype(np.int8)
+    return codes, valid
 
 
 def _record_of(offsets: "np.ndarray") -> "np.ndarray":
@@ -713,25 +874,21 @@ def _bad_per_record(bad: "np.ndarray", offsets: "np.ndarray") -> "np.ndarray":
 
 
 def _mask_column(
-    arr: Any, n: int, letters: bytes, codes: bytes, top: int
+    arr: Any, n: int, letters: bytes, codes: bytes, top: int, of_value: bytes
 ) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
     """A mask column (a string of letters, a list of integer codes, or binary holding either, one
-    or the other per record) as codes, offsets, exactness."""
+    or the other per record) as codes, offsets, exactness. ``letters`` and ``codes`` translate
+    bytes; ``of_value`` translates an integer ``0..top`` of a list."""
     import numpy as np
     import pyarrow as pa
 
     if arr is None:
         return np.zeros(0, dtype=np.uint8), np.zeros(n + 1, dtype=np.int64), np.zeros(n, dtype=bool)
     kind = arr.type
-    valid = ~np.asarray(arr.is_null(), dtype=bool)
     text = pa.types.is_string(kind) or pa.types.is_large_string(kind)
     if text or pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
-        buffers = arr.buffers()
-        width = np.int64 if pa.types.is_large_string(kind) or pa.types.is_large_binary(kind) else np.int32
-        offsets = np.frombuffer(buffers[1], dtype=width)[arr.offset:arr.offset + len(arr) + 1].astype(np.int64)
-        data = buffers[2]
-        raw = (np.frombuffer(data, dtype=np.uint8)[offsets[0]:offsets[-1]] if data is not None else np.zeros(0, np.uint8)).tobytes()
-        offsets -= offsets[0]
+        valid = _validity(arr)
+        raw, offsets = _strings(arr)
         mapped = np.frombuffer(raw.translate(letters), dtype=np.uint8)
         if not text:
             # binary: codes (0/1/2) unless some byte is not one, then letters (formats.mask_bytes)
@@ -743,7 +900,7 @@ def _mask_column(
     codes, present = _ints(values)
     good = present & (codes >= 0) & (codes <= top)
     out = np.where(good, codes, 255).astype(np.uint8)
-    return out, offsets, valid_rows
+    return np.frombuffer(out.tobytes().translate(of_value), dtype=np.uint8), offsets, valid_rows
 
 
 def from_arrow(batch: Any) -> Columns:
@@ -766,7 +923,6 @@ def from_arrow(batch: Any) -> Columns:
 def _from_arrow(batch: Any) -> Columns:
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     names = set(batch.schema.names)
     if names & {"_n_tokens", "_lp_offset", "_stop_logged"}:
@@ -777,8 +933,12 @@ def _from_arrow(batch: Any) -> Columns:
         return batch.column(name) if name in names else None
 
     exact = np.ones(n, dtype=bool)
-    origin, origin_offsets, origin_ok = _mask_column(column("origin"), n, ORIGIN_FROM_STR, ORIGIN_FROM_INT, 2)
-    loss, loss_offsets, loss_ok = _mask_column(column("loss_mask"), n, LOSS_FROM_STR, LOSS_FROM_INT, 1)
+    origin, origin_offsets, origin_ok = _mask_column(
+        column("origin"), n, ORIGIN_CODE_FROM_STR, ORIGIN_CODE_FROM_INT, 2, _ORIGIN_CODE_OF_CLASS
+    )
+    loss, loss_offsets, loss_ok = _mask_column(
+        column("loss_mask"), n, LOSS_CODE_FROM_STR, LOSS_CODE_FROM_INT, 1, _LOSS_CODE_OF_VALUE
+    )
     exact &= origin_ok & loss_ok
 
     counts = np.zeros((n, 3), dtype=np.int64)
@@ -787,13 +947,13 @@ def _from_arrow(batch: Any) -> Columns:
     if arr is not None:
         if not pa.types.is_struct(arr.type):
             raise Unsupported(str(arr.type))
-        has_counts = ~np.asarray(arr.is_null(), dtype=bool)
+        has_counts = _validity(arr)
         fields = [arr.type.field(i).name for i in range(arr.type.num_fields)]
         if not set(fields) <= {"prompt", "action", "tool"}:
             raise Unsupported("counts with other fields")
         for k, name in enumerate(("prompt", "action", "tool")):
             if name in fields:
-                values, present = _ints(pc.struct_field(arr, name))
+                values, present = _ints(arr.field(name))
                 counts[:, k] = values
                 exact &= ~has_counts | (present & (values >= 0))
 
@@ -839,10 +999,8 @@ def _from_arrow(batch: Any) -> Columns:
     arr = column("logprobs")
     if arr is not None:
         valid, offsets, values = _list_parts(arr)
-        if not (pa.types.is_floating(values.type) or pa.types.is_integer(values.type)):
-            raise Unsupported(str(values.type))
-        data = np.asarray(values.cast(pa.float64()).fill_null(np.nan), dtype=np.float64)
-        bad = _bad_per_record(~(np.abs(data) <= 1e290), offsets)  # any sum of up to 10^18 stays finite
+        data, _present = _floats(values)
+        bad = _bad_per_record(~((data <= 1e290) & (data >= -1e290)), offsets)  # any sum of up to 10^18 stays finite
         exact &= ~valid | ~bad
         logprobs = np.where(valid, np.diff(offsets), -1)
         logprobs_positive = valid & _bad_per_record(data > 0, offsets)
@@ -864,19 +1022,13 @@ def _from_arrow(batch: Any) -> Columns:
     if arr is not None:
         if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
             raise Unsupported(str(arr.type))
-        codes = pc.index_in(arr, value_set=pa.array(list(STOP_CODES)))
-        present = ~np.asarray(arr.is_null(), dtype=bool)
-        known = ~np.asarray(codes.is_null(), dtype=bool)
-        exact &= ~present | known
-        stop = np.asarray(codes.fill_null(-1), dtype=np.int8)
+        stop, present = _stop_codes(arr)
+        exact &= ~present | (stop >= 0)
 
     tool_wait_s = np.full(n, np.nan)
     arr = column("tool_wait_s")
     if arr is not None:
-        if not (pa.types.is_floating(arr.type) or pa.types.is_integer(arr.type)):
-            raise Unsupported(str(arr.type))
-        present = ~np.asarray(arr.is_null(), dtype=bool)
-        data = np.asarray(arr.cast(pa.float64()).fill_null(np.nan), dtype=np.float64)
+        data, present = _floats(arr)
         exact &= ~present | ((data >= 0) & (data <= 1e9))
         tool_wait_s = np.where(present, data, np.nan)
 

@@ -44,15 +44,19 @@ SERIES_WAIT_MS = _N_CLASS_SERIES + 8
 N_SERIES = _N_CLASS_SERIES + 9
 
 
-def bin_index(values: "np.ndarray") -> "np.ndarray":
+def bin_index(values: "np.ndarray", out: "np.ndarray | None" = None) -> "np.ndarray":
     """Log-linear histogram bin of non-negative integers: exact below ``2 * SUB_BINS``.
 
     ``bin = SUB_BINS * e + (v >> e)`` with ``e = max(bit_length(v) - 11, 0)``, so each bin above
-    2,048 is ``2^e`` wide and its values differ by less than ``2^-10`` relative.
+    2,048 is ``2^e`` wide and its values differ by less than ``2^-10`` relative. ``out`` (which
+    may be ``values`` itself) receives the bins.
     """
     import numpy as np
 
-    out = values.copy()
+    if out is None:
+        out = values.copy()
+    elif out is not values:
+        np.copyto(out, values)
     big = values >= 2 * SUB_BINS
     if big.any():
         big_values = values[big]
@@ -115,6 +119,15 @@ class Accumulator:
         self.flag_sums = {"truncated": 0, "kept": 0, "cache_logged": 0}
         self.invocations = 0
         self.tool_calls = 0
+        self._series = np.zeros(0, dtype=np.int64)
+
+    def used(self, series: int) -> "np.ndarray":
+        """Series ``series``'s histogram up to the bin of its largest value (the bins past it are
+        empty: percentiles need not sum them)."""
+        import numpy as np
+
+        top = int(bin_index(self.maxes[series:series + 1])[0])
+        return self.hist[series, :top + 1]
 
     def flush(self) -> None:
         """Fold the rows held so far into the sums, maxima and histograms, and empty them in place."""
@@ -127,33 +140,46 @@ class Accumulator:
         self.fold(rows)
 
     def fold(self, rows: "np.ndarray") -> None:
-        """Fold an (n, 20) array of rows into the sums, maxima and histograms."""
+        """Fold an (n, 20) array of rows into the sums, maxima and histograms (faster when the
+        array is F-ordered, each column contiguous, as the batch checker makes it)."""
         import numpy as np
 
         count = rows.shape[0]
         if not count:
             return
         self.counted += count
-        flags = rows[:, ROW_FLAGS]
+        by_column = rows.T  # (20, n): each counter's values together (contiguous when the rows are F-ordered)
+        flags = by_column[ROW_FLAGS]
         kept = (flags & FLAG_KEPT) != 0
-        self.flag_sums["truncated"] += int(((flags & FLAG_TRUNCATED) != 0).sum())
-        self.flag_sums["kept"] += int(kept.sum())
-        self.flag_sums["cache_logged"] += int(((flags & FLAG_CACHE_LOGGED) != 0).sum())
-        self.invocations += int(rows[:, ROW_INVOCATIONS].sum())
-        self.tool_calls += int(rows[:, ROW_TOOL_CALLS].sum())
-        series = np.zeros((count, N_SERIES), dtype=np.int64)
-        series[:, 0:12] = rows[:, 0:12]  # recorded, sampled, prefill_forwarded, cache_hit
-        series[:, 13] = rows[:, ROW_DECODE]  # decode_forwarded: action positions only
-        series[:, 15:18] = rows[:, ROW_TRAINED_PROMPT:ROW_TRAINED_TOOL + 1]
-        series[:, 18:21] = rows[:, 0:3] * (self.scorers * kept)[:, None]
-        series[:, SERIES_TOTALS:SERIES_TOTALS + 7] = (
-            series[:, 0:_N_CLASS_SERIES:3] + series[:, 1:_N_CLASS_SERIES:3] + series[:, 2:_N_CLASS_SERIES:3]
+        self.flag_sums["truncated"] += int(np.count_nonzero(flags & FLAG_TRUNCATED))
+        self.flag_sums["kept"] += int(np.count_nonzero(kept))
+        self.flag_sums["cache_logged"] += int(np.count_nonzero(flags & FLAG_CACHE_LOGGED))
+        self.invocations += int(by_column[ROW_INVOCATIONS].sum())
+        self.tool_calls += int(by_column[ROW_TOOL_CALLS].sum())
+        # the series in a buffer kept from batch to batch (a fresh one costs page faults each batch)
+        if self._series.size < N_SERIES * count:
+            self._series = np.empty(N_SERIES * (count + count // 4), dtype=np.int64)
+        series = self._series[:N_SERIES * count].reshape(N_SERIES, count)
+        series[0:12] = by_column[0:12]  # recorded, sampled, prefill_forwarded, cache_hit
+        series[12] = 0
+        series[13] = by_column[ROW_DECODE]  # decode_forwarded: action positions only
+        series[14] = 0
+        series[15:18] = by_column[ROW_TRAINED_PROMPT:ROW_TRAINED_TOOL + 1]
+        np.multiply(by_column[0:3], self.scorers * kept, out=series[18:21])
+        series[SERIES_TOTALS:SERIES_TOTALS + 7] = (
+            series[0:_N_CLASS_SERIES:3] + series[1:_N_CLASS_SERIES:3] + series[2:_N_CLASS_SERIES:3]
         )
-        series[:, SERIES_RESPONSE_LENGTH] = rows[:, ROW_ACTION] + rows[:, ROW_TOOL]
-        series[:, SERIES_WAIT_MS] = rows[:, ROW_WAIT_MS]
-        self.sums += series.sum(0)
-        np.maximum(self.maxes, series.max(0), out=self.maxes)
-        bins = bin_index(series).T  # series by series: each touches only the bins up to its largest
-        for k in range(N_SERIES):
-            top = int(bins[k].max()) + 1
-            self.hist[k, :top] += np.bincount(bins[k], minlength=top)
+        series[SERIES_RESPONSE_LENGTH] = by_column[ROW_ACTION] + by_column[ROW_TOOL]
+        series[SERIES_WAIT_MS] = by_column[ROW_WAIT_MS]
+        self.sums += series.sum(1)
+        np.maximum(self.maxes, series.max(1), out=self.maxes)
+        # one bincount for all series, each series given the bins up to its largest only: series k
+        # counts into [start[k], start[k] + top[k]), then lands on row k of the histograms
+        bins = bin_index(series, out=series)  # the series are summed: their buffer takes the bins
+        tops = bins.max(1) + 1
+        start = np.zeros(N_SERIES + 1, dtype=np.int64)
+        np.cumsum(tops, out=start[1:])
+        bins += start[:-1, None]
+        counts = np.bincount(bins.ravel(), minlength=int(start[-1]))
+        rows_start = np.arange(N_SERIES, dtype=np.int64) * N_BINS
+        self.hist.ravel()[np.arange(int(start[-1])) + np.repeat(rows_start - start[:-1], tops)] += counts

@@ -15,7 +15,7 @@ from capplan.errors import InputError
 if TYPE_CHECKING:
     from types import TracebackType
 
-PARQUET_BATCH_ROWS = 8192
+PARQUET_BATCH_ROWS = 2048
 """Parquet rows decoded at a time [rows], by both the record-by-record and the batch path: a
 corrupt page costs its row group from the batch it lies in on, so both paths cut batches alike."""
 
@@ -35,7 +35,7 @@ def is_parquet(path: Path) -> bool:
         return fh.read(4) == b"PAR1"
 
 
-BLOCK_BYTES = 1 << 22
+BLOCK_BYTES = 1 << 20
 """Most bytes of a plain JSONL file read at a time [bytes]."""
 GZIP_BLOCK_BYTES = 1 << 16
 """Most decompressed bytes of a gzip JSONL file read at a time [bytes]: a stream corrupt in the
@@ -78,7 +78,9 @@ def line_blocks(fh: Any, block_bytes: int) -> Iterator[tuple[list[bytes], bool]]
                 yield [rest], rest_ascii
             return
         ascii_block = block.isascii()
-        lines = (rest + block).split(b"\n")
+        lines = block.split(b"\n")  # the carried-over part joins the first line (no copy of the block)
+        if rest:
+            lines[0] = rest + lines[0]
         rest = lines.pop()
         if lines:
             yield lines, ascii_block and rest_ascii

@@ -284,8 +284,8 @@ def _percentile_table(histograms: Accumulator, q: float) -> dict[str, dict[str, 
     """The ``q``-th percentile [0-100] of each counter and class over the counted records."""
     out = {}
     for k, counter in enumerate(COUNTERS):
-        values = [percentiles(histograms.hist[3 * k + i], (q,))[0] for i in range(3)]
-        values.append(percentiles(histograms.hist[SERIES_TOTALS + k], (q,))[0])
+        values = [percentiles(histograms.used(3 * k + i), (q,))[0] for i in range(3)]
+        values.append(percentiles(histograms.used(SERIES_TOTALS + k), (q,))[0])
         out[counter] = dict(zip(CLASSES_AND_TOTAL, values))
     return out
 
@@ -294,12 +294,12 @@ def _conversation_stats(histograms: Accumulator) -> dict[str, float]:
     """Per-record means and percentiles of the ledger's ``conversation_stats``."""
     inverse = 1.0 / histograms.counted if histograms.counted else 0.0
     record_length = SERIES_TOTALS  # the recorded total is the record length
-    length_p50, length_p95 = percentiles(histograms.hist[record_length], (50, 95))
+    length_p50, length_p95 = percentiles(histograms.used(record_length), (50, 95))
     return {
         "invocations": histograms.invocations * inverse,
         "tool_calls": histograms.tool_calls * inverse,
         "tool_wait_s": float(histograms.sums[SERIES_WAIT_MS]) * inverse / 1000.0,
-        "tool_wait_s_p95": percentiles(histograms.hist[SERIES_WAIT_MS], (95,))[0] / 1000.0,
+        "tool_wait_s_p95": percentiles(histograms.used(SERIES_WAIT_MS), (95,))[0] / 1000.0,
         "truncated_fraction": histograms.flag_sums["truncated"] * inverse,
         "record_length_p50": length_p50,
         "record_length_p95": length_p95,
@@ -311,7 +311,7 @@ def _response_length(histograms: Accumulator) -> dict[str, float]:
     """Percentiles, mean and maximum of the positions after the prompt [positions]."""
     inverse = 1.0 / histograms.counted if histograms.counted else 0.0
     qs = (50, 90, 95, 99)
-    out = dict(zip(("p50", "p90", "p95", "p99"), percentiles(histograms.hist[SERIES_RESPONSE_LENGTH], qs)))
+    out = dict(zip(("p50", "p90", "p95", "p99"), percentiles(histograms.used(SERIES_RESPONSE_LENGTH), qs)))
     out["mean"] = float(histograms.sums[SERIES_RESPONSE_LENGTH]) * inverse
     out["max"] = float(histograms.maxes[SERIES_RESPONSE_LENGTH])
     return out
