@@ -4,6 +4,10 @@ Targets: ``capplan --help`` under 0.2 s, and the import overhead of ``capplan kv
 ``capplan kv ... --format json`` run, whose arithmetic takes about a millisecond) under 0.3 s.
 Ratios against ``python -c pass`` make the figures comparable across machines.
 
+Each command runs once untimed first, with ``PYTHONDONTWRITEBYTECODE`` removed from its
+environment, so the timed runs read compiled bytecode as an installed package does (pip compiles
+on install); without it every run would recompile capplan's sources.
+
 Run by hand: ``python benchmarks/bench_startup.py [--runs 15]``. Prints best and median of each,
 the ratios, and which heavy modules each path imported (``--help`` should import none).
 """
@@ -21,11 +25,15 @@ import time
 HEAVY = ("numpy", "pandas", "scipy", "pydantic", "yaml", "rich", "matplotlib")
 
 
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def _time(cmd: list[str], runs: int) -> tuple[float, float]:
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, env=ENV)
     times = []
     for _ in range(runs):
         t0 = time.perf_counter()
-        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, env=ENV)
         times.append(time.perf_counter() - t0)
     return min(times), statistics.median(times)
 
@@ -33,8 +41,8 @@ def _time(cmd: list[str], runs: int) -> tuple[float, float]:
 def _heavy(argv: list[str]) -> list[str]:
     probe = (
         f"import sys; sys.argv={argv!r}\n"
-        "from capplan.cli.app import app\n"
-        "try:\n    app()\nexcept SystemExit:\n    pass\n"
+        "from capplan.cli.app import app_for\n"
+        "try:\n    app_for(sys.argv[1:])()\nexcept SystemExit:\n    pass\n"
         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)

@@ -33,6 +33,16 @@ def bundled_dir(kind: Kind) -> Path:
     return _PACKAGE_DIR.parent / kind
 
 
+def is_bundled(path: Path) -> bool:
+    """True when ``path`` is one of the files capplan ships (in a bundled folder of any kind)."""
+    try:
+        folder = path.resolve().parent
+    except OSError:
+        return False
+    kinds: tuple[Kind, ...] = ("workloads", "hardware_profiles", "models", "engine_profiles", "validation")
+    return any(folder == bundled_dir(kind).resolve() for kind in kinds)
+
+
 def bundled_names(kind: Kind) -> list[str]:
     """Sorted names (file stems) of the bundled YAML files of ``kind``."""
     folder = bundled_dir(kind)

@@ -184,3 +184,25 @@ def test_python_dash_m(tmp_path):
 
     out = subprocess.run([sys.executable, "-m", "capplan", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == f"capplan {__version__}"
+
+
+@pytest.mark.parametrize("name", ["plan", "sweep", "simulate", "kv", "roofline"])
+def test_lean_application_behaves_as_the_full_one(runner, name: str) -> None:
+    """The console script runs these commands from an application holding only them
+    (:func:`capplan.cli.app.app_for`); help, a usage error and a run must read the same."""
+    from capplan.cli.app import app as full
+    from capplan.cli.app import app_for
+
+    runs = {
+        "plan": ["plan", "chat-serving", "-H", "h100-sxm", "--conversations", "2000", "--format", "json"],
+        "sweep": ["sweep", "chat-serving", "-H", "h100-sxm", "--tp", "1,2", "--conversations", "2000", "--format", "csv"],
+        "simulate": ["simulate", "chat-serving", "-H", "h100-sxm", "--requests", "200", "--format", "json"],
+        "kv": ["kv", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--format", "json"],
+        "roofline": ["roofline", "-m", "llama-3.1-8b", "--hardware", "h100-sxm", "--format", "csv"],
+    }
+    lean = app_for([name])
+    assert lean is not full
+    for argv in ([name, "--help"], [name, "--no-such-flag"], runs[name]):
+        a, b = runner.invoke(lean, argv), runner.invoke(full, argv)
+        assert (a.exit_code, a.output) == (b.exit_code, b.output), argv
+    assert app_for(["ledger", "seed-replay"]) is full and app_for(["--help"]) is full

@@ -1,4 +1,11 @@
-"""The ``capplan`` application: the root typer app and its command groups."""
+"""The ``capplan`` application: the root typer app and its command groups.
+
+``app`` (every command) is built on first use. The console script builds, for the five
+commands run most (``plan``, ``sweep``, ``simulate``, ``kv``, ``roofline``), an application
+holding only the command asked for: typer resolves the options of every command it holds
+before it runs one, which was a fifth of a ``capplan kv`` run. Help, usage lines, errors and
+results are the same either way (``tests/test_cli.py`` compares them).
+"""
 
 from __future__ import annotations
 
@@ -26,40 +33,50 @@ class DefaultCommandGroup(TyperGroup):
         return super().parse_args(ctx, args)
 
 
-app = typer.Typer(
-    name="capplan",
-    help=(
-        "Workload accounting and capacity planning for LLM inference and RL post-training.\n\n"
-        "Examples:\n\n\b\n"
-        "  capplan plan reasoning-rl-olmo3-7b --hardware h100-sxm   # the capacity plan\n"
-        "  capplan kv --model llama-3.1-8b --hardware h100-sxm     # KV budget and concurrency\n"
-        "  capplan roofline --model llama-3.1-8b --hardware h100-sxm\n"
-        "  capplan ledger seed-replay                              # per-token-class ledger\n"
-        "  capplan ledger my-workload.yaml --check                 # CI gate: exit 1 on a broken identity\n"
-        "  capplan sweep agentic-tool-rl --hardware h100-sxm,h200 --tp 1,2,4\n"
-        "  capplan workloads                                       # the bundled examples\n"
-        "  capplan init agentic-rl                                 # a commented starting file\n"
-        "  capplan profiles list"
-    ),
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
+HELP = (
+    "Workload accounting and capacity planning for LLM inference and RL post-training.\n\n"
+    "Examples:\n\n\b\n"
+    "  capplan plan reasoning-rl-olmo3-7b --hardware h100-sxm   # the capacity plan\n"
+    "  capplan kv --model llama-3.1-8b --hardware h100-sxm     # KV budget and concurrency\n"
+    "  capplan roofline --model llama-3.1-8b --hardware h100-sxm\n"
+    "  capplan ledger seed-replay                              # per-token-class ledger\n"
+    "  capplan ledger my-workload.yaml --check                 # CI gate: exit 1 on a broken identity\n"
+    "  capplan sweep agentic-tool-rl --hardware h100-sxm,h200 --tp 1,2,4\n"
+    "  capplan workloads                                       # the bundled examples\n"
+    "  capplan init agentic-rl                                 # a commented starting file\n"
+    "  capplan profiles list"
 )
 
-ledger_app = typer.Typer(
-    cls=DefaultCommandGroup,
-    help=(
-        "Per-token-class ledger of a workload (recorded, sampled, prefill/decode-forwarded, cache-hit, "
-        "trained, scored positions) with reconciliation checks.\n\n"
-        "Examples:\n\n\b\n"
-        "  capplan ledger seed-replay\n"
-        "  capplan ledger workloads/seed-replay-auto.yaml --format json\n"
-        "  capplan ledger my.yaml --check   # exit 1 when an identity breaks"
-    ),
-    no_args_is_help=False,
-    rich_markup_mode=None,
-)
+
+def _root_app() -> typer.Typer:
+    """The root application with its ``--version`` callback and no command yet."""
+    root = typer.Typer(
+        name="capplan",
+        help=HELP,
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+    )
+    root.callback()(_root)
+    return root
+
+
+def _ledger_app() -> typer.Typer:
+    """``capplan ledger``: ``show`` by default, and ``reconcile``."""
+    return typer.Typer(
+        cls=DefaultCommandGroup,
+        help=(
+            "Per-token-class ledger of a workload (recorded, sampled, prefill/decode-forwarded, cache-hit, "
+            "trained, scored positions) with reconciliation checks.\n\n"
+            "Examples:\n\n\b\n"
+            "  capplan ledger seed-replay\n"
+            "  capplan ledger workloads/seed-replay-auto.yaml --format json\n"
+            "  capplan ledger my.yaml --check   # exit 1 when an identity breaks"
+        ),
+        no_args_is_help=False,
+        rich_markup_mode=None,
+    )
 
 
 def _version(value: bool) -> None:
@@ -68,7 +85,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
@@ -77,8 +93,21 @@ def _root(
     """Workload accounting and capacity planning for LLM inference and RL post-training."""
 
 
-def _register() -> None:
-    """Add every command to the application, in the order ``capplan --help`` lists them."""
+LEAN = {"plan": "plan_cmd", "sweep": "sweep_cmd", "simulate": "simulate_cmd", "kv": "kv_cmd", "roofline": "roofline_cmd"}
+"""Commands the console script runs from an application holding only them (module of each)."""
+
+
+def build_app(only: str | None = None) -> typer.Typer:
+    """The application with every command, in the order ``capplan --help`` lists them.
+
+    ``only`` (a key of :data:`LEAN`) builds it with that one command instead.
+    """
+    import importlib
+
+    root = _root_app()
+    if only is not None:
+        importlib.import_module(f"capplan.cli.{LEAN[only]}").commands.register(root)
+        return root
     from capplan.cli import (
         accuracy_cmd,
         calibrate_cmd,
@@ -95,25 +124,45 @@ def _register() -> None:
         workloads_cmd,
     )
 
-    plan_cmd.commands.register(app)
-    sweep_cmd.commands.register(app)
-    simulate_cmd.commands.register(app)
-    kv_cmd.commands.register(app)
-    roofline_cmd.commands.register(app)
-    app.command("accuracy", help=accuracy_cmd.HELP)(accuracy_cmd.accuracy)
-    app.command("calibrate", help=calibrate_cmd.HELP)(calibrate_cmd.calibrate)
-    map_cmd.commands.register(app)
-    misc_cmd.commands.register(app)
-    ledger_cmd.commands.register(ledger_app)
-    reconcile_cmd.commands.register(ledger_app)
-    app.add_typer(ledger_app, name="ledger")
-    app.add_typer(workloads_cmd.workloads_app, name="workloads")
-    app.command("init", help=workloads_cmd.INIT_HELP)(workloads_cmd.init)
-    app.add_typer(profiles_cmd.profiles_app, name="profiles")
-    app.add_typer(profiles_cmd.model_app, name="model")
+    plan_cmd.commands.register(root)
+    sweep_cmd.commands.register(root)
+    simulate_cmd.commands.register(root)
+    kv_cmd.commands.register(root)
+    roofline_cmd.commands.register(root)
+    root.command("accuracy", help=accuracy_cmd.HELP)(accuracy_cmd.accuracy)
+    root.command("calibrate", help=calibrate_cmd.HELP)(calibrate_cmd.calibrate)
+    map_cmd.commands.register(root)
+    misc_cmd.commands.register(root)
+    ledger = _ledger_app()
+    ledger_cmd.commands.register(ledger)
+    reconcile_cmd.commands.register(ledger)
+    root.add_typer(ledger, name="ledger")
+    root.add_typer(workloads_cmd.workloads_app, name="workloads")
+    root.command("init", help=workloads_cmd.INIT_HELP)(workloads_cmd.init)
+    root.add_typer(profiles_cmd.profiles_app, name="profiles")
+    root.add_typer(profiles_cmd.model_app, name="model")
+    return root
 
 
-_register()
+_built: dict[str, typer.Typer] = {}
+
+
+def __getattr__(name: str) -> Any:
+    """``app``: the application with every command, built on first use."""
+    if name == "app":
+        if "app" not in _built:
+            _built["app"] = build_app()
+        return _built["app"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def app_for(argv: list[str]) -> typer.Typer:
+    """The application to run ``capplan`` with these arguments (lean for a :data:`LEAN` command)."""
+    import sys
+
+    if argv and argv[0] in LEAN:
+        return build_app(only=argv[0])
+    return sys.modules[__name__].app  # type: ignore[no-any-return]
 
 
 def run() -> None:
@@ -131,7 +180,7 @@ def run() -> None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115
         _die("standard output is closed; nothing can be printed (redirect it to a file or /dev/null)", 1)
     try:
-        app()
+        app_for(sys.argv[1:])()
     except BrokenPipeError:
         _quiet_pipe()
         sys.exit(141)
