@@ -432,3 +432,26 @@ def test_json_output_refuses_non_finite_numbers():
 
     with pytest.raises(OutputError, match=r"non-finite number at rows\[1\]\.step_time_s"):
         to_json({"rows": [{"step_time_s": 1.0}, {"step_time_s": math.inf}]})
+
+
+def test_library_warnings_print_as_one_line(monkeypatch, capsys):
+    """A warning raised in the library (an fp8 GEMM priced at bf16 on an A100) reaches the user
+    of the console script as one ``Warning:`` line, not Python's file:line and source excerpt."""
+    import sys
+
+    from capplan.cli import app as app_module
+
+    monkeypatch.setattr(sys, "argv", ["capplan", "plan", "chat-serving", "-H", "a100-80gb", "--weight-dtype", "fp8",
+                                      "--conversations", "2000", "--format", "csv"])
+    monkeypatch.setattr(app_module, "_warned", set())
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        with pytest.raises(SystemExit) as exit_info:
+            app_module.run()
+    assert exit_info.value.code == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert err and all(line.startswith("Warning: ") for line in err), err
+    assert any("a100-80gb has no fp8 tensor unit" in line for line in err)
+    assert not any(".py:" in line for line in err)

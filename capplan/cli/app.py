@@ -176,6 +176,9 @@ def run() -> None:
     import os
     import sys
 
+    import warnings
+
+    warnings.showwarning = _warning_line
     if sys.stdout is None:  # started with standard output closed (``capplan ... >&-``)
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115
         _die("standard output is closed; nothing can be printed (redirect it to a file or /dev/null)", 1)
@@ -199,6 +202,27 @@ def run() -> None:
 
         detail = printable(f"{type(exc).__name__}: {exc}")[:300]
         _die(f"internal error ({detail}); please report it with the command line (CAPPLAN_DEBUG=1 shows the traceback)", 1)
+
+
+_warned: set[str] = set()
+
+
+def _warning_line(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+    """Show a warning as one ``Warning: ...`` line on standard error, each message once.
+
+    Python's default format adds the source file and line of the library code that warned,
+    which means nothing to a user of the command line.
+    """
+    import sys
+
+    text = str(message)
+    if text in _warned:
+        return
+    _warned.add(text)
+    try:
+        sys.stderr.write(f"Warning: {text}\n")
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _quiet_pipe() -> None:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from capplan.sim.conversations import Sequence
     from capplan.sim.events import EventQueue
     from capplan.sim.setup import EngineSetup
+    from capplan.sim.speculative import SpecRun
     from capplan.sim.stepcost import DecodeLine
 
 _NO_CHUNKS: list = []  # shared empty chunk list (never mutated)
@@ -62,7 +63,7 @@ class ReplicaScheduler:
         "decoding_cached", "decoding_cached_below_window", "kv_prefill_bytes", "kv_retained_bytes",
         "retained", "assigned_conversations", "new_conversations_waiting",
         # the current run
-        "busy", "run_epoch", "run_start_s", "run_steps", "run_chunks", "run_line", "run_time_s",
+        "busy", "run_epoch", "run_start_s", "run_steps", "run_chunks", "run_line", "run_spec", "run_time_s",
         # weights
         "policy_version", "target_version", "loading_version", "draining", "loading_weights", "stopped", "pending_hold_s",
         # counters
@@ -185,6 +186,8 @@ class ReplicaScheduler:
         """Prefill chunks ``(sequence, positions)`` of the current step (a run with chunks is one step)."""
         self.run_line: "DecodeLine" = (0.0, 0.0, 0.0, 0.0, 0.0)
         """Price line of the current decode run."""
+        self.run_spec: "SpecRun | None" = None
+        """The current run's speculative price (set instead of ``run_line`` when it is a speculative run)."""
         self.run_time_s = 0.0
         """Duration of the current run [s]."""
         self.policy_version = 0
@@ -463,13 +466,14 @@ class ReplicaScheduler:
             return
         if self.run_chunks or self.run_steps <= 1:
             return
-        if self.spec is not None:
-            steps = self.run_line.steps_within(self.run_steps, t - self.run_start_s)  # type: ignore[union-attr]
+        spec_run = self.run_spec
+        if spec_run is not None:
+            steps = spec_run.steps_within(self.run_steps, t - self.run_start_s)
         else:
             steps = steps_within(self.run_line, self.run_steps, t - self.run_start_s)
         if steps < self.run_steps:
             self.run_steps = steps
-            self.run_time_s = self.run_line.time(steps) if self.spec is not None else run_time(self.run_line, steps)  # type: ignore[union-attr]
+            self.run_time_s = spec_run.time(steps) if spec_run is not None else run_time(self.run_line, steps)
             self.run_epoch += 1
             heappush(self.runs, (self.run_start_s + self.run_time_s, next(self.tiebreak), self.index, self.run_epoch))
 
@@ -590,6 +594,7 @@ class ReplicaScheduler:
         if decoding > self.a2a_switch:
             fixed += self.k_a2a * decoding
         self.run_line = line = (compute_0, compute_growth, memory_0, memory_growth, fixed)
+        self.run_spec = None
         self.busy = True
         self.run_steps = steps
         self.run_chunks = _NO_CHUNKS
@@ -614,7 +619,7 @@ class ReplicaScheduler:
 
         run = spec_run(self.spec, self.coeffs, self.spec_tokens, self.decoding, self.decoding_below_window,  # type: ignore[arg-type]
                        self.decoding_cached, self.decoding_cached_below_window)
-        self.run_line = run  # type: ignore[assignment]
+        self.run_spec = run
         self.busy = True
         self.run_steps = steps
         self.run_chunks = _NO_CHUNKS
@@ -623,7 +628,7 @@ class ReplicaScheduler:
         self.run_epoch = epoch = self.run_epoch + 1
         heappush(self.runs, (t + run_s, next(self.tiebreak), self.index, epoch))
 
-    def _spec_step_terms(self) -> tuple[float, float, float, float, float]:
+    def _spec_step_terms(self) -> tuple[int, int, float, float, float]:
         """What a verify step adds to a mixed step's work over a plain decode step of the same
         batch: ``(new, logits, pairs, pairs_window, 0)`` (``n - 1`` more positions per sequence)."""
         n = self.spec.positions  # type: ignore[union-attr]
@@ -634,7 +639,7 @@ class ReplicaScheduler:
         if self.kv_window_bytes:
             pairs_window = (n - 1) * self.decoding_cached_below_window + below * extra_pairs_each
             pairs_window += (n - 1) * self.window * (decoding - below)
-        return float(decoding * (n - 1)), float(decoding * (n - 1)), pairs, pairs_window, 0.0
+        return decoding * (n - 1), decoding * (n - 1), pairs, pairs_window, 0.0
 
     def _spec_step_price(self, step_s: float) -> float:
         """A mixed step's price from its verify step with the chunks ``step_s`` [s]: plus the drafts,
