@@ -5,7 +5,7 @@ CI and editable installs use) nothing is compiled and the same modules run as pl
 identical results. A compiled build needs mypy (``capplan[compile]``) installed first and build
 isolation off::
 
-    pip install 'mypy>=2.4'    # the compile extra
+    pip install 'mypy>=2.4' 'setuptools>=77'    # the compile extra and a build backend
     CAPPLAN_COMPILE=1 pip install --no-build-isolation .
 
 Do not compile an editable install: the compiled modules would sit beside the sources and
