@@ -239,7 +239,7 @@ def write_atomic(path: str | Path, text: str, force: bool = False) -> Path:
 # ---------------------------------------------------------------------------- large tables (the sweep export)
 
 #: Rows converted and written at a time by :func:`write_frame` [rows].
-FRAME_CHUNK_ROWS = 65_536
+FRAME_CHUNK_ROWS = 32_768
 
 _FLOAT_SAFE_LOW, _FLOAT_SAFE_HIGH = 1e-4, 1e15
 """Magnitudes between which the JSON encoders print a float exactly as ``repr`` does (zero too);
