@@ -15,9 +15,11 @@ def rows():
     return load_corpus()
 
 
-def _measurement(r):
-    """What identifies one published measurement, whichever file entered it."""
-    keys = ("model", "hardware", "input_tokens", "output_tokens", "concurrency", "tp", "kv_dtype", "weight_dtype")
+def _measurement(r, model_key="model"):
+    """What identifies one published measurement, whichever file entered it (by the model preset,
+    or by the checkpoint's Hugging Face id: one file may name a checkpoint by the preset of the
+    same architecture, e.g. Llama-3.3-70B as ``llama-3.1-70b``)."""
+    keys = (model_key, "hardware", "input_tokens", "output_tokens", "concurrency", "tp", "kv_dtype", "weight_dtype")
     return (r.kind, r.metric, round(r.measured, 4), *(r.get(k) for k in keys))
 
 
@@ -29,12 +31,13 @@ def test_no_measurement_is_scored_twice(rows):
     """``features.csv`` repeats some rows of the serving corpora; ``validation/split.yaml`` leaves
     one copy out of the score (a duplicate would count twice, and a held-out copy of a fit row
     would leak the fit into the held-out error)."""
-    seen = defaultdict(list)
-    for r in rows:
-        if not r.excluded:
-            seen[_measurement(r)].append(r)
-    twice = [[r.id for r in group] for group in seen.values() if len({r.source for r in group}) > 1]
-    assert not twice, twice
+    for model_key in ("model", "model_hf_id"):
+        seen = defaultdict(list)
+        for r in rows:
+            if not r.excluded and r.get(model_key):
+                seen[_measurement(r, model_key)].append(r)
+        twice = [[r.id for r in group] for group in seen.values() if len({r.source for r in group}) > 1]
+        assert not twice, (model_key, twice)
 
 
 def test_held_out_rows_are_in_no_fit(rows):
@@ -45,3 +48,22 @@ def test_held_out_rows_are_in_no_fit(rows):
     for name in list_engines():
         for term, ids in load_engine(name).fitted_on.items():
             assert not held & set(ids), (name, term, sorted(held & set(ids))[:5])
+
+
+def test_no_held_out_measurement_was_fitted_under_another_id(rows):
+    """A held-out row whose twin (the same measurement entered by another source, scored or not) is in an
+    engine profile's fit would carry the fit into the held-out error."""
+    from capplan.engine import list_engines, load_engine
+
+    fitted = {i for name in list_engines() for ids in load_engine(name).fitted_on.values() for i in ids}
+    for model_key in ("model", "model_hf_id"):
+        by_measurement = defaultdict(list)
+        for r in rows:
+            if r.get(model_key):
+                by_measurement[_measurement(r, model_key)].append(r)
+        leaks = [
+            r.id for r in rows
+            if r.held_out and not r.excluded and r.get(model_key)
+            and any(t.id in fitted for t in by_measurement[_measurement(r, model_key)] if t.source != r.source)
+        ]
+        assert not leaks, (model_key, leaks)
