@@ -67,3 +67,17 @@ def test_no_held_out_measurement_was_fitted_under_another_id(rows):
             and any(t.id in fitted for t in by_measurement[_measurement(r, model_key)] if t.source != r.source)
         ]
         assert not leaks, (model_key, leaks)
+
+
+def test_accuracy_names_the_profile_each_family_was_priced_with():
+    """The header's family -> profile map names the profile that priced the family's serving
+    rows, not the last KV log's version profile (vLLM serving rows use the default profile)."""
+    from capplan.accuracy.corpus import load_corpus
+    from capplan.accuracy.report import default_engines, run_accuracy
+    from capplan.engine import DEFAULT_ENGINE
+
+    rows = [r for r in load_corpus() if r.id.startswith(("vllm-v0101-qwen2-7b", "vllm0110-gpustack-h100x1-qwen3-8b-tp1-sharegpt-c1"))]
+    report = run_accuracy(rows, default_engines())
+    assert report.engines["vllm"] == DEFAULT_ENGINE
+    assert "vllm start-up logs" in report.engines
+    assert {r.engine_profile for r in report.rows if r.kind == "serving" and r.predicted} == {DEFAULT_ENGINE}

@@ -102,7 +102,7 @@ class AccuracyReport:
 
     rows: list[RowResult]
     engines: dict[str, str]
-    """Engine profile used per engine family."""
+    """Engine profile used per engine family (KV rows from vLLM start-up logs: per version)."""
 
     def summary(self, where: Callable[[RowResult], bool] = lambda r: True) -> Summary:
         return summarize([r for r in self.rows if where(r)])
@@ -181,7 +181,10 @@ def run_accuracy(
         family = engine_family(row.get("engine"))
         key = kv_profile_name(row) if row.kind == "kv" and family == "vllm" else family
         engine = engines.get(key, engines.get(family, default_engine))
-        used[family] = engine.name if engine is not None else "hardware assumptions"
+        if key != family:  # a vLLM start-up log: the profile of its version range
+            used["vllm start-up logs"] = "the profile of the log's vLLM version"
+        else:
+            used[family] = engine.name if engine is not None else "hardware assumptions"
         if row.kind == "serving":
             p = predict_serving(row, engine)
         elif row.kind == "kv":
