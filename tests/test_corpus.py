@@ -81,3 +81,20 @@ def test_accuracy_names_the_profile_each_family_was_priced_with():
     assert report.engines["vllm"] == DEFAULT_ENGINE
     assert "vllm start-up logs" in report.engines
     assert {r.engine_profile for r in report.rows if r.kind == "serving" and r.predicted} == {DEFAULT_ENGINE}
+
+
+def test_a_dtype_fallback_is_an_assumption_of_its_row_not_a_warning():
+    """FP8 weights on a chip without an FP8 unit are priced on BF16 GEMMs: ``capplan accuracy``
+    records that in the row's ``assumed`` list instead of warning the reader."""
+    import warnings
+
+    from capplan.accuracy.corpus import load_corpus
+    from capplan.accuracy.report import default_engines, run_accuracy
+
+    rows = [r for r in load_corpus() if r.kind == "serving" and r.get("hardware", "").startswith("a100")
+            and "fp8" in (r.get("weight_dtype") or "")][:3]
+    assert rows, "the corpus has FP8 rows on A100s"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = run_accuracy(rows, default_engines())
+    assert any("no fp8 tensor unit" in a for r in report.rows for a in r.assumed)

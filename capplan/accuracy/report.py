@@ -8,6 +8,7 @@ Absolute error is the absolute value of the signed one.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict, dataclass, field
 from statistics import median
 from typing import TYPE_CHECKING, Any, Callable
@@ -172,6 +173,7 @@ def run_accuracy(
     from capplan.accuracy.corpus import load_corpus
     from capplan.accuracy.predict import Prediction, engine_family, predict_kv, predict_serving
     from capplan.accuracy.rl import predict_rl, predict_trainer, predict_weight_sync
+    from capplan.hardware import DtypeFallbackWarning
 
     rows = load_corpus() if rows is None else rows
     engines = engines or {}
@@ -185,24 +187,28 @@ def run_accuracy(
             used["vllm start-up logs"] = "the profile of the log's vLLM version"
         else:
             used[family] = engine.name if engine is not None else "hardware assumptions"
-        if row.kind == "serving":
-            p = predict_serving(row, engine)
-        elif row.kind == "kv":
-            p = predict_kv(row, engine)
-        elif row.kind == "rl":
-            p = predict_rl(row, engine)
-        elif row.kind == "trainer":
-            p = predict_trainer(row)
-        elif row.kind == "weight_sync":
-            p = predict_weight_sync(row)
-        else:
-            p = Prediction(None, f"{row.kind} rows are not predicted")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", DtypeFallbackWarning)
+            if row.kind == "serving":
+                p = predict_serving(row, engine)
+            elif row.kind == "kv":
+                p = predict_kv(row, engine)
+            elif row.kind == "rl":
+                p = predict_rl(row, engine)
+            elif row.kind == "trainer":
+                p = predict_trainer(row)
+            elif row.kind == "weight_sync":
+                p = predict_weight_sync(row)
+            else:
+                p = Prediction(None, f"{row.kind} rows are not predicted")
+        # a dtype the chip prices on another unit is an assumption of that row, not a warning to the reader
+        fallbacks = [str(w.message) for w in caught if issubclass(w.category, DtypeFallbackWarning)]
         err = signed_error(p.value, row.measured, row.is_time) if p.value else None
         out.append(RowResult(
             id=row.id, source=row.source, kind=row.kind, metric=row.metric, unit=row.unit,
             hardware=row.get("hardware") or "", model=row.get("model") or "", engine_profile=p.engine_profile,
             predicted=p.value, measured=row.measured, signed_error=err, abs_error=abs(err) if err is not None else None,
-            held_out=row.held_out, citation=row.citation, unsupported=p.reason, assumed=p.assumed,
+            held_out=row.held_out, citation=row.citation, unsupported=p.reason, assumed=[*p.assumed, *dict.fromkeys(fallbacks)],
             feature=row_feature(row), moe=row_is_moe(row),
         ))
     return AccuracyReport(out, used)
