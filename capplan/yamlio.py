@@ -152,9 +152,10 @@ if getattr(yaml, "__with_libyaml__", False):
     class BundledLoader(_RepeatedKeyCheck, yaml.CSafeLoader):  # type: ignore[name-defined,misc]
         """The same reading as :class:`SafeLoader` with libyaml's parser, for capplan's own files.
 
-        libyaml composes the node graph in C without a depth check, so it reads only the files
-        capplan ships (engine, hardware and model profiles, example workloads), never a user's;
-        on those it is about ten times faster, which is most of a ``capplan kv`` run's start-up.
+        libyaml composes the node graph in C without a depth check, so it reads only files in
+        capplan's bundled folders (engine, hardware and model profiles, example workloads), not
+        files given by path from elsewhere; on those it is about ten times faster, which was most
+        of a ``capplan kv`` run's start-up.
         """
 
     BundledLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_NO_DOT, list("-+0123456789"))
