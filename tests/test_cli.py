@@ -195,7 +195,8 @@ def test_lean_application_behaves_as_the_full_one(runner, name: str) -> None:
 
     runs = {
         "plan": ["plan", "chat-serving", "-H", "h100-sxm", "--conversations", "2000", "--format", "json"],
-        "sweep": ["sweep", "chat-serving", "-H", "h100-sxm", "--tp", "1,2", "--conversations", "2000", "--format", "csv"],
+        "sweep": ["sweep", "reasoning-rl-olmo3-7b", "-H", "h100-sxm", "--tp", "1,2", "--inference-gpus", "8,16",
+                  "--trainer-gpus", "8", "--conversations", "2000"],
         "simulate": ["simulate", "chat-serving", "-H", "h100-sxm", "--requests", "200", "--format", "json"],
         "kv": ["kv", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--format", "json"],
         "roofline": ["roofline", "-m", "llama-3.1-8b", "--hardware", "h100-sxm", "--format", "csv"],
@@ -205,4 +206,5 @@ def test_lean_application_behaves_as_the_full_one(runner, name: str) -> None:
     for argv in ([name, "--help"], [name, "--no-such-flag"], runs[name]):
         a, b = runner.invoke(lean, argv), runner.invoke(full, argv)
         assert (a.exit_code, a.output) == (b.exit_code, b.output), argv
+    assert a.exit_code == 0, a.output  # the run itself succeeded (not two equal errors)
     assert app_for(["ledger", "seed-replay"]) is full and app_for(["--help"]) is full
