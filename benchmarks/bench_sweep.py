@@ -126,7 +126,7 @@ def main() -> None:
     csv, parquet = figures["grid.csv"], figures["grid.parquet"]
     import importlib.util
 
-    encoder = "orjson (capplan[fast])" if importlib.util.find_spec("orjson") else "msgspec (orjson not installed)"
+    encoder = "orjson" if importlib.util.find_spec("orjson") else "msgspec (orjson not installed)"
     print(f"numbers encoded by {encoder}")
     record("sweep_export", "`capplan sweep ... -o grid.csv`, 1,001,472 rows (`bench_sweep.py`)",
            f"CSV {csv['wall_s']:.2f} s wall, peak RSS {csv['rss_mib']:,.0f} MiB; Parquet {parquet['wall_s']:.2f} s, "
