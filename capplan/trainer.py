@@ -32,8 +32,9 @@ Assumptions and fits (each a named, overridable input, labelled in output):
   phases priced from serving benchmarks: the engines generate ``rollout_slowdown`` times slower
   than a serving benchmark of the same engine (OLMo 3, Table 23: 43% MBU on the inference node
   after every optimisation), and each step spends ``step_overhead_s`` outside the GPU phases
-  (the driver's per-step work; colocated, also handing the GPUs between engines and trainer).
-  Both are fitted on the step times of ``validation/rl_steps.csv`` that
+  (the driver's per-step work; colocated, also handing the GPUs between engines and trainer);
+  a chip whose rows one shared slowdown leaves biased gets a further factor (``chip_slowdown``:
+  GB200). All are fitted on the step times of ``validation/rl_steps.csv`` that
   ``validation/split.yaml`` keeps in the fit, each row planned in full with its settings;
   ``capplan accuracy`` reports the held-out rows apart.
 """
@@ -157,12 +158,20 @@ class RLFrameworkFit:
     step_overhead_s: float
     """Wall time per trainer step outside the GPU phases [s]."""
     fitted_on: tuple[str, ...]
-    """Corpus rows (``validation/rl_steps.csv``) the two terms were fitted on."""
+    """Corpus rows (``validation/rl_steps.csv``) the terms were fitted on."""
+    chip_slowdown: tuple[tuple[str, float], ...] = ()
+    """``(hardware profile, ratio)``: a further rollout slowdown on a chip whose fit rows the
+    shared terms leave biased (the engines of the published runs reach a smaller share of that
+    chip's peaks than of the reference chip's); fitted with the shared terms on the same rows."""
+
+    def slowdown_on(self, hardware: str) -> float:
+        """The fitted rollout slowdown on one hardware profile [ratio]."""
+        return self.rollout_slowdown * dict(self.chip_slowdown).get(hardware, 1.0)
 
 
 RL_FRAMEWORK_FIT = RLFrameworkFit(
-    rollout_slowdown=2.33,
-    step_overhead_s=29.9,
+    rollout_slowdown=1.97,
+    step_overhead_s=25.3,
     fitted_on=(
         "nemorl_v04_h100_grpo_llama31_8b_on_16g_step",
         "nemorl_v04_h100_grpo_qwen3_235b_on_128g_step",
@@ -195,6 +204,7 @@ RL_FRAMEWORK_FIT = RLFrameworkFit(
         "nemorl_v06_gb200_grpo_qwen3_235b_1off_128g_step",
         "nemorl_v06_gb200_grpo_qwen3_30b_on_16g_step",
     ),
+    chip_slowdown=(("gb200", 1.49),),
 )
 """The RL framework fit (refit with ``python -m capplan.accuracy.rl``; a test checks it)."""
 

@@ -45,3 +45,15 @@ def assumed_engine(monkeypatch: pytest.MonkeyPatch):
     )
     monkeypatch.setattr(engine, "default_engine", lambda: profile)
     return profile
+
+
+@pytest.fixture
+def pinned_framework(monkeypatch: pytest.MonkeyPatch):
+    """Price RL steps with the RL framework terms of an earlier fit (2.33x rollout slowdown,
+    29.9 s per step, no chip factor), so figures pinned from earlier code keep testing the code
+    paths whatever the current fit (``capplan.trainer.RL_FRAMEWORK_FIT``) says."""
+    from capplan import trainer
+
+    fit = trainer.RLFrameworkFit(rollout_slowdown=2.33, step_overhead_s=29.9, fitted_on=())
+    monkeypatch.setattr(trainer, "RL_FRAMEWORK_FIT", fit)
+    return fit

@@ -151,6 +151,38 @@ def test_rl_framework_fit_is_on_fit_rows_of_published_steps():
         assert rows[row_id].metric == "step_time_s" and not rows[row_id].held_out
 
 
+def test_a_chip_slowdown_is_fitted_on_enough_rows_of_that_chip():
+    """A chip with its own rollout slowdown (GB200) has at least ``RL_CHIP_MIN_ROWS`` fit rows of
+    its own, and is not the reference chip (the one with most fit rows)."""
+    from collections import Counter
+
+    from capplan.accuracy.corpus import load_corpus
+    from capplan.accuracy.rl import RL_CHIP_MIN_ROWS
+    from capplan.trainer import RL_FRAMEWORK_FIT
+
+    rows = {r.id: r for r in load_corpus(kinds={"rl"})}
+    counts = Counter(rows[i].get("hardware") for i in RL_FRAMEWORK_FIT.fitted_on)
+    reference = counts.most_common(1)[0][0]
+    assert dict(RL_FRAMEWORK_FIT.chip_slowdown)  # GB200 today
+    for chip, factor in RL_FRAMEWORK_FIT.chip_slowdown:
+        assert chip != reference and counts[chip] >= RL_CHIP_MIN_ROWS and 0.5 <= factor <= 5
+
+
+def test_the_plan_takes_the_chip_slowdown():
+    """On GB200 the engines run ``rollout_slowdown x chip factor`` slower than the profile; on
+    H100 the shared slowdown alone; a given ``--rollout-slowdown`` is taken as it is."""
+    from capplan.trainer import RL_FRAMEWORK_FIT
+
+    gb200, chip = load_hardware("gb200"), dict(RL_FRAMEWORK_FIT.chip_slowdown)["gb200"]
+    wl = load_workload("reasoning-rl-olmo3-7b")
+    a = RL_FRAMEWORK_FIT.rollout_slowdown
+    assert PlanInputs(hardware=gb200, model=OLMO7, inference_gpus=8).framework(wl)[0] == pytest.approx(a * chip)
+    assert PlanInputs(hardware=H100, model=OLMO7, inference_gpus=8).framework(wl)[0] == pytest.approx(a)
+    assert PlanInputs(hardware=gb200, model=OLMO7, inference_gpus=8, rollout_slowdown=1.5).framework(wl)[0] == 1.5
+    plan = plan_workload(wl, PlanInputs(hardware=gb200, model=OLMO7, inference_gpus=8, trainer_gpus=8), N)
+    assert plan.rollout_slowdown == pytest.approx(a * chip)
+
+
 def test_mfu_falls_with_expert_sparsity():
     """Same GPU, same layout: a dense 8B trains near the published ~40-45% BF16 MFU; a 30B-A3B
     mixture of experts (sparsity 10) well below it."""
@@ -286,3 +318,27 @@ def test_dense_and_moe_rows_are_told_apart(fields, moe):
     row = CorpusRow(id="x", kind="rl", source="s", citation="c", metric="step_time_s", unit="s", measured=1.0,
                     held_out=False, fields=fields)
     assert row_is_moe(row) is moe
+
+
+@pytest.mark.parametrize("sigma", [0.3, 0.6, 1.0])
+@pytest.mark.parametrize("mean", [500.0, 2999.0, 14628.0])
+def test_a_published_mean_is_the_mean_after_the_generation_limit(mean, sigma):
+    """A run's published mean length is measured after the limit cut the long responses: the
+    lognormal the corpus rows plan with has a larger mean before the cut, and sampling it clipped
+    at the limit gives back the published mean (Monte Carlo, 400,000 draws, within 0.5%)."""
+    from capplan.distributions import clipped_lognormal_mean, lognormal_mean_before_clip
+
+    cap = 32768.0 if mean > 4000 else 3896.0
+    before = lognormal_mean_before_clip(mean, sigma, cap)
+    assert before > mean
+    assert clipped_lognormal_mean(before, sigma, cap) == pytest.approx(mean, rel=1e-9)
+    rng = np.random.default_rng(0)
+    draws = np.minimum(rng.lognormal(np.log(before) - sigma**2 / 2, sigma, 400_000), cap)
+    assert draws.mean() == pytest.approx(mean, rel=0.005)
+
+
+def test_a_mean_at_or_above_the_limit_is_refused():
+    from capplan.distributions import lognormal_mean_before_clip
+
+    with pytest.raises(ValueError, match="between 0 and the cap"):
+        lognormal_mean_before_clip(4096, 0.6, 4096)

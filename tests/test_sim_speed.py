@@ -20,7 +20,7 @@ from capplan.hardware import load_hardware
 from capplan.sim import SimConfig, simulate, trajectory_records, write_trajectories
 from capplan.workload import load_workload
 
-pytestmark = pytest.mark.usefixtures("assumed_engine")
+pytestmark = pytest.mark.usefixtures("assumed_engine", "pinned_framework")
 
 PINNED_KEYS = (
     "completed_trajectories", "accepted_trajectories", "engine_steps", "engine_forwarded_tokens", "preemptions",
@@ -53,8 +53,8 @@ def test_summary_equals_the_pre_rework_code(workload, hardware, kw, expected):
     """Bundled RL workloads, sync and async: the figures of :data:`PINNED_KEYS` are exactly (bit
     for bit, floats included) what commit ``a1a3b04``'s simulator gave for the same inputs:
     ``simulate(load_workload(w), load_hardware(hw), SimConfig(**kw))`` under this file's
-    ``assumed_engine`` fixture (a fixed engine profile, so a refit of the default profile does not
-    move them), run with that commit's ``capplan`` on ``PYTHONPATH``. A deliberate change of the
+    ``assumed_engine`` and ``pinned_framework`` fixtures (a fixed engine profile and the RL
+    framework terms of that time, so a refit of either does not move them), run with that commit's ``capplan`` on ``PYTHONPATH``. A deliberate change of the
     pricing model moves them as it moves the golden files; otherwise they must hold."""
     r = simulate(load_workload(workload), load_hardware(hardware), SimConfig(**kw))
     assert tuple(r.summary[k] for k in PINNED_KEYS) == expected

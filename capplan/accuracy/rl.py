@@ -293,6 +293,7 @@ Think run (the issue's reading), and says so in ``assumed``."""
 
 def _rl_workload(row: "CorpusRow", assumed: list[str]) -> Any:
     """The workload of a published run: prompts x samples, and lengths from the row."""
+    from capplan.distributions import lognormal_mean_before_clip
     from capplan.workload import Workload
 
     prompts, samples = row.number("prompts_per_step"), row.number("samples_per_prompt")
@@ -318,14 +319,20 @@ def _rl_workload(row: "CorpusRow", assumed: list[str]) -> Any:
     cap = max_response
     if row.source.startswith("NeMo RL") and max_prompt is not None:
         cap = max_response - mean_prompt  # prompt + response <= max_total_sequence_length (the recipe)
-    assumed.append(f"response lengths lognormal with sigma {RL_RESPONSE_SIGMA:g}, cut at {cap:,.0f} tokens")
+    if not 0 < mean_response < cap:
+        raise Unsupported(f"mean response {mean_response:g} tokens is not below the generation limit {cap:g}")
+    # a published mean is measured after the limit cut the long responses: the lognormal's mean
+    # before the cut is larger (15% on NeMo RL's 4,096-token rows)
+    before = lognormal_mean_before_clip(float(mean_response), RL_RESPONSE_SIGMA, float(cap))
+    assumed.append(f"response lengths lognormal with sigma {RL_RESPONSE_SIGMA:g}, cut at {cap:,.0f} tokens; "
+                   f"mean {before:,.0f} before the cut so that the cut responses average the published {mean_response:,.0f}")
     return Workload.model_validate({
         "name": row.id,
         "method": "outcome-rl",
         "volume": {"prompts_per_step": int(prompts), "samples_per_prompt": int(samples)},
         "conversation": {
             "prompt_tokens": round(mean_prompt),
-            "turns": [{"action_tokens": {"dist": "lognormal", "mean": float(mean_response), "sigma": RL_RESPONSE_SIGMA}}],
+            "turns": [{"action_tokens": {"dist": "lognormal", "mean": before, "sigma": RL_RESPONSE_SIGMA}}],
             "max_response_tokens": int(cap),
         },
         "cache": {"reuse": "none"},
@@ -510,21 +517,31 @@ def rl_metric(row: "CorpusRow", plan: Any) -> float:
     raise Unsupported(f"metric {m} is not predicted")
 
 
+RL_CHIP_MIN_ROWS = 5
+"""A chip other than the reference (the one with most fit rows) gets its own rollout slowdown
+when at least this many fit rows run on it."""
+
+
 def fit_rl_framework(
     rows: "list[CorpusRow] | None" = None, engine: "EngineProfile | None" = None, conversations: int = 2000
-) -> tuple[float, float, list[str]]:
-    """The RL framework's rollout slowdown ``A`` and per-step overhead ``C`` fitted to published step times.
+) -> tuple[float, float, dict[str, float], list[str]]:
+    """The RL framework's rollout slowdown ``A``, per-step overhead ``C`` and per-chip slowdowns
+    fitted to published step times.
 
     Every fit row (``step_time_s`` of ``rl_steps.csv`` that the plan can express; held-out rows
-    excluded) is planned in full with its settings at each trial ``(A, C)``;
-    :func:`scipy.optimize.least_squares` minimises ``sum log(planned / measured)^2`` over
-    ``A >= 1``, ``C >= 0``. A maintenance fit (a few minutes): ``python -m capplan.accuracy.rl``.
+    excluded) is planned in full with its settings at each trial; :func:`scipy.optimize.least_squares`
+    minimises ``sum log(planned / measured)^2`` over ``A >= 1``, ``C >= 0`` and, for every chip
+    with at least :data:`RL_CHIP_MIN_ROWS` fit rows other than the reference chip (the one with
+    the most), a factor in ``[0.5, 5]`` on ``A`` for that chip. A maintenance fit (a few minutes):
+    ``python -m capplan.accuracy.rl``.
 
     Returns
     -------
-    (A, C, fitted_on)
-        [ratio], [s] (3 significant digits) and the row ids.
+    (A, C, chips, fitted_on)
+        [ratio], [s], ``{hardware: ratio}`` (3 significant digits) and the row ids.
     """
+    from collections import Counter
+
     import numpy as np
     from scipy.optimize import least_squares
 
@@ -545,16 +562,24 @@ def fit_rl_framework(
         except (Unsupported, CapplanError):
             continue
         cases.append((row, workload, inputs))
+    counts = Counter(inputs.hardware.name for _, _, inputs in cases)
+    reference = counts.most_common(1)[0][0] if counts else ""
+    chips = sorted(hw for hw, n in counts.items() if hw != reference and n >= RL_CHIP_MIN_ROWS)
 
     def residuals(x: "np.ndarray") -> "np.ndarray":
+        factor = dict(zip(chips, x[2:]))
         out = []
         for row, workload, inputs in cases:
-            plan = plan_workload(workload, inputs.replace(rollout_slowdown=float(x[0]), step_overhead_s=float(x[1])), conversations)
+            slowdown = float(x[0]) * float(factor.get(inputs.hardware.name, 1.0))
+            plan = plan_workload(workload, inputs.replace(rollout_slowdown=slowdown, step_overhead_s=float(x[1])), conversations)
             out.append(np.log(plan.step_time_s / row.measured))
         return np.array(out)
 
-    fit = least_squares(residuals, x0=[2.0, 20.0], bounds=([1.0, 0.0], [20.0, 600.0]), diff_step=[0.02, 0.05], xtol=1e-3, ftol=1e-4)
-    return float(f"{fit.x[0]:.3g}"), float(f"{fit.x[1]:.3g}"), [row.id for row, _, _ in cases]
+    n = len(chips)
+    fit = least_squares(residuals, x0=[2.0, 20.0] + [1.0] * n, bounds=([1.0, 0.0] + [0.5] * n, [20.0, 600.0] + [5.0] * n),
+                        diff_step=[0.02, 0.05] + [0.02] * n, xtol=1e-3, ftol=1e-4)
+    three = [float(f"{v:.3g}") for v in fit.x]
+    return three[0], three[1], dict(zip(chips, three[2:])), [row.id for row, _, _ in cases]
 
 
 @lru_cache(maxsize=1)
@@ -564,8 +589,8 @@ def _main() -> None:  # pragma: no cover - a maintenance entry point
     print("fitted_on:", fitted)
     for pattern, (latency, bandwidth, ids) in fit_weight_sync().items():
         print(f"WEIGHT_SYNC_FITS[{pattern!r}]: latency {latency} s, bandwidth {bandwidth:.3g} B/s, fitted_on {ids}")
-    slowdown, overhead, ids = fit_rl_framework()
-    print(f"RL_FRAMEWORK_FIT: rollout_slowdown {slowdown}, step_overhead_s {overhead}, fitted_on {ids}")
+    slowdown, overhead, chips, ids = fit_rl_framework()
+    print(f"RL_FRAMEWORK_FIT: rollout_slowdown {slowdown}, step_overhead_s {overhead}, chip_slowdown {chips}, fitted_on {ids}")
 
 
 if __name__ == "__main__":  # pragma: no cover

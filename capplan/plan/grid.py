@@ -241,7 +241,6 @@ def sweep(
     elif trainer_gpus:  # ... or at most 32 inference counts
         check_grid_size(per_config * len(trainer_gpus) * 32, max_cells)
     rl = workload.has_rollout and workload.has_trainer
-    slowdown = RL_FRAMEWORK_FIT.rollout_slowdown if rl else 1.0
     overhead = RL_FRAMEWORK_FIT.step_overhead_s if rl else 0.0
     colocated = mode == "colocated"
     k = max_staleness if mode == "async" else 0
@@ -253,6 +252,7 @@ def sweep(
     configs = [(h, t, k, w, e, n) for h in hardware for t in tps for k in kv_dtypes for w in weight_dtypes for e in eps for n in spec_tokens]
     has_trainer = workload.has_trainer
     for done, (hw, tp, kv_dtype, weight_dtype, ep_cell, k_spec) in enumerate(configs, 1):
+        slowdown = RL_FRAMEWORK_FIT.slowdown_on(hw.name) if rl else 1.0
         trainer_hw = hw if colocated else (trainer_hardware or hw)
         base: dict[str, Any] = {"hardware": hw.name, "tp": tp, "kv_dtype": kv_dtype, "weight_dtype": weight_dtype}
         ranks, ep, cell_layout, sinp = 1, 1, None, speculative

@@ -239,7 +239,7 @@ class PlanInputs(Options, BaseModel):
         from capplan.trainer import RL_FRAMEWORK_FIT
 
         rl = workload.has_rollout and workload.has_trainer
-        slowdown = self.rollout_slowdown if self.rollout_slowdown is not None else (RL_FRAMEWORK_FIT.rollout_slowdown if rl else 1.0)
+        slowdown = self.rollout_slowdown if self.rollout_slowdown is not None else (RL_FRAMEWORK_FIT.slowdown_on(self.hardware.name) if rl else 1.0)
         fitted = RL_FRAMEWORK_FIT.step_overhead_s if rl else 0.0
         overhead = self.step_overhead_s if self.step_overhead_s is not None else fitted
         return slowdown, overhead

@@ -185,7 +185,7 @@ def engine_setup(
 
     from capplan.trainer import RL_FRAMEWORK_FIT
 
-    slowdown = config.rollout_slowdown if config.rollout_slowdown is not None else RL_FRAMEWORK_FIT.rollout_slowdown
+    slowdown = config.rollout_slowdown if config.rollout_slowdown is not None else RL_FRAMEWORK_FIT.slowdown_on(hw.name)
     fitted_overhead = RL_FRAMEWORK_FIT.step_overhead_s
     overhead = config.step_overhead_s if config.step_overhead_s is not None else fitted_overhead
     coeffs = step_coefficients(spec, hw, roofline_inputs)
