@@ -118,6 +118,11 @@ class TimeTerms(BaseModel):
     """Multiplier [0-1] on GEMM efficiency for GEMMs on an FP4 tensor unit (nvfp4/mxfp4 weights on
     Blackwell-class chips): block-scaled FP4 kernels reach a smaller share of their datasheet peak
     than FP8/BF16 ones; no effect on other units."""
+    fp8_gemm_efficiency: float = Field(default=1.0, gt=0, le=1)
+    """Multiplier [0-1] on GEMM efficiency for GEMMs on an FP8 tensor unit (fp8 weights on
+    Hopper-, Ada- and Blackwell-class chips): scaled FP8 kernels reach a smaller share of their
+    datasheet peak than 16-bit ones; no effect on other units (an A100 runs fp8 weights on its
+    16-bit unit)."""
     step_overhead_s: float = Field(default=0.002, ge=0)
     """Fixed host time per engine step (scheduling, launch, sampling set-up) [s]."""
     per_sequence_s: float = Field(default=0.0, ge=0)

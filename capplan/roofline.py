@@ -49,7 +49,8 @@ Counting rules (each is explained, with alternatives, in ``docs/roofline.md``):
   (``moe_load_imbalance``) also scaling the routed GEMMs. Two-batch overlap reads the weights
   once per micro-batch and hides ``tbo_overlap_efficiency x min(compute or memory, all-to-all)``.
 * **Quantised experts and FP4.** ``expert_dtype`` sets the routed experts' bytes and tensor unit;
-  an FP4 unit runs at ``fp4_gemm_efficiency`` of the engine's GEMM efficiency.
+  an FP4 unit runs at ``fp4_gemm_efficiency`` of the engine's GEMM efficiency, an FP8 unit at
+  ``fp8_gemm_efficiency``.
 
 The byte sizes of quantised weights and KV come from :mod:`capplan.kv`
 (``WEIGHT_DTYPE_BYTES``, ``KV_DTYPE_BYTES``), and the resident weights per GPU from
@@ -390,12 +391,12 @@ def _hw_terms(hw: "HardwareProfile", inp: RooflineInputs) -> dict[str, float]:
     else:
         ll_s_per_byte = (ep - 1.0) / ep / intra if ep > 1 else 0.0
         nodes = 1
-    # an FP4 unit's effective peak carries the engine's FP4 GEMM efficiency (1 changes nothing)
-    if (r.gemm_dtype or r.weight_dtype) == "fp4":
-        peak_gemm = peak_gemm * terms.fp4_gemm_efficiency
+    # an FP4 or FP8 unit's effective peak carries the engine's FP4/FP8 GEMM efficiency (1 changes nothing)
+    unit_efficiency = {"fp4": terms.fp4_gemm_efficiency, "fp8": terms.fp8_gemm_efficiency}
+    peak_gemm = peak_gemm * unit_efficiency.get(r.gemm_dtype or r.weight_dtype, 1.0)
     peak_expert = peak_gemm
     if expert_unit != (r.gemm_dtype or r.weight_dtype):
-        peak_expert = hw.peak_flops(expert_unit) * (terms.fp4_gemm_efficiency if expert_unit == "fp4" else 1.0)
+        peak_expert = hw.peak_flops(expert_unit) * unit_efficiency.get(expert_unit, 1.0)
     return {
         "a2a_ll_s_per_byte": ll_s_per_byte,
         "a2a_nic_s_per_byte": 1.0 / inter,
