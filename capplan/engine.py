@@ -90,6 +90,15 @@ class MemoryTerms(BaseModel):
         return mem_total_gib >= self.large_gpu_min_gib and not any(x in hw_name.lower() for x in self.large_gpu_excludes)
 
 
+EAGER_S_PER_LAYER = 0.00034
+"""Host time per decoder layer that eager mode adds to a step [s]: vllm-project/vllm-omni issue
+#7960 (2026-09-22 comment), Qwen2.5-Omni-7B's thinker (a 28-layer Qwen2.5-7B decoder) on one
+A800-80GB, vLLM 0.29: TPOT ~22-23 ms with ``enforce_eager: true`` against ~13 ms with CUDA
+graphs (text and audio queries), (22.5 - 13) / 28 = 0.34 ms per layer. One measurement at batch 1
+on one model; the term is a host cost per layer, so it is taken for every model, batch and chip
+(ASSUMPTION)."""
+
+
 class TimeTerms(BaseModel):
     """How long an engine step takes beyond the roofline's FLOPs and bytes.
 
@@ -125,6 +134,13 @@ class TimeTerms(BaseModel):
     16-bit unit)."""
     step_overhead_s: float = Field(default=0.002, ge=0)
     """Fixed host time per engine step (scheduling, launch, sampling set-up) [s]."""
+    enforce_eager: bool = False
+    """Steps run in eager-mode PyTorch (vLLM ``--enforce-eager``): no CUDA graphs, so the host
+    launches every kernel of every layer and each step takes ``eager_s_per_layer`` more per
+    decoder layer; no CUDA-graph memory is reserved."""
+    eager_s_per_layer: float = Field(default=EAGER_S_PER_LAYER, ge=0, le=1)
+    """Host time an eager step adds per decoder layer over a CUDA-graph step [s] (used only with
+    ``enforce_eager``)."""
     per_sequence_s: float = Field(default=0.0, ge=0)
     """Host time per sequence in a step (scheduling, sampling, detokenisation) [s]."""
     request_overhead_s: float = Field(default=0.0, ge=0)
@@ -225,9 +241,11 @@ class EngineProfile(BaseModel):
         block_size: int | None = None,
         max_num_seqs: int | None = None,
         max_num_batched_tokens: int | None = None,
+        enforce_eager: bool | None = None,
     ) -> "EngineProfile":
         """This profile with vLLM engine arguments applied to its memory terms (on every GPU
-        class), its ``calibration`` naming them; ``self`` when none is given.
+        class), its ``calibration`` naming them; ``self`` when none is given. ``enforce_eager``
+        sets the time term of that name and, when true, drops the CUDA-graph memory.
 
         Raises
         ------
@@ -243,6 +261,16 @@ class EngineProfile(BaseModel):
             "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
         }
         given = {k: v for k, v in given.items() if v is not None}
+        if enforce_eager and self.engine == "trtllm":
+            raise InputError(f"--enforce-eager: engine profile {self.name} is TensorRT-LLM, which has no eager mode "
+                             "(it is vLLM's --enforce-eager; SGLang's --disable-cuda-graph)")
+        if enforce_eager is not None and enforce_eager != self.time.enforce_eager:
+            eager = self.model_copy(update={
+                "time": self.time.model_copy(update={"enforce_eager": enforce_eager}),
+                "memory": self.memory.model_copy(update={"cudagraph_gib": 0.0}) if enforce_eager else self.memory,
+                "calibration": f"{self.calibration}; --enforce-eager {str(enforce_eager).lower()}",
+            })
+            return eager.with_settings(**given) if given else eager
         if not given:
             return self
         memory = self.memory.model_dump()

@@ -421,6 +421,7 @@ def _hw_terms(hw: "HardwareProfile", inp: RooflineInputs) -> dict[str, float]:
         "ie": float(r.interconnect_efficiency),  # type: ignore[arg-type]
         "latency_s": float(r.allreduce_latency_us) * 1e-6,  # type: ignore[arg-type]
         "overhead_s": float(r.step_overhead_s),  # type: ignore[arg-type]
+        "eager_s_per_layer": terms.eager_s_per_layer if terms.enforce_eager else 0.0,
         "attention_rel": attention / ce,
         "gemm_half_tokens": terms.gemm_half_tokens,
         "moe_extra": 1.0 / terms.moe_gemm_efficiency - 1.0,
@@ -526,7 +527,7 @@ def _evaluate(
     busy = np.maximum(compute_time, memory_time)
     comm = comm + np.where(w["tbo"] > 0, alltoall - w["tbo_overlap"] * np.minimum(busy, alltoall), alltoall)
 
-    host = w["overhead_s"] + w["per_sequence_s"] * seqs
+    host = w["overhead_s"] + w["eager_s_per_layer"] * t["layers"] + w["per_sequence_s"] * seqs
     step = busy + comm + host
     is_compute = compute_time >= memory_time
     out = StepCost(
@@ -561,7 +562,7 @@ _SCALAR_TERMS = (
 )
 _SCALAR_HW = (
     "peak_gemm", "peak_16", "gemm_half_tokens", "moe_extra", "attention_rel", "ce", "hbm", "be", "intra", "inter",
-    "gpus_per_node", "ie", "latency_s", "overhead_s", "per_sequence_s",
+    "gpus_per_node", "ie", "latency_s", "overhead_s", "per_sequence_s", "eager_s_per_layer",
 )
 
 
@@ -598,7 +599,7 @@ def _evaluate_one(
         fixed_weight_bytes, routed_bytes, head_bytes, kv_full, kv_window, state_per_seq, act_per_token, act_per_logit,
         routed_per_token, tp, hidden, logit_gather_bytes, layers,
         peak_gemm, peak_16, gemm_half_tokens, moe_extra, attention_rel, ce, hbm, be, intra, inter, gpus_per_node, ie,
-        latency_s, overhead_s, per_sequence_s,
+        latency_s, overhead_s, per_sequence_s, eager_s_per_layer,
     ) = terms
     has_logits = logits > 0
     gemm = gemm_per_token * new
@@ -628,7 +629,7 @@ def _evaluate_one(
     else:
         comm = 0.0
 
-    host = overhead_s + per_sequence_s * seqs
+    host = overhead_s + eager_s_per_layer * layers + per_sequence_s * seqs
     step = (compute_time if compute_time >= memory_time else memory_time) + comm + host
     return fast_init(
         StepCost,

@@ -424,6 +424,10 @@ class EngineSettings(_Strict):
     enable_dbo: bool | None = None
     """Dual-batch overlap: each step runs as two micro-batches, one's expert-parallel all-to-all
     hidden behind the other's compute (``--enable-dbo``; SGLang ``--enable-two-batch-overlap``)."""
+    enforce_eager: bool | None = None
+    """Eager-mode PyTorch without CUDA graphs (``--enforce-eager``): every step pays the host
+    time of launching each layer's kernels (the engine profile's ``eager_s_per_layer``), and no
+    CUDA-graph memory is reserved."""
     kv_offloading_size: float | None = Field(default=None, gt=0, le=1_000_000)
     """Host memory of the instance given to a CPU KV tier [GiB] (``--kv-offloading-size``, vLLM's
     OffloadingConnector): summed over the instance's GPUs, so each GPU's share is this divided by

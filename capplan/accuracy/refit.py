@@ -43,6 +43,7 @@ FEATURE_TIME_TERMS: dict[str, float] = {
     "tbo_overlap_efficiency": 0.55,
     "fp4_gemm_efficiency": 0.443,
     "fp8_gemm_efficiency": 0.798,
+    "eager_s_per_layer": 0.00034,
     "alltoall_efficiency": 0.96,
     "host_link_efficiency": 0.78,
     "kv_transfer_efficiency": 0.475,
@@ -69,6 +70,10 @@ FEATURE_SOURCES: dict[str, str] = {
         "fits, each row priced with its family's profile) on the 21 serving rows with FP4 weights on a chip with an FP4 unit that "
         "split.yaml does not hold out (TensorRT-LLM v1.0 NVFP4 B200 and GB200 rows); every profile takes the same value (the same "
         "CUTLASS/FlashInfer block-scaled FP4 kernels; no vLLM or SGLang FP4 row exists)."),
+    "time.eager_s_per_layer": (
+        "vllm-project/vllm-omni issue #7960 (comment of 2026-09-22): Qwen2.5-Omni-7B's thinker (a 28-layer Qwen2.5-7B decoder) "
+        "on one A800-80GB under vLLM 0.29, TPOT ~22-23 ms with enforce_eager: true against ~13 ms with CUDA graphs; "
+        "(22.5 - 13) / 28 = 0.34 ms per layer. One measurement at batch 1; taken for every model, batch and chip (ASSUMPTION)."),
     "time.fp8_gemm_efficiency": (
         "FITTED by capplan.accuracy.refit.fit_unit_efficiency('fp8') (soft-L1 least squares on log ratios, outside the family "
         "fits, each row priced with its family's profile) on the 155 serving rows of every engine with FP8 weights on a chip "

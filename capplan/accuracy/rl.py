@@ -418,6 +418,13 @@ def rl_inputs(row: "CorpusRow", engine: "EngineProfile | None", assumed: list[st
             f"open-instruct's engines admit at most {cap} sequences each (one step's prompts x samples over its "
             f"{inference // tp} engines: grpo_fast.py inference_batch_size before open-instruct commit f87c667)"
         )
+    if "open-instruct" in framework and (row.get("model") or model) == "olmo-3-32b":
+        engine = (engine or default_engine()).with_settings(enforce_eager=True)
+        assumed.append(
+            "vLLM engines in eager mode (--vllm_enforce_eager in open-instruct's scripts/train/olmo3/32b_think_rl.sh, "
+            "whose topology is not the paper's; the 7B script runs CUDA graphs), each step paying the engine profile's "
+            "eager_s_per_layer per layer"
+        )
     sync_pattern_name = "reshard" if mode == "colocated" else "nccl"
     # NeMo RL's async GRPO trains each step's batch whole (max_trajectory_age_steps); OLMo 3 streams groups
     ingest = "batches" if ("nemo rl" in framework or "verl" in framework) else "groups"
@@ -431,6 +438,13 @@ def rl_inputs(row: "CorpusRow", engine: "EngineProfile | None", assumed: list[st
     if "nemo rl" in framework and row.get("train_parallelism"):
         assumed.append("trainer MFU at the plan's FSDP layout (the run's Megatron layout is not modelled)")
     return workload, inputs
+
+
+OPEN_INSTRUCT_32B_EAGER_SOURCE = (
+    "https://github.com/allenai/open-instruct/blob/00d42c4e8a334217847172f94001f89c8cc3796d/scripts/train/olmo3/32b_think_rl.sh "
+    "(grpo_fast.py ... --vllm_enforce_eager; scripts/train/olmo3/7b_think_rl.sh @ 0483eb19 has no such flag)"
+)
+"""Where the OLMo-3-32B rows' eager-mode engines come from."""
 
 
 OPEN_INSTRUCT_BATCH_CAP_SOURCE = (

@@ -204,7 +204,7 @@ ENGINE_KEYS: dict[str, str] = {
     "kv_dtype": "kv_cache_dtype", "weight_dtype": "dtype", "max_model_len": "max_model_len", "max_num_seqs": "max_num_seqs",
     "max_num_batched_tokens": "max_num_batched_tokens", "max_batched_tokens": "max_num_batched_tokens",
     "block_size": "block_size", "prefix_caching": "enable_prefix_caching", "engine": "profile",
-    "gpu_mem_util": "gpu_memory_utilization", "context": "max_model_len",
+    "gpu_mem_util": "gpu_memory_utilization", "context": "max_model_len", "enforce_eager": "enforce_eager",
 }
 """Command parameter -> the key of a workload's ``engine:`` block that supplies its default."""
 
@@ -349,11 +349,24 @@ EngineOpt = Annotated[
 ]
 
 
-def load_engine_option(name: str | None) -> "Any":
-    """The engine profile a command runs with: ``--engine`` (name or file), else the default."""
+EnforceEagerOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--enforce-eager/--no-enforce-eager",
+        help="Eager-mode PyTorch without CUDA graphs (vLLM --enforce-eager): every step pays the host time of "
+             "launching each layer's kernels (the engine profile's eager_s_per_layer) and no CUDA-graph memory is "
+             "reserved [default: the workload's engine.enforce_eager, else off].",
+    ),
+]
+
+
+def load_engine_option(name: str | None, enforce_eager: bool | None = None) -> "Any":
+    """The engine profile a command runs with: ``--engine`` (name or file), else the default;
+    ``--enforce-eager`` applied (:meth:`~capplan.engine.EngineProfile.with_settings`)."""
     from capplan.engine import default_engine, load_engine
 
-    return call(lambda: load_engine(name)) if name is not None else default_engine()
+    profile = call(lambda: load_engine(name)) if name is not None else default_engine()
+    return call(lambda: profile.with_settings(enforce_eager=enforce_eager)) if enforce_eager is not None else profile
 
 
 def console(stderr: bool = False) -> "Console":

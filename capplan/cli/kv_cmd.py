@@ -18,6 +18,7 @@ from capplan.cli.common import (
     KVDtypeOpt,
     MaxBatchedTokensOpt,
     MaxNumSeqsOpt,
+    EnforceEagerOpt,
     OutputOpt,
     PPOpt,
     PrefixCachingOpt,
@@ -98,6 +99,7 @@ def kv(
     block_size: BlockSizeOpt = None,
     max_batched_tokens: MaxBatchedTokensOpt = None,
     max_num_seqs: MaxNumSeqsOpt = None,
+    enforce_eager: EnforceEagerOpt = None,
     engine: EngineOpt = None,
     usable_mem_gib: Annotated[float | None, typer.Option("--usable-mem-gib", help=_kv_help("usable_mem_gib"))] = None,
     weights_gib: Annotated[float | None, typer.Option("--weights-gib", help=_kv_help("weights_gib"))] = None,
@@ -141,17 +143,17 @@ def kv(
         e = engine_defaults(
             cli, w, tp=tp, pp=pp, kv_dtype=kv_dtype, weight_dtype=weight_dtype, context=context, gpu_mem_util=gpu_mem_util,
             block_size=block_size, max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, engine=engine,
-            prefix_caching=prefix_caching,
+            prefix_caching=prefix_caching, enforce_eager=enforce_eager,
         )
         tp = [str(e["tp"])] if isinstance(e["tp"], int) else e["tp"]
         context = [str(e["context"])] if isinstance(e["context"], int) else e["context"]
         pp, kv_dtype, weight_dtype, gpu_mem_util = e["pp"], e["kv_dtype"], e["weight_dtype"], e["gpu_mem_util"]
         block_size, max_batched_tokens, max_num_seqs = e["block_size"], e["max_batched_tokens"], e["max_num_seqs"]
-        engine, prefix_caching = e["engine"], e["prefix_caching"]
+        engine, prefix_caching, enforce_eager = e["engine"], e["prefix_caching"], e["enforce_eager"]
     spec = call(lambda: load_model_spec(model))
     hw = call(lambda: load_hardware(hardware))
     tps = parse_ints(tp, "--tensor-parallel-size") or [1]
-    engine_profile = load_engine_option(engine)
+    engine_profile = load_engine_option(engine, enforce_eager)
     contexts = parse_ints(context, "--context") or [8192]
     rows: list[KVResult] = []
     for t in tps:

@@ -28,6 +28,7 @@ from capplan.cli.common import (
     load_engine_option,
     MaxModelLenOpt,
     MaxNumSeqsOpt,
+    EnforceEagerOpt,
     PrefixCachingOpt,
     safe,
     TPOpt,
@@ -694,6 +695,7 @@ def plan(
     ] = None,
     engine: EngineOpt = None,
     max_num_seqs: MaxNumSeqsOpt = None,
+    enforce_eager: EnforceEagerOpt = None,
     max_num_batched_tokens: Annotated[
         int | None,
         typer.Option("--max-num-batched-tokens", "--max-batched-tokens", help=_kv_help("max_batched_tokens"), min=1),
@@ -781,7 +783,7 @@ def plan(
             ctx, workload, features=True, tp=tp, pp=pp, kv_dtype=kv_dtype, weight_dtype=weight_dtype,
             gpu_memory_utilization=gpu_memory_utilization, engine=engine, max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens, block_size=block_size, max_model_len=max_model_len,
-            prefix_caching=prefix_caching,
+            prefix_caching=prefix_caching, enforce_eager=enforce_eager,
         )
         f = engine_features(ctx, workload, e["tp"], ep=ep, dp=dp, redundant_experts=redundant_experts,
                             two_batch_overlap=two_batch_overlap, kv_offload_gib=kv_offload_gib)
@@ -794,7 +796,7 @@ def plan(
             raise fail(f"--pipeline-parallel-size {e['pp']}: plan models replicas of one pipeline stage (1); capplan kv gives "
                        "pipeline-parallel memory")
         engine_profile = engine_settings(
-            load_engine_option(e["engine"]), block_size=e["block_size"], max_num_seqs=e["max_num_seqs"],
+            load_engine_option(e["engine"], e["enforce_eager"]), block_size=e["block_size"], max_num_seqs=e["max_num_seqs"],
             max_num_batched_tokens=e["max_num_batched_tokens"],
         )
         workload = workload_settings(workload, prefix_caching=e["prefix_caching"], max_model_len=e["max_model_len"])

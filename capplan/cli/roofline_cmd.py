@@ -20,6 +20,7 @@ from capplan.cli.common import (
     KVDtypeOpt,
     MaxModelLenOpt,
     MaxNumSeqsOpt,
+    EnforceEagerOpt,
     OutputOpt,
     PPOpt,
     PrefixCachingOpt,
@@ -107,6 +108,7 @@ def roofline(
     engine: EngineOpt = None,
     gpu_mem_util: GpuMemUtilOpt = None,
     max_num_seqs: MaxNumSeqsOpt = None,
+    enforce_eager: EnforceEagerOpt = None,
     block_size: BlockSizeOpt = None,
     max_model_len: MaxModelLenOpt = None,
     prefix_caching: PrefixCachingOpt = None,
@@ -181,7 +183,7 @@ def roofline(
         _check_plot_path(plot, force)
     spec = call(lambda: load_model_spec(model))
     hw = call(lambda: load_hardware(hardware))
-    engine_profile = load_engine_option(engine)
+    engine_profile = load_engine_option(engine, enforce_eager)
     inp = call(
         lambda: RooflineInputs(
             tp=tp, weight_dtype=dtype_name(weight_dtype), kv_dtype=dtype_name(kv_dtype),

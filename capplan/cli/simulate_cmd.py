@@ -34,6 +34,7 @@ from capplan.cli.common import (
     MaxBatchedTokensOpt,
     MaxModelLenOpt,
     MaxNumSeqsOpt,
+    EnforceEagerOpt,
     PrefixCachingOpt,
     TPOpt,
     call,
@@ -196,6 +197,7 @@ def simulate(
     kv_dtype: KVDtypeOpt = "bf16",
     weight_dtype: DtypeOpt = "bf16",
     max_num_seqs: MaxNumSeqsOpt = None,
+    enforce_eager: EnforceEagerOpt = None,
     max_batched_tokens: MaxBatchedTokensOpt = None,
     gpu_memory_utilization: GpuMemUtilOpt = None,
     block_size: BlockSizeOpt = None,
@@ -314,9 +316,10 @@ def simulate(
     e = engine_defaults(
         ctx, w, features=True, tp=tp, pp=pp, kv_dtype=kv_dtype, weight_dtype=weight_dtype, gpu_memory_utilization=gpu_memory_utilization,
         engine=engine, max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens, block_size=block_size,
-        max_model_len=max_model_len, prefix_caching=prefix_caching,
+        max_model_len=max_model_len, prefix_caching=prefix_caching, enforce_eager=enforce_eager,
     )
     tp, pp, kv_dtype, weight_dtype = e["tp"], e["pp"], e["kv_dtype"], e["weight_dtype"]
+    enforce_eager = e["enforce_eager"]
     gpu_memory_utilization, engine, max_num_seqs = e["gpu_memory_utilization"], e["engine"], e["max_num_seqs"]
     max_batched_tokens, block_size = e["max_batched_tokens"], e["block_size"]
     if pp != 1:
@@ -338,7 +341,8 @@ def simulate(
         if axes is not None:
             raise fail(f"--sweep does not apply to {w.name} (method serving): it sweeps the settings of an RL simulation")
         _simulate_serving(ctx, w, hardware, model, tp, inference_replicas, seed, kv_dtype, weight_dtype, max_num_seqs,
-                          max_batched_tokens, engine, format, output, requests, request_rate, trace, records, force, features)
+                          max_batched_tokens, engine, format, output, requests, request_rate, trace, records, force, features,
+                          enforce_eager)
         return
     serving_only = given(ctx, SIMULATE_SERVING_FLAGS)
     if serving_only:
@@ -371,7 +375,7 @@ def simulate(
         step_overhead_s=step_overhead,
         kv_dtype=dtype_name(kv_dtype), weight_dtype=dtype_name(weight_dtype), max_num_seqs=max_num_seqs,
         max_batched_tokens=max_batched_tokens, gpu_mem_util=gpu_memory_utilization,
-        engine=engine_settings(load_engine_option(engine), block_size=block_size), **features,
+        engine=engine_settings(load_engine_option(engine, enforce_eager), block_size=block_size), **features,
     ))
     if bounds is not None:
         _sweep(w, hw, thw, cfg, bounds, model, format, output, timeline, force)
@@ -575,7 +579,7 @@ def render_grid(grid: Any, title: str) -> None:
 
 def _simulate_serving(ctx, w, hardware, model, tp, inference_replicas, seed, kv_dtype, weight_dtype, max_num_seqs,  # noqa: ANN001
                       max_batched_tokens, engine, format, output, requests, request_rate, trace, records, force,
-                      features: dict[str, Any] | None = None) -> None:
+                      features: dict[str, Any] | None = None, enforce_eager: bool | None = None) -> None:
     """``capplan simulate`` on a serving workload (:func:`capplan.sim.serving.simulate_serving`)."""
     from capplan.cli.method_flags import SIMULATE_RL_FLAGS, given
     from capplan.hardware import load_hardware
@@ -592,7 +596,7 @@ def _simulate_serving(ctx, w, hardware, model, tp, inference_replicas, seed, kv_
         if path is not None and path.exists() and not force:
             raise fail(f"{path}: file exists; pass --force to overwrite it")
     hw = call(lambda: load_hardware(hardware))
-    profile = load_engine_option(engine)
+    profile = load_engine_option(engine, enforce_eager)
     replicas = inference_replicas
     if not given(ctx, ["inference_replicas", "inference_gpus"]) and trace is None:
         replicas = _planned_replicas(w, hw, model, tp, kv_dtype, weight_dtype, profile, features or {})

@@ -16,6 +16,7 @@ from capplan.cli.common import (
     GpuMemUtilOpt,
     MaxModelLenOpt,
     MaxNumSeqsOpt,
+    EnforceEagerOpt,
     PrefixCachingOpt,
     call,
     console,
@@ -223,6 +224,7 @@ def sweep_cmd(
     engine: EngineOpt = None,
     gpu_memory_utilization: GpuMemUtilOpt = None,
     max_num_seqs: MaxNumSeqsOpt = None,
+    enforce_eager: EnforceEagerOpt = None,
     max_num_batched_tokens: Annotated[
         int | None,
         typer.Option("--max-num-batched-tokens", "--max-batched-tokens", help="Scheduler token budget per step [tokens] (vLLM).", min=1),
@@ -312,7 +314,7 @@ def sweep_cmd(
     e = engine_defaults(
         ctx, loaded_workload, features=True, tp=tp, pp=pp, kv_dtype=kv_dtype, weight_dtype=weight_dtype, engine=engine,
         gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-        block_size=block_size, max_model_len=max_model_len, prefix_caching=prefix_caching,
+        block_size=block_size, max_model_len=max_model_len, prefix_caching=prefix_caching, enforce_eager=enforce_eager,
     )
     tp = [str(e["tp"])] if isinstance(e["tp"], int) else e["tp"]
     kv_dtype = [e["kv_dtype"]] if isinstance(e["kv_dtype"], str) else e["kv_dtype"]
@@ -363,7 +365,7 @@ def sweep_cmd(
             "pass --gpu-hour-price 2.5 or HARDWARE=PRICE pairs"
         )
     engine_profile = engine_settings(
-        load_engine_option(engine), gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
+        load_engine_option(engine, e["enforce_eager"]), gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
     )
     total = len(profiles) * len(tps) * len(kv_dtypes) * len(weight_dtypes) * len(eps) * len(token_list)
