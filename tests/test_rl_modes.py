@@ -342,3 +342,22 @@ def test_a_mean_at_or_above_the_limit_is_refused():
 
     with pytest.raises(ValueError, match="between 0 and the cap"):
         lognormal_mean_before_clip(4096, 0.6, 4096)
+
+
+def test_generators_at_seventy_percent_of_the_trainer_leave_it_idle_thirty_percent():
+    """Issue target: an async split of a large MoE reasoning model whose generators deliver ~70% of
+    the trainer's capacity shows the trainer idle ~30%. The SemiAnalysis Qwen3-235B row's setup
+    (64 H200 trainer GPUs, OLMo 3 Think's batch and lengths) at a range of inference GPU counts:
+    while rollout production binds, idle = 1 - generated / trainable samples per second, and at
+    144 inference GPUs the generators give ~71% and the trainer idles ~29%."""
+    from capplan.accuracy.corpus import load_corpus
+    from capplan.accuracy.rl import _plan, rl_inputs
+
+    row = {r.id: r for r in load_corpus(kinds={"rl"})}["semianalysis_qwen3_235b_64_192_wait"]
+    workload, inputs = rl_inputs(row, None, [])
+    for gpus in (96, 144):
+        p = _plan(workload, inputs.replace(inference_gpus=gpus))
+        share = p.generation_samples_per_s / p.trainer_capacity_samples_per_s
+        assert p.step_bound_by == "rollout production"
+        assert p.trainer_idle_fraction == pytest.approx(1 - share, abs=0.01)
+    assert 0.65 < share < 0.75 and 0.25 < p.trainer_idle_fraction < 0.35
