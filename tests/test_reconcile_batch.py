@@ -254,11 +254,12 @@ def _failed(doc: dict, check: str) -> list[int]:
 @pytest.fixture
 def small_batches(monkeypatch):
     """Batches of 16 records and 64-byte blocks, so a few hundred records cross many batch and
-    block boundaries (Parquet: batches of 8 rows, in both paths)."""
+    block boundaries (Parquet: batches of 8 rows, in both paths, checked two at a time)."""
     import capplan.reconcile.batch as batch
     import capplan.reconcile.readers as readers
 
     monkeypatch.setattr(batch, "BATCH_RECORDS", 16)
+    monkeypatch.setattr(batch, "PARQUET_CHECK_ROWS", 16)
     monkeypatch.setattr(readers, "BLOCK_BYTES", 64)
     monkeypatch.setattr(readers, "GZIP_BLOCK_BYTES", 64)
     monkeypatch.setattr(readers, "PARQUET_BATCH_ROWS", 8)
