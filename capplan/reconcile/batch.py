@@ -162,6 +162,10 @@ class Runs:
         self.trained_before = np.zeros(runs + 2, dtype=np.int64)
         """The same, of trained positions only."""
         np.cumsum(np.left_shift(lengths, np.take(trained, codes)), out=self.trained_before[2:])
+        # packed counts before a position p of run r: before[r] + ((p - start[r]) << shift[r]),
+        # which is offset[r] + p * weight[r] in the same arithmetic modulo 2^64
+        self._weight = np.left_shift(1, self.shift)
+        self._offset = self.before - self.start * self._weight
         # each run's number at its first position (the other positions are never read)
         self._run_at = workspace.take("run_at", size + 1, np.int32 if size < 2**31 - 2 else np.int64)
         self._run_at[starts] = np.arange(1, runs + 2, dtype=self._run_at.dtype)
@@ -178,17 +182,24 @@ class Runs:
         """Packed action, tool and prompt positions before each of ``positions`` (0 to the end).
 
         Most positions asked for start a run (a record's start, a turn's start and end, the end
-        of a prompt), whose number is read off; the others are found by a binary search among
-        the runs' starts. Either way the cost is per position asked for, however long the
-        records are.
+        of a prompt) or end one, whose number is read off; the others are found by a binary
+        search among the runs' starts. Either way the cost is per position asked for, however
+        long the records are.
         """
         import numpy as np
 
         run = self._run_at[positions].astype(np.int64)
-        inner = ~self._boundary[positions]
-        if inner.any():
-            run[inner] = np.searchsorted(self._starts, positions[inner], side="right")
-        return self.before[run] + np.left_shift(positions - self.start[run], self.shift[run])
+        inner = np.flatnonzero(~self._boundary[positions])
+        if inner.size:
+            # inside a run: the run before the next one, when the next position starts one (the
+            # last position of a turn, a common cache hit); else a binary search
+            inside = positions[inner]
+            ends = self._boundary[inside + 1]
+            run[inner[ends]] = self._run_at[inside[ends] + 1] - 1
+            if not ends.all():
+                rest = inner[~ends]
+                run[rest] = np.searchsorted(self._starts, positions[rest], side="right")
+        return self._offset[run] + positions * self._weight[run]
 
     def record_of_runs(self) -> "np.ndarray":
         """The record of each run (R, from 0)."""
@@ -667,41 +678,82 @@ def _report(progress: Callable[[int, int], None] | None, before: int, after: int
             progress(done, size)
 
 
-def _chunks(fh: Any, block_bytes: int) -> Iterator[tuple[list[bytes], bool]]:
-    """The lines of :func:`~capplan.reconcile.readers.line_blocks` regrouped in lists of
-    :data:`BATCH_RECORDS`, each with whether all its lines are ASCII (known from the blocks). A
-    read error is raised after the lines read before it."""
-    from capplan.reconcile.readers import READ_ERRORS, line_blocks
+def _line_groups(fh: Any, block_bytes: int) -> Iterator[tuple["bytes | memoryview", "np.ndarray"]]:
+    """The regions of :func:`~capplan.reconcile.readers.line_regions` joined until they hold at
+    least :data:`BATCH_RECORDS` lines, each with the positions of its line feeds. A region that
+    is a group alone is the reader's view (valid until the next group is asked for). A read error
+    is raised after the lines read before it."""
+    import numpy as np
 
-    blocks = line_blocks(fh, block_bytes)
-    pending: list[bytes] = []
+    from capplan.reconcile.readers import READ_ERRORS, line_regions
+
+    regions = line_regions(fh, block_bytes)
+    pending: list[tuple[bytes, "np.ndarray"]] = []
+    lines = 0
     error: BaseException | None = None
-    done = False
-    first = appended = 0  # line numbers (from 0) of pending[0] and of the next line read
-    dirty_from = dirty_to = 0  # lines that may hold a byte that is not ASCII: [dirty_from, dirty_to)
+    workspace = Workspace()
     while True:
-        while not done and len(pending) < BATCH_RECORDS:
-            try:
-                lines, ascii_lines = next(blocks)
-            except StopIteration:
-                done = True
-                break
-            except READ_ERRORS as exc:
-                error, done = exc, True
-                break
-            if not ascii_lines:
-                if dirty_to <= first:
-                    dirty_from = appended
-                dirty_to = appended + len(lines)
-            pending.extend(lines)
-            appended += len(lines)
-        if not pending:
+        try:
+            region = next(regions)
+        except StopIteration:
             break
-        chunk, pending = pending[:BATCH_RECORDS], pending[BATCH_RECORDS:]
-        yield chunk, not (dirty_from < first + len(chunk) and dirty_to > first)
-        first += len(chunk)
+        except READ_ERRORS as exc:
+            error = exc
+            break
+        chars = np.frombuffer(region, dtype=np.uint8)
+        feeds = np.flatnonzero(np.equal(chars, ord("\n"), out=workspace.take("feeds", chars.size, np.bool_)))  # few: a fast scan
+        if not pending and feeds.size >= BATCH_RECORDS:
+            yield region, feeds
+            continue
+        pending.append((region.tobytes(), feeds))  # the reader reuses its buffer
+        lines += feeds.size
+        if lines >= BATCH_RECORDS:
+            yield _joined_regions(pending)
+            pending, lines = [], 0
+    if pending:
+        yield _joined_regions(pending)
     if error is not None:
         raise error
+
+
+def _joined_regions(regions: list[tuple[bytes, "np.ndarray"]]) -> tuple[bytes, "np.ndarray"]:
+    """Regions of lines end to end, with their line feeds' positions."""
+    import numpy as np
+
+    if len(regions) == 1:
+        return regions[0]
+    starts = np.cumsum([0] + [len(region) for region, _ in regions[:-1]])
+    return b"".join(region for region, _ in regions), np.concatenate([f + s for (_, f), s in zip(regions, starts)])
+
+
+def _decode_group(group: "bytes | memoryview", feeds: "np.ndarray") -> "list[Any] | None":
+    """The records of a group of lines (:func:`_line_groups`) in one call, when that surely reads
+    each line as decoding it on its own would: every line an object from its first byte to its
+    last (``{`` to ``}``), ASCII, and one record per line. Else ``None``.
+
+    ``msgspec``'s ``decode_lines`` reads a stream of JSON values without regard to lines; but a
+    value cannot go on past a line feed that follows a ``}`` and precedes a ``{`` (no JSON text
+    has ``}`` then ``{``), so no value spans two such lines, and as many values as lines means one
+    per line.
+    """
+    import msgspec
+    import numpy as np
+
+    from capplan.reconcile.columns import LINE_DECODER
+
+    chars = np.frombuffer(group, dtype=np.uint8)
+    if not (
+        feeds.size and feeds[0] > 0 and chars[0] == ord("{")
+        and bool(np.all(chars[feeds - 1] == ord("}")))
+        and bool(np.all(chars[feeds[:-1] + 1] == ord("{")))
+        and int(chars.max()) < 0x80
+    ):
+        return None
+    try:
+        records = LINE_DECODER.decode_lines(group)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    return records if len(records) == feeds.size else None
 
 
 def _count_jsonl(log: "TrajectoryLog", counter: BatchCounter, progress: Callable[[int, int], None] | None, size: int) -> int:
@@ -713,12 +765,12 @@ def _count_jsonl(log: "TrajectoryLog", counter: BatchCounter, progress: Callable
     from capplan.reconcile.readers import READ_ERRORS, decode_line, open_jsonl, stream_broken
 
     fh, block_bytes, tell, log._close = open_jsonl(log.path)
-    chunks = _chunks(fh, block_bytes)
+    groups = _line_groups(fh, block_bytes)
     number = 0
     placeholder = LineRecord(origin=msgspec.Raw(b'""'), loss_mask=msgspec.Raw(b'""'))
     while True:
         try:
-            chunk, ascii_lines = next(chunks)
+            group, feeds = next(groups)
         except StopIteration:
             return number
         except READ_ERRORS as exc:
@@ -728,15 +780,35 @@ def _count_jsonl(log: "TrajectoryLog", counter: BatchCounter, progress: Callable
             number += 1
             counter.checker.malformed(number, stream_broken(log.path, number - 1, tell(), exc).message)
             return number
-        decoded, unread = decode_lines(chunk)
-        for i in unread:
-            decoded[i] = placeholder
-        cols = from_line_records(decoded, chunk, ascii_lines)  # type: ignore[arg-type]
+        n = feeds.size
+        starts = np.empty(n, dtype=np.int64)
+        starts[0] = 0
+        starts[1:] = feeds[:-1] + 1
+        line_bytes = feeds - starts
+        decoded = _decode_group(group, feeds)
+        unread: list[int] = []
+        if decoded is not None:
+            ascii_lines = True
+
+            def line(i: int, group: "bytes | memoryview" = group, starts: "np.ndarray" = starts, feeds: "np.ndarray" = feeds) -> bytes:
+                return bytes(group[starts[i]:feeds[i]])
+        else:
+            # line by line: some line is not an object from its first byte to its last, or not
+            # ASCII, or not a record
+            text = bytes(group)
+            lines = text.split(b"\n")
+            lines.pop()
+            ascii_lines = text.isascii()
+            line = lines.__getitem__
+            decoded, unread = decode_lines(lines)
+            for i in unread:
+                decoded[i] = placeholder
+        cols = from_line_records(decoded, line_bytes, line, ascii_lines)  # type: ignore[arg-type]
         cols.exact[unread] = False
-        numbers = np.arange(number + 1, number + 1 + len(chunk))
-        counter.feed(cols, numbers, lambda i: decode_line(chunk[i]))
-        _report(progress, number, number + len(chunk), tell(), size)
-        number += len(chunk)
+        numbers = np.arange(number + 1, number + 1 + n)
+        counter.feed(cols, numbers, lambda i: decode_line(line(i)))
+        _report(progress, number, number + n, tell(), size)
+        number += n
 
 
 @functools.lru_cache(maxsize=256)

@@ -27,7 +27,7 @@ import functools
 import operator
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal
 
 import msgspec
 
@@ -261,7 +261,6 @@ def _raw_lists(raws: list[Any], lengths: "np.ndarray | None" = None) -> RawLists
     return RawLists(present, is_list, offsets, chars, classes, depth, record)
 
 
-_DIGITS_TO_ONE = bytes.maketrans(b"0123456789", b"1111111111")
 _NOT_DIGIT_TO_SPACE = bytes(c if 48 <= c <= 57 else 32 for c in range(256))
 
 
@@ -277,8 +276,6 @@ def _simple_int_lists(raws: list[Any], nested: bool) -> tuple["np.ndarray", ...]
 
     n = len(raws)
     buf = b"\n".join(raws)  # a null fails the test of the characters below
-    if b"1" * 19 in buf.translate(_DIGITS_TO_ONE):
-        return None
     # valid JSON has a number on each side of every comma, so without digits a pair is "[,]"; no
     # pattern holds a separator, so each value is reduced on its own
     if nested:
@@ -296,6 +293,8 @@ def _simple_int_lists(raws: list[Any], nested: bool) -> tuple["np.ndarray", ...]
     lengths = np.diff(bounds) - 1
     present = lengths > 0
     values = np.fromstring(buf.translate(_NOT_DIGIT_TO_SPACE), dtype=np.int64, sep=" ")  # noqa: NPY201 (text mode)
+    if values.size and int(values.max()) >= 10**18:  # 19 digits or more (a larger one reads as 2^63 - 1)
+        return None
     if nested:
         opens = np.flatnonzero(chars == ord("["))
         counts = np.diff(np.searchsorted(opens, bounds)) - present  # the outer bracket is no pair
@@ -466,9 +465,9 @@ def _number_lists(
     signed = buf.translate(None, _INTEGER_KEEP_SIGNS if integers else _NUMBER_KEEP_SIGNS)
     kept = signed.translate(None, b"-")
     bare = kept.translate(None, b",")
-    # the common case: every value a non-empty array (one bracket pair each, none empty), which
-    # needs no per-value lengths
-    every = bare == b"[]" * n and b"[]" not in buf
+    # the common case: every value an array of two numbers or more (one bracket pair each, and
+    # a comma inside it), which needs no per-value lengths
+    every = bare == b"[]" * n and b"[]" not in kept
     if every:
         simple = True
     else:
@@ -614,7 +613,9 @@ def decode_lines(lines: list[bytes]) -> tuple[list[LineRecord | None], list[int]
     return out, unread
 
 
-def read_alike(lines: list[bytes], known_bytes: "np.ndarray", ascii_lines: bool = False) -> "np.ndarray":
+def read_alike(
+    line_bytes: "np.ndarray", line: Callable[[int], bytes], known_bytes: "np.ndarray", ascii_lines: bool = False
+) -> "np.ndarray":
     """Whether the record-by-record reader (:func:`capplan.reconcile.readers.decode_line`) surely
     reads each line as ``msgspec`` did: strict UTF-8 (``msgspec`` does not check the bytes of
     the values it skips) and no nesting deeper than
@@ -622,8 +623,10 @@ def read_alike(lines: list[bytes], known_bytes: "np.ndarray", ascii_lines: bool 
 
     Parameters
     ----------
-    lines : list of bytes
-        Lines that ``msgspec`` decoded.
+    line_bytes : numpy.ndarray
+        Length of each line that ``msgspec`` decoded [bytes].
+    line : callable
+        ``line(i)`` -> the i-th line.
     known_bytes : numpy.ndarray
         Per line, a lower bound of the bytes its known fields take (their values' lengths) [bytes].
     ascii_lines : bool
@@ -640,18 +643,18 @@ def read_alike(lines: list[bytes], known_bytes: "np.ndarray", ascii_lines: bool 
 
     from capplan.reconcile.readers import MAX_JSON_DEPTH
 
-    n = len(lines)
+    n = line_bytes.size
     ok = np.ones(n, dtype=bool)
-    line_bytes = np.fromiter(map(len, lines), dtype=np.int64, count=n)
     for i in np.flatnonzero(line_bytes - known_bytes > 2 * (MAX_JSON_DEPTH - 1)).tolist():
-        line = lines[i]
-        if line.count(b"[") + line.count(b"{") > MAX_JSON_DEPTH:
+        text = line(i)
+        if text.count(b"[") + text.count(b"{") > MAX_JSON_DEPTH:
             ok[i] = False
-    if not ascii_lines and not all(map(bytes.isascii, lines)):
-        for i, line in enumerate(lines):
-            if not line.isascii():
+    if not ascii_lines:
+        for i in range(n):
+            text = line(i)
+            if not text.isascii():
                 try:
-                    line.decode()
+                    text.decode()
                 except UnicodeDecodeError:
                     ok[i] = False
     return ok
@@ -715,11 +718,15 @@ def mask_codes(raws: list[Any], table: bytes) -> tuple["np.ndarray", "np.ndarray
 
 
 def from_line_records(
-    records: list[LineRecord], lines: list[bytes] | None = None, ascii_lines: bool = False
+    records: list[LineRecord],
+    line_bytes: "np.ndarray | None" = None,
+    line: Callable[[int], bytes] | None = None,
+    ascii_lines: bool = False,
 ) -> Columns:
-    """The columns of decoded JSONL records (every one a :class:`LineRecord`); with the ``lines``
-    they were decoded from, a record the record-by-record reader might read otherwise is not
-    exact (see :func:`read_alike`; ``ascii_lines``: the lines are known to be ASCII)."""
+    """The columns of decoded JSONL records (every one a :class:`LineRecord`); with the lengths of
+    the lines they were decoded from and ``line(i)``, the i-th of them, a record the
+    record-by-record reader might read otherwise is not exact (see :func:`read_alike`;
+    ``ascii_lines``: the lines are known to be ASCII)."""
     import numpy as np
 
     n = len(records)
@@ -748,12 +755,12 @@ def from_line_records(
     split = int(per_turn[2][n])
     lp_count, lp_exact, lp_positive = positive_numbers([r.logprobs for r in records])
     exact &= token_exact & turns[1] & per_turn[1][:n] & per_turn[1][n:] & lp_exact
-    if lines is not None:
+    if line_bytes is not None and line is not None:
         # a lower bound of the bytes each line's known fields take: the masks' and integer lists',
         # and two per number of the other lists (a digit and a separator)
         known = origin_bytes + loss_bytes + turns[4] + per_turn[4][:n] + per_turn[4][n:]
         known += 2 * np.maximum(token_count, 0) + 2 * np.maximum(lp_count, 0)
-        exact &= read_alike(lines, known, ascii_lines)
+        exact &= read_alike(line_bytes, line, known, ascii_lines)
     return Columns(
         n=n,
         exact=exact,
