@@ -1045,13 +1045,17 @@ def _from_arrow(batch: Any) -> Columns:
         inner_valid, inner_offsets, values = _list_parts(inner)
         ints, present = _ints(values)
         pair = (np.diff(inner_offsets) == 2) & inner_valid
-        pair_ok = pair & ~_segment_any(~present | (ints < 0), inner_offsets)
-        record_ok = ~_bad_per_record(~pair_ok, outer)
-        exact &= ~has_turns | record_ok
-        keep = record_ok[_record_of(outer)] & pair  # the spans of records read exactly
-        first = inner_offsets[:-1][keep]
-        turn_starts, turn_ends = ints[first], ints[first + 1]
-        turn_offsets = _offsets(np.bincount(_record_of(outer)[keep], minlength=n))
+        if pair.all() and present.all() and not (ints < 0).any():
+            # the common case: every span a pair of integers, end to end
+            turn_starts, turn_ends, turn_offsets = ints[0::2], ints[1::2], outer
+        else:
+            pair_ok = pair & ~_segment_any(~present | (ints < 0), inner_offsets)
+            record_ok = ~_bad_per_record(~pair_ok, outer)
+            exact &= ~has_turns | record_ok
+            keep = record_ok[_record_of(outer)] & pair  # the spans of records read exactly
+            first = inner_offsets[:-1][keep]
+            turn_starts, turn_ends = ints[first], ints[first + 1]
+            turn_offsets = _offsets(np.bincount(_record_of(outer)[keep], minlength=n))
 
     def int_list(name: str) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
         arr = column(name)
@@ -1073,10 +1077,13 @@ def _from_arrow(batch: Any) -> Columns:
     if arr is not None:
         valid, offsets, values = _list_parts(arr)
         data, _present = _floats(values)
-        bad = _bad_per_record(~((data <= 1e290) & (data >= -1e290)), offsets)  # any sum of up to 10^18 stays finite
-        exact &= ~valid | ~bad
         logprobs = np.where(valid, np.diff(offsets), -1)
-        logprobs_positive = valid & _bad_per_record(data > 0, offsets)
+        low, high = (float(data.min()), float(data.max())) if data.size else (0.0, 0.0)  # NaN if any is
+        if not -1e290 <= low <= high <= 1e290:
+            bad = _bad_per_record(~((data <= 1e290) & (data >= -1e290)), offsets)  # any sum of up to 10^18 stays finite
+            exact &= ~valid | ~bad
+        if high > 0 or high != high:
+            logprobs_positive = valid & _bad_per_record(data > 0, offsets)
 
     def version(name: str) -> "np.ndarray":
         arr = column(name)
