@@ -613,3 +613,77 @@ def test_line_record_field_order():
         "origin", "loss_mask", "counts", "token_ids", "turns", "cached_tokens", "prefill_tokens", "logprobs",
         "policy_version", "trainer_version", "stop_reason", "tool_wait_s", "n_tokens", "lp_offset", "stop_logged",
     )
+
+
+def _line(i: int, **changes: object) -> str:
+    return json.dumps(_seed(i, **changes), separators=(",", ":"))
+
+
+@pytest.mark.parametrize(
+    "variant",
+    ["plain", "crlf", "blank", "leading-space", "two-on-a-line", "split-across-lines", "no-final-feed", "long-line", "not-ascii-id"],
+)
+@pytest.mark.parametrize("blocks", ["default", "small"])
+def test_lines_read_alike_in_groups(tmp_path, monkeypatch, variant, blocks):
+    """The batch path decodes a read's lines in one call only when that reads each line as
+    decoding it alone would; otherwise it goes line by line. Either way the report is the
+    record-by-record report, line numbers included."""
+    if blocks == "small":
+        import capplan.reconcile.batch as batch
+        import capplan.reconcile.readers as readers
+
+        monkeypatch.setattr(batch, "BATCH_RECORDS", 16)
+        monkeypatch.setattr(readers, "BLOCK_BYTES", 256)
+    lines = [_line(i) for i in range(60)]
+    lines[7] = _line(7, stop_reason="eos")  # a failure whose line number must survive
+    if variant == "crlf":
+        lines = [line + "\r" for line in lines]
+    elif variant == "blank":
+        lines[20:20] = ["", "   "]
+    elif variant == "leading-space":
+        lines[30] = "  " + lines[30]
+    elif variant == "two-on-a-line":
+        lines[40] = lines[40] + lines[41]  # not JSON as a line: one failed record
+    elif variant == "split-across-lines":
+        head, tail = lines[45].split('"turns":', 1)
+        lines[45:46] = [head + '"turns":', tail]  # neither half is JSON
+    elif variant == "long-line":
+        lines[50] = _line(50, note="x" * 5000)
+    elif variant == "not-ascii-id":
+        lines[12] = _line(12, id="caf\u00e9 \u2713")
+    text = "\n".join(lines) + ("" if variant == "no-final-feed" else "\n")
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(text.encode())
+    doc = _same(path)
+    assert 7 + 1 in _failed(doc, "stop_reason")
+    assert doc["records_counted"] >= 55
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"origin": "ppppppppppppaaaatttttaa\\u0061a"},  # an escape: read record by record, counted
+        {"loss_mask": "00000000000011110000011\\u00311"},
+        {"origin": [0] * 12 + [1] * 4 + [2] * 5 + [1] * 4},  # codes instead of letters
+        {"origin": "ppppppppppppaaaatttttaa\u00e9a"},  # a letter that is not ASCII: fails well_formed
+        {"logprobs": [-0.5] * 7 + [-1e-3]},
+        {"logprobs": []},
+        {"logprobs": [-0.25]},
+        {"cached_tokens": [3], "prefill_tokens": [9]},
+        {"cached_tokens": None},
+        {"turns": [[12, 16], [21, 25]], "cached_tokens": [0, 1234567890123456789]},
+    ],
+    ids=lambda c: "-".join(f"{k}" for k in c),
+)
+def test_raw_values_read_alike(tmp_path, changes):
+    """Masks read from raw JSON strings, and lists read without a length per value, give the
+    record-by-record report for values they do not read exactly too."""
+    lines = [_line(i) for i in range(30)]
+    raw = json.dumps(_seed(11, **changes), ensure_ascii=False)
+    if any(isinstance(v, str) and "\\u" in v for v in changes.values()):
+        raw = raw.replace("\\\\u", "\\u")  # keep the escape as written
+    lines[11] = raw
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    doc = _same(path)
+    assert doc["records"] == 30
