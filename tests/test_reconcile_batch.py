@@ -153,6 +153,25 @@ def test_raw_integer_lists(raws, nested, counts, values):
 
 
 @pytest.mark.parametrize(
+    ("raws", "nested", "exact", "values"),
+    [
+        ([b"555", b"[1,2]"], False, [False, True], [1, 2]),  # a number is not an array of one
+        ([b"5", b"[1,2]"], False, [False, True], [1, 2]),
+        ([b"[16]", b"[[1,2]]"], True, [False, True], [1, 2]),  # a number where pairs belong
+        ([b"[[1,2],3]", b"[[4,5]]"], True, [False, True], [4, 5]),
+        ([b"[[1,2,3]]", b"[[4,5]]"], True, [False, True], [4, 5]),
+    ],
+)
+def test_raw_integer_lists_not_read_exactly(raws, nested, exact, values):
+    """A value that is not an array of integers (of pairs) is not exact, and the values of the
+    others stay in their places."""
+    import msgspec
+
+    _present, read, _offsets, parsed = parse_int_lists([msgspec.Raw(r) for r in raws], nested)
+    assert read.tolist() == exact and parsed.tolist() == values
+
+
+@pytest.mark.parametrize(
     ("raw", "count", "exact"),
     [(b"[-0.1,-2.5e-05,3]", 3, True), (b"[]", 0, True), (b"[1e400]", 1, False), (b"[1,[2]]", 2, False), (b"null", -1, True)],
 )
@@ -672,6 +691,11 @@ def test_lines_read_alike_in_groups(tmp_path, monkeypatch, variant, blocks):
         {"cached_tokens": [3], "prefill_tokens": [9]},
         {"cached_tokens": None},
         {"turns": [[12, 16], [21, 25]], "cached_tokens": [0, 1234567890123456789]},
+        {"cached_tokens": 555},  # a number, not an array of one
+        {"cached_tokens": 5, "prefill_tokens": 12},
+        {"turns": [16]},
+        {"turns": [[12, 16], 21]},
+        {"turns": [[12, 16, 21]]},
     ],
     ids=lambda c: "-".join(f"{k}" for k in c),
 )

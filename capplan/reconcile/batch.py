@@ -440,8 +440,7 @@ def _turns(
         ok[record[~claim_ok]] = False
         np.maximum(hit, 0, out=hit)
     np.minimum(hit, positions[record], out=hit)
-    # every per-invocation quantity summed per record at once: a cumulative sum per quantity,
-    # read at each record's first invocation and at the next record's
+    # the packed counts at every span's start and end and before every cache hit, at once
     spans = np.empty((3, m), dtype=np.int64)
     np.add(span_base, start, out=spans[0])
     np.add(span_base, end, out=spans[1])
@@ -459,8 +458,7 @@ def _turns(
     prompt_r = prompt[record]
     cumulative = np.zeros(m + 1, dtype=np.int64)
     np.cumsum(length, out=cumulative[1:])
-    table = np.zeros((8, m + 1), dtype=np.int64)
-    terms = table[:, 1:]
+    terms = np.empty((9, m), dtype=np.int64)
     np.bitwise_and(packed_spans[1] - packed_spans[0], _FIELD, out=terms[0])  # action positions in the span
     terms[1] = start  # its input
     np.minimum(start, prompt_r, out=terms[2])  # its input's prompt positions
@@ -469,10 +467,15 @@ def _turns(
     np.minimum(hit, prompt_r, out=terms[5])  # the hit's prompt positions
     np.bitwise_and(packed_spans[2] - at_start[record], _FIELD, out=terms[6])  # the hit's action positions
     np.greater(length, 0, out=terms[7])
-    np.cumsum(table, axis=1, out=table)
-    ends = inv_offsets[1:]
-    in_spans, input_total, input_prompt, input_action, hit, hit_p, hit_a, nonempty = (row[ends] - row[firsts] for row in table)
-    sampled = cumulative[inv_offsets[1:]] - cumulative[firsts]
+    terms[8] = length
+    # each record's invocations are consecutive: one sum per stretch and quantity (a record
+    # without any keeps sums of 0)
+    sums = np.zeros((9, n), dtype=np.int64)
+    if has_any.all():
+        np.add.reduceat(terms, firsts, axis=1, out=sums)
+    elif m:
+        sums[:, has_any] = np.add.reduceat(terms, firsts[has_any], axis=1)
+    in_spans, input_total, input_prompt, input_action, hit, hit_p, hit_a, nonempty, sampled = sums
     hit_t = hit - hit_p - hit_a
     ok &= derived | ((in_spans == sampled) & (sampled == action))
     # logprobs: one per sampled position (or per position), every one a finite number, none above

@@ -276,14 +276,19 @@ def _simple_int_lists(raws: list[Any], nested: bool) -> tuple["np.ndarray", ...]
 
     n = len(raws)
     buf = b"\n".join(raws)  # a null fails the test of the characters below
-    # valid JSON has a number on each side of every comma, so without digits a pair is "[,]"; no
-    # pattern holds a separator, so each value is reduced on its own
+    # valid JSON has a number on each side of every comma, so without digits a pair is "[,]", and
+    # a number outside a pair leaves an empty place (",,", "[,", ",]"); no pattern holds a
+    # separator, so each value is reduced on its own
+    every = (b"[]\n" * n)[:-1]  # every value given, reduced to its brackets
     if nested:
-        rest = buf.translate(None, b"0123456789").replace(b"[,]", b"P").replace(b"P,", b"").replace(b"[P]", b"")
-        rest = rest.replace(b"[]", b"")
+        pairs = buf.translate(None, b"0123456789").replace(b"[,]", b"P")
+        if b",," in pairs or b"[," in pairs or b",]" in pairs:
+            return None
+        rest = pairs.translate(None, b",P")
     else:
-        rest = buf.translate(None, b"0123456789,").replace(b"[]", b"")
-    if rest != b"\n" * (n - 1):
+        rest = buf.translate(None, b"0123456789,")
+    given = rest == every
+    if not given and rest.replace(b"[]", b"") != b"\n" * (n - 1):
         return None
     chars = np.frombuffer(buf, dtype=np.uint8)
     bounds = np.empty(n + 1, dtype=np.int64)  # where each value starts (after its separator), then past the end
@@ -292,6 +297,8 @@ def _simple_int_lists(raws: list[Any], nested: bool) -> tuple["np.ndarray", ...]
     bounds[n] = len(buf) + 1
     lengths = np.diff(bounds) - 1
     present = lengths > 0
+    if not given and rest.count(b"[") != int(np.count_nonzero(present)):
+        return None  # a value given without brackets: a number, not an array
     values = np.fromstring(buf.translate(_NOT_DIGIT_TO_SPACE), dtype=np.int64, sep=" ")  # noqa: NPY201 (text mode)
     if values.size and int(values.max()) >= 10**18:  # 19 digits or more (a larger one reads as 2^63 - 1)
         return None
@@ -301,6 +308,8 @@ def _simple_int_lists(raws: list[Any], nested: bool) -> tuple["np.ndarray", ...]
     else:
         commas = np.flatnonzero(chars == ord(","))
         counts = np.diff(np.searchsorted(commas, bounds)) + (lengths > 2)
+    if int(counts.sum()) * (2 if nested else 1) != values.size:
+        return None  # a number outside the arrays counted (an array of one number where pairs belong)
     return present, np.ones(n, dtype=bool), _offsets(counts), values, lengths
 
 
@@ -376,7 +385,7 @@ def _int_lists(raws: list[Any], nested: bool, lengths: "np.ndarray | None" = Non
         bad[number_record[number_depth != 2]] = True
         inner_open = (classes == _OPEN) & (depth == 2)
         inner = np.cumsum(inner_open) - 1
-        inner_of_number = inner[starts]
+        inner_of_number = inner[starts[number_depth == 2]]  # a number elsewhere fails its record already
         inner_count = np.flatnonzero(inner_open).size
         per_inner = np.bincount(inner_of_number, minlength=inner_count) if inner_count else np.zeros(0, dtype=np.int64)
         inner_record = record[np.flatnonzero(inner_open)]
