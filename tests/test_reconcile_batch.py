@@ -273,7 +273,8 @@ def _failed(doc: dict, check: str) -> list[int]:
 @pytest.fixture
 def small_batches(monkeypatch):
     """Batches of 16 records and 64-byte blocks, so a few hundred records cross many batch and
-    block boundaries (Parquet: batches of 8 rows, in both paths, checked two at a time)."""
+    block boundaries (Parquet: batches of 8 rows in the record-by-record path, of 16 in the batch
+    path, which reads a row group that breaks in batches of 8 too)."""
     import capplan.reconcile.batch as batch
     import capplan.reconcile.readers as readers
 

@@ -28,6 +28,8 @@ from capplan.reconcile.checks import _MAX_KEYS, STOP_REASONS, RecordChecker
 from capplan.reconcile.histograms import FLAG_CACHE_LOGGED, FLAG_KEPT, FLAG_TRUNCATED
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import numpy as np
 
     from capplan.reconcile.columns import Columns
@@ -876,70 +878,69 @@ def _conversion_may_fail(batch: Any) -> bool:
 
 
 PARQUET_CHECK_ROWS = 8192
-"""Parquet rows checked together [rows]: consecutive record batches of the reader
-(:data:`~capplan.reconcile.readers.PARQUET_BATCH_ROWS` each) are joined up to this many. The
-reader's batches stay those of the record-by-record path (a corrupt page breaks both at the same
-row); the checks, whose cost is mostly a fixed one per numpy call, run on fewer, larger batches."""
+"""Parquet rows read and checked together [rows], rounded down to a multiple of
+:data:`~capplan.reconcile.readers.PARQUET_BATCH_ROWS`: the checks cost mostly a fixed amount per
+numpy call, so they run on fewer, larger batches than the record-by-record path reads."""
 
 
-def _joined(batches: list[Any]) -> Any:
-    """One record batch holding ``batches`` (of one schema) end to end."""
-    import pyarrow as pa
+def _parquet_check_batches(
+    parquet_file: Any, path: "Path", columns: list[str]
+) -> Iterator[tuple[int, Any, list[dict[str, Any]] | None]]:
+    """The record batches to check, as :func:`~capplan.reconcile.readers.parquet_batches`
+    yields them, in batches of :data:`PARQUET_CHECK_ROWS` while nothing goes wrong.
 
-    if len(batches) == 1:
-        return batches[0]
-    if hasattr(pa, "concat_batches"):  # pyarrow >= 19
-        return pa.concat_batches(batches)
-    table = pa.Table.from_batches(batches).combine_chunks()
-    return table.to_batches(max_chunksize=table.num_rows)[0]
+    From the first batch of a row group that does (a page that cannot be read, or strings whose
+    conversion may fail: :func:`_conversion_may_fail`), that group is read on as the
+    record-by-record path reads it (:func:`~capplan.reconcile.readers.group_batches`), so it
+    breaks at the same row with the same message. A larger batch holds whole batches of the
+    record-by-record path and reads the same pages, so the rows before it read alike.
+    """
+    from capplan.reconcile.readers import PARQUET_BATCH_ROWS, group_batches
+
+    size = max(PARQUET_CHECK_ROWS // PARQUET_BATCH_ROWS, 1) * PARQUET_BATCH_ROWS
+    metadata = parquet_file.metadata
+    first = 0
+    for group in range(metadata.num_row_groups):
+        read = 0
+        batches = parquet_file.iter_batches(batch_size=size, row_groups=[group], columns=columns, use_threads=False)
+        while True:
+            try:
+                batch = next(batches)
+                trouble = _conversion_may_fail(batch)
+            except StopIteration:
+                break
+            except Exception:  # noqa: BLE001 - pyarrow raises several types for a corrupt page
+                trouble = True
+            if trouble:
+                yield from group_batches(parquet_file, path, columns, _conversion_may_fail, group, first, skip=read)
+                break
+            yield first + read + 1, batch, None
+            read += batch.num_rows
+        first += metadata.row_group(group).num_rows
 
 
 def _count_parquet(
     log: "TrajectoryLog", counter: BatchCounter, progress: Callable[[int, int], None] | None, size: int
 ) -> int:
     from capplan.reconcile.columns import PARQUET_COLUMNS
-    from capplan.reconcile.readers import NotJSON, open_parquet, parquet_batches
+    from capplan.reconcile.readers import NotJSON, open_parquet
 
     parquet_file = open_parquet(log.path)
     total_rows = max(parquet_file.metadata.num_rows, 1)
     names = set(parquet_file.schema_arrow.names)
     columns = [c for c in PARQUET_COLUMNS if c in names]
     number = 0
-    pending: list[Any] = []  # consecutive batches not yet checked, the first starting at row `start`
-    pending_rows = start = 0
-
-    def check_pending() -> None:
-        nonlocal number, pending_rows
-        if pending:
-            _check_parquet_batch(counter, start, _joined(pending), None)
-            end = start + pending_rows - 1
-            _report(progress, number, end, end * size // total_rows, size)
-            number = end
-            pending.clear()
-            pending_rows = 0
-
-    for first, batch, rows in parquet_batches(parquet_file, log.path, columns, _conversion_may_fail):
+    for first, batch, rows in _parquet_check_batches(parquet_file, log.path, columns):
         if batch.__class__ is NotJSON:  # a row group with a corrupt page, from row `first` on
-            check_pending()
             counter.checker.malformed(first, batch.message)
             number = first
             continue
         n = batch.num_rows
         if n == 0:
             continue
-        if rows is not None:  # converted already (see _conversion_may_fail): checked on its own
-            check_pending()
-            _check_parquet_batch(counter, first, batch, rows)
-            _report(progress, number, first + n - 1, (first + n - 1) * size // total_rows, size)
-            number = first + n - 1
-            continue
-        if not pending:
-            start = first
-        pending.append(batch)
-        pending_rows += n
-        if pending_rows >= PARQUET_CHECK_ROWS:
-            check_pending()
-    check_pending()
+        _check_parquet_batch(counter, first, batch, rows)
+        _report(progress, number, first + n - 1, (first + n - 1) * size // total_rows, size)
+        number = first + n - 1
     return number
 
 

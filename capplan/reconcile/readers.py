@@ -236,30 +236,45 @@ def parquet_batches(
 
     A row group with a corrupt page costs the rest of that group, not the file: it yields
     ``(number, NotJSON, None)`` at its first unread row (:func:`group_broken`) and reading goes
-    on with the next group. Both paths read through here, with the same batches
-    (:data:`PARQUET_BATCH_ROWS`), the same ``columns`` and one thread, so a corrupt page breaks
-    them at the same row with the same message.
+    on with the next group. Both paths read through here (:func:`group_batches`), with the same
+    batches (:data:`PARQUET_BATCH_ROWS`), the same ``columns`` and one thread, so a corrupt page
+    breaks them at the same row with the same message.
     """
     metadata = parquet_file.metadata
     first = 0
     for group in range(metadata.num_row_groups):
-        group_rows = metadata.row_group(group).num_rows
-        read = 0
-        batches = parquet_file.iter_batches(
-            batch_size=PARQUET_BATCH_ROWS, row_groups=[group], columns=columns, use_threads=False
-        )
-        while True:
-            try:
-                batch = next(batches)
-                rows = batch.to_pylist() if convert(batch) else None
-            except StopIteration:
-                break
-            except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a corrupt page
-                yield first + read + 1, group_broken(path, group, first, group_rows, read, exc), None
-                break
-            yield first + read + 1, batch, rows
-            read += batch.num_rows
-        first += group_rows
+        yield from group_batches(parquet_file, path, columns, convert, group, first)
+        first += metadata.row_group(group).num_rows
+
+
+def group_batches(
+    parquet_file: Any, path: Path, columns: list[str] | None, convert: Callable[[Any], bool], group: int, first: int,
+    skip: int = 0,
+) -> Iterator[tuple[int, Any, list[dict[str, Any]] | None]]:
+    """:func:`parquet_batches` of row group ``group``, whose first row is row ``first + 1``; the
+    batches of its first ``skip`` rows (a multiple of :data:`PARQUET_BATCH_ROWS`) are read but
+    not yielded, nor converted (the batch path has read them in larger batches; a page those
+    read, these read too)."""
+    group_rows = parquet_file.metadata.row_group(group).num_rows
+    read = 0
+    batches = parquet_file.iter_batches(
+        batch_size=PARQUET_BATCH_ROWS, row_groups=[group], columns=columns, use_threads=False
+    )
+    while True:
+        try:
+            batch = next(batches)
+            if read < skip:
+                read += batch.num_rows
+                continue
+            rows = batch.to_pylist() if convert(batch) else None
+        except StopIteration:
+            break
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a corrupt page
+            read = max(read, skip)  # (a page read before cannot fail now; were it to, no row counts twice)
+            yield first + read + 1, group_broken(path, group, first, group_rows, read, exc), None
+            break
+        yield first + read + 1, batch, rows
+        read += batch.num_rows
 
 
 def parquet_rows(path: Path, columns: list[str] | None = None) -> tuple[Iterator[tuple[int, Any]], Callable[[], int]]:
