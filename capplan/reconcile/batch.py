@@ -470,13 +470,12 @@ def _turns(
     np.bitwise_and(packed_spans[2] - at_start[record], _FIELD, out=terms[6])  # the hit's action positions
     np.greater(length, 0, out=terms[7])
     terms[8] = length
-    # each record's invocations are consecutive: one sum per stretch and quantity (a record
-    # without any keeps sums of 0)
-    sums = np.zeros((9, n), dtype=np.int64)
-    if has_any.all():
-        np.add.reduceat(terms, firsts, axis=1, out=sums)
-    elif m:
-        sums[:, has_any] = np.add.reduceat(terms, firsts[has_any], axis=1)
+    # each record's invocations are consecutive: every quantity summed per record from one
+    # cumulative sum of them all, quantity after quantity
+    cumulative_terms = np.zeros(terms.size + 1, dtype=np.int64)
+    np.cumsum(terms.ravel(), out=cumulative_terms[1:])
+    row = (np.arange(terms.shape[0], dtype=np.int64) * m)[:, None]
+    sums = cumulative_terms[row + inv_offsets[1:]] - cumulative_terms[row + firsts]
     in_spans, input_total, input_prompt, input_action, hit, hit_p, hit_a, nonempty, sampled = sums
     hit_t = hit - hit_p - hit_a
     ok &= derived | ((in_spans == sampled) & (sampled == action))
