@@ -14,8 +14,12 @@ applied while walking, so a record that exceeds it is handed to the record-by-re
 
 Files are read as the record-by-record reader reads them wherever that decides what is counted:
 JSONL in the same blocks (a stream that breaks part-way gives the same lines and the same failed
-record), Parquet row group by row group in the same batches of the same columns (a corrupt page
-breaks both at the same row).
+record), Parquet row group by row group with the same columns, in larger batches while nothing
+goes wrong and in the same batches from a batch that does (a corrupt page breaks both at the same
+row).
+
+The counts come from runs of positions (:class:`Runs`), not from the positions themselves, so
+their cost grows with a record's turns rather than its length.
 """
 
 from __future__ import annotations
@@ -784,6 +788,11 @@ def _decode_group(group: "bytes | memoryview", feeds: "np.ndarray") -> "list[Any
     return records if len(records) == feeds.size else None
 
 
+def _line_reader(group: "bytes | memoryview", starts: "np.ndarray", feeds: "np.ndarray") -> Callable[[int], bytes]:
+    """``line(i)``: the i-th line of a group of lines (without its line feed)."""
+    return lambda i: bytes(group[starts[i]:feeds[i]])
+
+
 def _count_jsonl(log: "TrajectoryLog", counter: BatchCounter, progress: Callable[[int, int], None] | None, size: int) -> int:
     import msgspec
     import numpy as np
@@ -815,11 +824,10 @@ def _count_jsonl(log: "TrajectoryLog", counter: BatchCounter, progress: Callable
         line_bytes = feeds - starts
         decoded = _decode_group(group, feeds)
         unread: list[int] = []
+        line: Callable[[int], bytes]
         if decoded is not None:
             ascii_lines = True
-
-            def line(i: int, group: "bytes | memoryview" = group, starts: "np.ndarray" = starts, feeds: "np.ndarray" = feeds) -> bytes:
-                return bytes(group[starts[i]:feeds[i]])
+            line = _line_reader(group, starts, feeds)
         else:
             # line by line: some line is not an object from its first byte to its last, or not
             # ASCII, or not a record

@@ -4,11 +4,12 @@ The batch checker (:mod:`capplan.reconcile.batch`) works on :class:`Columns`: on
 per-position field (origin and loss codes), one flat array per list field with per-record offsets,
 and one array per scalar field. Two sources fill it:
 
-* JSONL: ``msgspec`` decodes each line into :class:`LineRecord`, a typed struct whose masks and
-  list fields stay raw JSON text (:class:`msgspec.Raw`): decoding them into Python lists of ints
-  and floats is most of the cost of ``json.loads``, and a mask needs no Python string either. The
-  raw values of a batch are then read together with bytes methods and numpy
-  (:func:`mask_codes`, :func:`parse_int_lists`, :func:`count_numbers`).
+* JSONL: ``msgspec`` decodes each line into :class:`LineRecord` (the lines of one read at once,
+  when that surely reads each line alike: :func:`capplan.reconcile.batch._decode_group`), a typed
+  struct whose masks and list fields stay raw JSON text (:class:`msgspec.Raw`): decoding them into
+  Python lists of ints and floats is most of the cost of ``json.loads``, and a mask needs no
+  Python string either. The raw values of a batch are then read together with bytes methods and
+  numpy (:func:`mask_codes`, :func:`parse_int_lists`, :func:`count_numbers`).
 * Parquet: the columns of a record batch are read from their Arrow buffers without creating a
   Python object per value.
 
@@ -480,8 +481,7 @@ def _number_lists(
     if every:
         simple = True
     else:
-        if lengths is None:
-            lengths = np.fromiter(map(len, raws), dtype=np.int64, count=n)
+        lengths = np.fromiter(map(len, raws), dtype=np.int64, count=n) if lengths is None else lengths
         offsets = _offsets(lengths)
         chars = np.frombuffer(buf, dtype=np.uint8)
         first = np.zeros(n, dtype=np.uint8)
@@ -523,6 +523,7 @@ def _number_lists(
         starts = np.flatnonzero((marks == ord("[")) | (marks == ord("n")))
         kept_lengths = np.diff(np.append(starts, marks.size))
         count = np.full(n, -1, dtype=np.int64)
+        assert lengths is not None  # computed when not every value is an array of two numbers or more
         count[is_list] = kept_lengths[is_list[nonempty]] - 2 + (lengths[is_list] > 2)
     above = np.zeros(n, dtype=bool)
     if positive:
