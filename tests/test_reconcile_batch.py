@@ -712,3 +712,23 @@ def test_raw_values_read_alike(tmp_path, changes):
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     doc = _same(path)
     assert doc["records"] == 30
+
+
+@pytest.mark.parametrize(
+    ("raws", "codes", "exact"),
+    [
+        ([b'"pa"', b'"t"'], [42, 0, 21], [True, True]),
+        ([b'"pa"', b"[0,1]"], [42, 0], [True, False]),  # codes, not letters: record by record
+        ([b'["p","a"]', b"5"], [], [False, False]),  # quotes that pair up, but not as the values do
+        ([b'"p\\u0061"', b'"t"'], [21], [False, True]),  # an escape
+        ([b'""', b'""'], [], [True, True]),
+    ],
+)
+def test_mask_codes(raws, codes, exact):
+    import msgspec
+
+    from capplan.reconcile.columns import ORIGIN_CODE_FROM_STR, mask_codes
+
+    got, offsets, read, lengths = mask_codes([msgspec.Raw(r) for r in raws], ORIGIN_CODE_FROM_STR)
+    assert got.tolist() == codes and read.tolist() == exact and lengths.tolist() == [len(r) for r in raws]
+    assert offsets[-1] == len(codes)

@@ -716,9 +716,23 @@ def mask_codes(raws: list[Any], table: bytes) -> tuple["np.ndarray", "np.ndarray
     import numpy as np
 
     n = len(raws)
-    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=n)  # every JSON value is at least a byte
     joined = b"".join(raws)
-    quoted = np.frombuffer(joined, dtype=np.uint8)[_offsets(lengths)[:-1]] == ord('"')
+    chars = np.frombuffer(joined, dtype=np.uint8)
+    if b"\\" not in joined:
+        # the common case, without a length per value: the quotes pair up end to end (the first
+        # at 0, each closing one just before the next opening one, the last at the end). Then the
+        # first value, starting with a quote, is a string and, without a backslash, ends at the
+        # next quote; so is the next one, and so on: the pairs are the values.
+        quotes = np.flatnonzero(chars == ord('"'))
+        if (
+            quotes.size == 2 * n and (not n or (quotes[0] == 0 and quotes[-1] == chars.size - 1))
+            and np.array_equal(quotes[1:-1:2] + 1, quotes[2::2])
+        ):
+            lengths = quotes[1::2] - quotes[0::2] + 1
+            codes = np.frombuffer(joined.translate(table, b'"'), dtype=np.uint8)
+            return codes, _offsets(lengths - 2), np.ones(n, dtype=bool), lengths
+    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=n)  # every JSON value is at least a byte
+    quoted = chars[_offsets(lengths)[:-1]] == ord('"')
     if quoted.all() and b"\\" not in joined:
         codes = np.frombuffer(joined.translate(table, b'"'), dtype=np.uint8)
         return codes, _offsets(lengths - 2), quoted, lengths
