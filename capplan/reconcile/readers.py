@@ -74,7 +74,7 @@ def line_regions(fh: Any, block_bytes: int) -> Iterator[memoryview]:
     Each region is a view of one buffer, read into again for the next region (a fresh buffer per
     read costs page faults beyond its copy): what must outlive the next region is copied.
     """
-    buffer = bytearray(2 * block_bytes)
+    buffer = bytearray(block_bytes + max(block_bytes >> 4, 4096))  # a read, and the line it cuts (grown if longer)
     view = memoryview(buffer)
     filled = 0  # the start of a line not yet complete, at the front of the buffer
     while True:
