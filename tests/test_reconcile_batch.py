@@ -153,6 +153,25 @@ def test_raw_integer_lists(raws, nested, counts, values):
 
 
 @pytest.mark.parametrize(
+    ("raws", "nested", "exact", "values"),
+    [
+        ([b"555", b"[1,2]"], False, [False, True], [1, 2]),  # a number is not an array of one
+        ([b"5", b"[1,2]"], False, [False, True], [1, 2]),
+        ([b"[16]", b"[[1,2]]"], True, [False, True], [1, 2]),  # a number where pairs belong
+        ([b"[[1,2],3]", b"[[4,5]]"], True, [False, True], [4, 5]),
+        ([b"[[1,2,3]]", b"[[4,5]]"], True, [False, True], [4, 5]),
+    ],
+)
+def test_raw_integer_lists_not_read_exactly(raws, nested, exact, values):
+    """A value that is not an array of integers (of pairs) is not exact, and the values of the
+    others stay in their places."""
+    import msgspec
+
+    _present, read, _offsets, parsed = parse_int_lists([msgspec.Raw(r) for r in raws], nested)
+    assert read.tolist() == exact and parsed.tolist() == values
+
+
+@pytest.mark.parametrize(
     ("raw", "count", "exact"),
     [(b"[-0.1,-2.5e-05,3]", 3, True), (b"[]", 0, True), (b"[1e400]", 1, False), (b"[1,[2]]", 2, False), (b"null", -1, True)],
 )
@@ -254,11 +273,13 @@ def _failed(doc: dict, check: str) -> list[int]:
 @pytest.fixture
 def small_batches(monkeypatch):
     """Batches of 16 records and 64-byte blocks, so a few hundred records cross many batch and
-    block boundaries (Parquet: batches of 8 rows, in both paths)."""
+    block boundaries (Parquet: batches of 8 rows in the record-by-record path, of 16 in the batch
+    path, which reads a row group that breaks in batches of 8 too)."""
     import capplan.reconcile.batch as batch
     import capplan.reconcile.readers as readers
 
     monkeypatch.setattr(batch, "BATCH_RECORDS", 16)
+    monkeypatch.setattr(batch, "PARQUET_CHECK_ROWS", 16)
     monkeypatch.setattr(readers, "BLOCK_BYTES", 64)
     monkeypatch.setattr(readers, "GZIP_BLOCK_BYTES", 64)
     monkeypatch.setattr(readers, "PARQUET_BATCH_ROWS", 8)
@@ -612,3 +633,102 @@ def test_line_record_field_order():
         "origin", "loss_mask", "counts", "token_ids", "turns", "cached_tokens", "prefill_tokens", "logprobs",
         "policy_version", "trainer_version", "stop_reason", "tool_wait_s", "n_tokens", "lp_offset", "stop_logged",
     )
+
+
+def _line(i: int, **changes: object) -> str:
+    return json.dumps(_seed(i, **changes), separators=(",", ":"))
+
+
+@pytest.mark.parametrize(
+    "variant",
+    ["plain", "crlf", "blank", "leading-space", "two-on-a-line", "split-across-lines", "no-final-feed", "long-line", "not-ascii-id"],
+)
+@pytest.mark.parametrize("blocks", ["default", "small"])
+def test_lines_read_alike_in_groups(tmp_path, monkeypatch, variant, blocks):
+    """The batch path decodes a read's lines in one call only when that reads each line as
+    decoding it alone would; otherwise it goes line by line. Either way the report is the
+    record-by-record report, line numbers included."""
+    if blocks == "small":
+        import capplan.reconcile.batch as batch
+        import capplan.reconcile.readers as readers
+
+        monkeypatch.setattr(batch, "BATCH_RECORDS", 16)
+        monkeypatch.setattr(readers, "BLOCK_BYTES", 256)
+    lines = [_line(i) for i in range(60)]
+    lines[7] = _line(7, stop_reason="eos")  # a failure whose line number must survive
+    if variant == "crlf":
+        lines = [line + "\r" for line in lines]
+    elif variant == "blank":
+        lines[20:20] = ["", "   "]
+    elif variant == "leading-space":
+        lines[30] = "  " + lines[30]
+    elif variant == "two-on-a-line":
+        lines[40] = lines[40] + lines[41]  # not JSON as a line: one failed record
+    elif variant == "split-across-lines":
+        head, tail = lines[45].split('"turns":', 1)
+        lines[45:46] = [head + '"turns":', tail]  # neither half is JSON
+    elif variant == "long-line":
+        lines[50] = _line(50, note="x" * 5000)
+    elif variant == "not-ascii-id":
+        lines[12] = _line(12, id="caf\u00e9 \u2713")
+    text = "\n".join(lines) + ("" if variant == "no-final-feed" else "\n")
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(text.encode())
+    doc = _same(path)
+    assert 7 + 1 in _failed(doc, "stop_reason")
+    assert doc["records_counted"] >= 55
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"origin": "ppppppppppppaaaatttttaa\\u0061a"},  # an escape: read record by record, counted
+        {"loss_mask": "00000000000011110000011\\u00311"},
+        {"origin": [0] * 12 + [1] * 4 + [2] * 5 + [1] * 4},  # codes instead of letters
+        {"origin": "ppppppppppppaaaatttttaa\u00e9a"},  # a letter that is not ASCII: fails well_formed
+        {"logprobs": [-0.5] * 7 + [-1e-3]},
+        {"logprobs": []},
+        {"logprobs": [-0.25]},
+        {"cached_tokens": [3], "prefill_tokens": [9]},
+        {"cached_tokens": None},
+        {"turns": [[12, 16], [21, 25]], "cached_tokens": [0, 1234567890123456789]},
+        {"cached_tokens": 555},  # a number, not an array of one
+        {"cached_tokens": 5, "prefill_tokens": 12},
+        {"turns": [16]},
+        {"turns": [[12, 16], 21]},
+        {"turns": [[12, 16, 21]]},
+    ],
+    ids=lambda c: "-".join(f"{k}" for k in c),
+)
+def test_raw_values_read_alike(tmp_path, changes):
+    """Masks read from raw JSON strings, and lists read without a length per value, give the
+    record-by-record report for values they do not read exactly too."""
+    lines = [_line(i) for i in range(30)]
+    raw = json.dumps(_seed(11, **changes), ensure_ascii=False)
+    if any(isinstance(v, str) and "\\u" in v for v in changes.values()):
+        raw = raw.replace("\\\\u", "\\u")  # keep the escape as written
+    lines[11] = raw
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    doc = _same(path)
+    assert doc["records"] == 30
+
+
+@pytest.mark.parametrize(
+    ("raws", "codes", "exact"),
+    [
+        ([b'"pa"', b'"t"'], [42, 0, 21], [True, True]),
+        ([b'"pa"', b"[0,1]"], [42, 0], [True, False]),  # codes, not letters: record by record
+        ([b'["p","a"]', b"5"], [], [False, False]),  # quotes that pair up, but not as the values do
+        ([b'"p\\u0061"', b'"t"'], [21], [False, True]),  # an escape
+        ([b'""', b'""'], [], [True, True]),
+    ],
+)
+def test_mask_codes(raws, codes, exact):
+    import msgspec
+
+    from capplan.reconcile.columns import ORIGIN_CODE_FROM_STR, mask_codes
+
+    got, offsets, read, lengths = mask_codes([msgspec.Raw(r) for r in raws], ORIGIN_CODE_FROM_STR)
+    assert got.tolist() == codes and read.tolist() == exact and lengths.tolist() == [len(r) for r in raws]
+    assert offsets[-1] == len(codes)

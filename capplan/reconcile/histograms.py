@@ -172,14 +172,23 @@ class Accumulator:
         series[SERIES_RESPONSE_LENGTH] = by_column[ROW_ACTION] + by_column[ROW_TOOL]
         series[SERIES_WAIT_MS] = by_column[ROW_WAIT_MS]
         self.sums += series.sum(1)
-        np.maximum(self.maxes, series.max(1), out=self.maxes)
-        # one bincount for all series, each series given the bins up to its largest only: series k
-        # counts into [start[k], start[k] + top[k]), then lands on row k of the histograms
-        bins = bin_index(series, out=series)  # the series are summed: their buffer takes the bins
-        tops = bins.max(1) + 1
-        start = np.zeros(N_SERIES + 1, dtype=np.int64)
+        top = series.max(1)
+        np.maximum(self.maxes, top, out=self.maxes)
+        # a series all zero in this batch counts in its first bin; the others are binned with one
+        # bincount, each given the bins up to its largest only (bins grow with values, so that of
+        # its largest value): series k counts into [start[k], start[k] + tops[k]), then lands on
+        # its row of the histograms. Values below 2 * SUB_BINS are their own bins.
+        used = np.flatnonzero(top > 0)
+        self.hist[top == 0, 0] += count
+        if not used.size:
+            return
+        binned = series if used.size == N_SERIES else series[used]
+        for k in np.flatnonzero(top[used] >= 2 * SUB_BINS).tolist():
+            bin_index(binned[k], out=binned[k])
+        tops = bin_index(top[used]) + 1
+        start = np.zeros(used.size + 1, dtype=np.int64)
         np.cumsum(tops, out=start[1:])
-        bins += start[:-1, None]
-        counts = np.bincount(bins.ravel(), minlength=int(start[-1]))
-        rows_start = np.arange(N_SERIES, dtype=np.int64) * N_BINS
+        binned += start[:-1, None]
+        counts = np.bincount(binned.ravel(), minlength=int(start[-1]))
+        rows_start = used * N_BINS
         self.hist.ravel()[np.arange(int(start[-1])) + np.repeat(rows_start - start[:-1], tops)] += counts

@@ -35,8 +35,9 @@ def is_parquet(path: Path) -> bool:
         return fh.read(4) == b"PAR1"
 
 
-BLOCK_BYTES = 1 << 20
-"""Most bytes of a plain JSONL file read at a time [bytes]."""
+BLOCK_BYTES = 1 << 21
+"""Most bytes of a plain JSONL file read at a time [bytes] (the batch path checks the lines of
+one read together)."""
 GZIP_BLOCK_BYTES = 1 << 16
 """Most decompressed bytes of a gzip JSONL file read at a time [bytes]: a stream corrupt in the
 middle loses what the read that meets the damage had decompressed, so at most this much."""
@@ -58,35 +59,51 @@ def open_jsonl(path: Path) -> tuple[Any, int, Callable[[], int], Callable[[], No
     return fh, GZIP_BLOCK_BYTES if compressed else BLOCK_BYTES, raw.tell, close
 
 
-def line_blocks(fh: Any, block_bytes: int) -> Iterator[tuple[list[bytes], bool]]:
-    """The complete lines of an open JSONL file, one list per block read, each with whether its
-    lines are all ASCII. A read error (:data:`READ_ERRORS`) is raised after the lines read before
-    it; the line it cuts is lost.
+def line_regions(fh: Any, block_bytes: int) -> Iterator[memoryview]:
+    """The complete lines of an open JSONL file, one region per block read that completes a line,
+    every line in it ending with a line feed (the last line of a file without one is given one).
+    A read error (:data:`READ_ERRORS`) is raised after the lines read before it; the line it cuts
+    is lost.
 
     Both paths read through here, so a stream that breaks part-way gives both the same lines and
-    the same byte position. Each block is one ``read1`` of at most ``block_bytes``: one read of a
-    plain file, or one decompressed piece of a gzip stream. A truncated gzip stream loses nothing
-    but the line it cuts (the read that meets its end returns what came before it); one corrupt in
-    the middle loses the piece being decompressed.
+    the same byte position. Each block is one ``readinto1`` of at most ``block_bytes``: one read
+    of a plain file, or one decompressed piece of a gzip stream. A truncated gzip stream loses
+    nothing but the line it cuts (the read that meets its end returns what came before it); one
+    corrupt in the middle loses the piece being decompressed.
+
+    Each region is a view of one buffer, read into again for the next region (a fresh buffer per
+    read costs page faults beyond its copy): what must outlive the next region is copied.
     """
-    rest = b""
-    rest_ascii = True
+    buffer = bytearray(block_bytes + max(block_bytes >> 4, 4096))  # a read, and the line it cuts (grown if longer)
+    view = memoryview(buffer)
+    filled = 0  # the start of a line not yet complete, at the front of the buffer
     while True:
-        block = fh.read1(block_bytes)
-        if not block:
-            if rest:
-                yield [rest], rest_ascii
+        if filled + block_bytes > len(buffer):  # a line longer than the buffer so far
+            view = memoryview(bytearray(2 * (filled + block_bytes)))
+            view[:filled] = buffer[:filled]
+            buffer = view.obj  # type: ignore[assignment]
+        got = fh.readinto1(view[filled:filled + block_bytes])
+        if not got:
+            if filled:
+                view[filled:filled + 1] = b"\n"
+                yield view[:filled + 1]
             return
-        ascii_block = block.isascii()
-        lines = block.split(b"\n")  # the carried-over part joins the first line (no copy of the block)
-        if rest:
-            lines[0] = rest + lines[0]
-        rest = lines.pop()
-        if lines:
-            yield lines, ascii_block and rest_ascii
-            rest_ascii = ascii_block
-        else:
-            rest_ascii = rest_ascii and ascii_block
+        end = buffer.rfind(b"\n", filled, filled + got) + 1
+        filled += got
+        if end:
+            yield view[:end]
+            view[:filled - end] = view[end:filled]
+            filled -= end
+
+
+def line_blocks(fh: Any, block_bytes: int) -> Iterator[tuple[list[bytes], bool]]:
+    """The lines of :func:`line_regions`, one list per region, each with whether its lines are all
+    ASCII."""
+    for region in line_regions(fh, block_bytes):
+        text = region.tobytes()
+        lines = text.split(b"\n")
+        lines.pop()  # what follows the last line feed: nothing
+        yield lines, text.isascii()
 
 
 class NotJSON:
@@ -219,30 +236,45 @@ def parquet_batches(
 
     A row group with a corrupt page costs the rest of that group, not the file: it yields
     ``(number, NotJSON, None)`` at its first unread row (:func:`group_broken`) and reading goes
-    on with the next group. Both paths read through here, with the same batches
-    (:data:`PARQUET_BATCH_ROWS`), the same ``columns`` and one thread, so a corrupt page breaks
-    them at the same row with the same message.
+    on with the next group. Both paths read through here (:func:`group_batches`), with the same
+    batches (:data:`PARQUET_BATCH_ROWS`), the same ``columns`` and one thread, so a corrupt page
+    breaks them at the same row with the same message.
     """
     metadata = parquet_file.metadata
     first = 0
     for group in range(metadata.num_row_groups):
-        group_rows = metadata.row_group(group).num_rows
-        read = 0
-        batches = parquet_file.iter_batches(
-            batch_size=PARQUET_BATCH_ROWS, row_groups=[group], columns=columns, use_threads=False
-        )
-        while True:
-            try:
-                batch = next(batches)
-                rows = batch.to_pylist() if convert(batch) else None
-            except StopIteration:
-                break
-            except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a corrupt page
-                yield first + read + 1, group_broken(path, group, first, group_rows, read, exc), None
-                break
-            yield first + read + 1, batch, rows
-            read += batch.num_rows
-        first += group_rows
+        yield from group_batches(parquet_file, path, columns, convert, group, first)
+        first += metadata.row_group(group).num_rows
+
+
+def group_batches(
+    parquet_file: Any, path: Path, columns: list[str] | None, convert: Callable[[Any], bool], group: int, first: int,
+    skip: int = 0,
+) -> Iterator[tuple[int, Any, list[dict[str, Any]] | None]]:
+    """:func:`parquet_batches` of row group ``group``, whose first row is row ``first + 1``; the
+    batches of its first ``skip`` rows (a multiple of :data:`PARQUET_BATCH_ROWS`) are read but
+    not yielded, nor converted (the batch path has read them in larger batches; a page those
+    read, these read too)."""
+    group_rows = parquet_file.metadata.row_group(group).num_rows
+    read = 0
+    batches = parquet_file.iter_batches(
+        batch_size=PARQUET_BATCH_ROWS, row_groups=[group], columns=columns, use_threads=False
+    )
+    while True:
+        try:
+            batch = next(batches)
+            if read < skip:
+                read += batch.num_rows
+                continue
+            rows = batch.to_pylist() if convert(batch) else None
+        except StopIteration:
+            break
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a corrupt page
+            read = max(read, skip)  # (a page read before cannot fail now; were it to, no row counts twice)
+            yield first + read + 1, group_broken(path, group, first, group_rows, read, exc), None
+            break
+        yield first + read + 1, batch, rows
+        read += batch.num_rows
 
 
 def parquet_rows(path: Path, columns: list[str] | None = None) -> tuple[Iterator[tuple[int, Any]], Callable[[], int]]:
