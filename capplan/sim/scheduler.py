@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections import deque
 from heapq import heappop, heappush
+from math import ceil, sqrt
 from typing import TYPE_CHECKING, Callable
 
 from capplan.errors import DoesNotFitError
@@ -458,24 +459,90 @@ class ReplicaScheduler:
     # ------------------------------------------------------------------ planning steps
 
     def wake(self, t: float) -> None:
-        """New work (or new weights) arrived: plan now if idle, else end the run at the next step boundary."""
+        """New work (or new weights) arrived: plan now if idle, else end the run at the next step boundary.
+
+        A tool call ending during a decode run lands here (about one per turn), so the common
+        case of :func:`~capplan.sim.stepcost.steps_within` (one line dominates the whole run) and
+        :func:`~capplan.sim.stepcost.run_time` are written inline, in their operation order.
+        """
         if self.loading_weights:
             return
         if not self.busy:
             self.plan(t)
             return
-        if self.run_chunks or self.run_steps <= 1:
+        max_steps = self.run_steps
+        if self.run_chunks or max_steps <= 1:
             return
         spec_run = self.run_spec
+        elapsed = t - self.run_start_s
         if spec_run is not None:
-            steps = spec_run.steps_within(self.run_steps, t - self.run_start_s)
+            steps = spec_run.steps_within(max_steps, elapsed)
+            if steps >= max_steps:
+                return
+            run_s = spec_run.time(steps)
         else:
-            steps = steps_within(self.run_line, self.run_steps, t - self.run_start_s)
-        if steps < self.run_steps:
-            self.run_steps = steps
-            self.run_time_s = spec_run.time(steps) if spec_run is not None else run_time(self.run_line, steps)
-            self.run_epoch += 1
-            heappush(self.runs, (self.run_start_s + self.run_time_s, next(self.tiebreak), self.index, self.run_epoch))
+            line = self.run_line
+            compute_0, compute_growth, memory_0, memory_growth, fixed = line
+            last = max_steps - 1
+            if elapsed > 0.0 and (compute_0 >= memory_0) == (compute_0 + compute_growth * last >= memory_0 + memory_growth * last):
+                # steps_within(line, max_steps, elapsed), one line dominating
+                if compute_0 >= memory_0:
+                    start, growth = compute_0, compute_growth
+                else:
+                    start, growth = memory_0, memory_growth
+                start += fixed
+                if max_steps * start + growth * max_steps * last * 0.5 <= elapsed:
+                    return  # the run ends at or after t anyway
+                # _solve(start, growth, elapsed)
+                b = start - 0.5 * growth
+                if growth <= 0.0:
+                    solved = elapsed / start
+                else:
+                    root = sqrt(b * b + 2.0 * growth * elapsed)
+                    solved = 2.0 * elapsed / (b + root) if b > 0 else (-b + root) / growth
+                steps = ceil(solved - 1e-9)
+                if steps > max_steps:
+                    steps = max_steps
+                if steps < 0:
+                    steps = 0
+                while steps < max_steps and steps * start + growth * steps * (steps - 1) * 0.5 < elapsed:
+                    steps += 1
+                while steps > 0 and (steps - 1) * start + growth * (steps - 1) * (steps - 2) * 0.5 >= elapsed:
+                    steps -= 1
+            else:
+                steps = steps_within(line, max_steps, elapsed)
+            if steps >= max_steps:
+                return
+            # run_time(line, steps): its two arithmetic series (an empty one adds 0.0)
+            if steps <= 0:
+                run_s = 0.0
+            else:
+                gap_0, gap_growth = compute_0 - memory_0, compute_growth - memory_growth
+                if gap_growth == 0.0:
+                    if gap_0 >= 0:
+                        run_s = steps * compute_0 + compute_growth * steps * (steps - 1) * 0.5 + fixed * steps
+                    else:
+                        run_s = steps * memory_0 + memory_growth * steps * (steps - 1) * 0.5 + fixed * steps
+                else:
+                    switch = ceil(-gap_0 / gap_growth)
+                    if switch > steps:
+                        switch = steps
+                    if switch < 0:
+                        switch = 0
+                    if gap_growth > 0:  # memory first, compute from ``switch`` on
+                        start_1, growth_1, start_2, growth_2 = memory_0, memory_growth, compute_0, compute_growth
+                    else:
+                        start_1, growth_1, start_2, growth_2 = compute_0, compute_growth, memory_0, memory_growth
+                    n = steps - switch
+                    run_s = (
+                        (switch * start_1 + growth_1 * switch * (switch - 1) * 0.5 if switch > 0 else 0.0)
+                        + (n * start_2 + growth_2 * n * (switch + steps - 1) * 0.5 if n > 0 else 0.0)
+                        + fixed * steps
+                    )
+        self.run_steps = steps
+        self.run_time_s = run_s
+        self.run_epoch = epoch = self.run_epoch + 1
+        heappush(self.runs, (self.run_start_s + run_s, next(self.tiebreak), self.index, epoch))
 
     def plan(self, t: float) -> None:
         """Build the next step (or run of decode steps) at step boundary ``t`` [s].
