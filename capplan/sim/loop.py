@@ -293,7 +293,7 @@ class Simulation:
         replicas = self.replicas
         tool_done = self.tool_done
         t = 0.0
-        while (heap or runs) and controller.horizon is None:
+        while runs or heap:  # until the last update sets the horizon (a TRAIN_DONE event)
             if runs and (not heap or runs[0] < heap[0]):
                 t, _, index, epoch = heappop(runs)
                 replica = replicas[index]
@@ -308,6 +308,8 @@ class Simulation:
                     self.sample(t)
             elif kind == EVENT_TRAIN_DONE:
                 controller.training_done(t)
+                if controller.horizon is not None:
+                    break
             elif kind == EVENT_SYNC_DONE:
                 controller.sync_done(t)
                 if self.stream is not None:

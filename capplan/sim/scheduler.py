@@ -54,7 +54,8 @@ class ReplicaScheduler:
         "index", "coeffs", "window", "window_limit", "kv_full_bytes", "kv_window_bytes", "kv_state_bytes",
         "kv_capacity_bytes", "held_bytes", "held_limit", "max_batched_tokens", "max_num_seqs", "static_batching",
         "inflight_updates", "weight_sync_s", "decode_compute_base", "decode_compute_per_sequence", "decode_memory_base",
-        "decode_memory_per_sequence", "decode_fixed_base", "decode_fixed_per_sequence", "step_constants", "a2a_switch", "k_a2a",
+        "decode_memory_per_sequence", "decode_fixed_base", "decode_fixed_per_sequence", "window_terms", "step_constants", "a2a_switch",
+        "k_a2a",
         # engine features: speculative decoding and the CPU KV tier (capplan.sim.speculative)
         "spec", "spec_tokens", "budget_per_decoder", "offload", "tier", "tier_used", "pending_load_s",
         # shared with the rest of the simulation
@@ -111,6 +112,9 @@ class ReplicaScheduler:
         self.decode_memory_per_sequence = coeffs.decode_memory_per_sequence
         self.decode_fixed_base = coeffs.decode_fixed_base
         self.decode_fixed_per_sequence = coeffs.decode_fixed_per_sequence
+        self.window_terms = bool(coeffs.c_pair_w or coeffs.m_read_w)
+        """A decode step's price has sliding-window terms (without them they are exactly 0.0, and
+        a sum of non-negative terms is the same without them: :meth:`plan` skips them)."""
         self.step_constants = (
             coeffs.c_0, coeffs.c_new, coeffs.c_logit, coeffs.c_pair, coeffs.c_pair_w,
             coeffs.m_0, coeffs.m_new, coeffs.m_logit, coeffs.m_read, coeffs.m_read_w, coeffs.m_seq, coeffs.m_head,
@@ -184,11 +188,13 @@ class ReplicaScheduler:
         self.run_steps = 0
         """Steps in the current run."""
         self.run_chunks: list[tuple[Sequence, int]] = _NO_CHUNKS
-        """Prefill chunks ``(sequence, positions)`` of the current step (a run with chunks is one step)."""
+        """Prefill chunks ``(sequence, positions)`` of the current step (a run with chunks is one step);
+        :meth:`finish_run` puts back the empty list, so a decode run need not."""
         self.run_line: "DecodeLine" = (0.0, 0.0, 0.0, 0.0, 0.0)
         """Price line of the current decode run."""
         self.run_spec: "SpecRun | None" = None
-        """The current run's speculative price (set instead of ``run_line`` when it is a speculative run)."""
+        """The current run's speculative price (set instead of ``run_line`` when it is a speculative run; on a replica
+        without speculative decoding it stays ``None``, so plain decode runs do not reset it)."""
         self.run_time_s = 0.0
         """Duration of the current run [s]."""
         self.policy_version = 0
@@ -642,29 +648,34 @@ class ReplicaScheduler:
             self._start_spec_run(steps, t)
             return
         coeffs = self.coeffs
-        cached_below = self.decoding_cached_below_window
-        above = decoding - below
-        if above:
-            pairs_window = cached_below + below + self.window * above
-            read_window = cached_below + self.window_limit * above
-        else:
-            pairs_window = float(cached_below + below)
-            read_window = float(cached_below)
-        c_pair, c_pair_w, m_read, m_read_w = coeffs.c_pair, coeffs.c_pair_w, coeffs.m_read, coeffs.m_read_w
-        compute_0 = self.decode_compute_base + self.decode_compute_per_sequence * decoding + c_pair * (cached + decoding) + c_pair_w * pairs_window
-        memory_0 = self.decode_memory_base + self.decode_memory_per_sequence * decoding + m_read * cached + m_read_w * read_window
+        c_pair, m_read = coeffs.c_pair, coeffs.m_read
+        if self.window_terms:
+            cached_below = self.decoding_cached_below_window
+            above = decoding - below
+            if above:
+                pairs_window = cached_below + below + self.window * above
+                read_window = cached_below + self.window_limit * above
+            else:
+                pairs_window = float(cached_below + below)
+                read_window = float(cached_below)
+            c_pair_w, m_read_w = coeffs.c_pair_w, coeffs.m_read_w
+            compute_0 = self.decode_compute_base + self.decode_compute_per_sequence * decoding + c_pair * (cached + decoding) + c_pair_w * pairs_window
+            memory_0 = self.decode_memory_base + self.decode_memory_per_sequence * decoding + m_read * cached + m_read_w * read_window
+            compute_growth = c_pair * decoding + c_pair_w * below
+            memory_growth = m_read * decoding + m_read_w * below
+        else:  # the same sums without their terms that are exactly 0.0
+            compute_0 = self.decode_compute_base + self.decode_compute_per_sequence * decoding + c_pair * (cached + decoding)
+            memory_0 = self.decode_memory_base + self.decode_memory_per_sequence * decoding + m_read * cached
+            compute_growth = c_pair * decoding
+            memory_growth = m_read * decoding
         if coeffs.m_routed:
             memory_0 += coeffs.m_routed * (1.0 - coeffs.q**decoding)
-        compute_growth = c_pair * decoding + c_pair_w * below
-        memory_growth = m_read * decoding + m_read_w * below
         fixed = self.decode_fixed_base + self.decode_fixed_per_sequence * decoding
         if decoding > self.a2a_switch:
             fixed += self.k_a2a * decoding
         self.run_line = line = (compute_0, compute_growth, memory_0, memory_growth, fixed)
-        self.run_spec = None
         self.busy = True
         self.run_steps = steps
-        self.run_chunks = _NO_CHUNKS
         self.run_start_s = t
         # run_time(line, steps), with the common case (one line dominates throughout) inline
         last = steps - 1
