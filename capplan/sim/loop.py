@@ -22,6 +22,7 @@ The model, in the order a conversation meets it:
 
 from __future__ import annotations
 
+import gc
 import itertools
 from collections import deque
 from functools import partial
@@ -278,13 +279,27 @@ class Simulation:
     # ------------------------------------------------------------------ main loop
 
     def run(self) -> None:
-        """Run until the last update ends.
+        """Run until the last update ends, with the cyclic garbage collector paused.
+
+        The loop makes no reference cycles (its objects are freed by reference counting), but it
+        allocates containers by the million (drawn turns, heap entries), and each batch of them
+        would trigger a collector pass over every live object, the drawn conversations included:
+        a few percent of the run for nothing collected. The collector's state is restored after.
 
         Raises
         ------
         InputError
             No event is left before the last update (nothing can run).
         """
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            self._run()
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _run(self) -> None:
         controller = self.controller
         self.events.push(0.0, EVENT_SAMPLE)
         controller.gate(0.0)
