@@ -90,6 +90,8 @@ class Simulation:
         self.now = 0.0
         """Time of the last event handled [s] (set when the loop ends)."""
         # environment workers
+        self.env_workers = options.env_workers
+        """Environment workers [count] (``None``: one per tool call)."""
         self.env_busy = 0
         """Tool calls executing [count]."""
         self.env_queue: deque[tuple[Sequence, int]] = deque()
@@ -162,7 +164,7 @@ class Simulation:
             if self.retain_during_tools:
                 replica.retain(seq, context)
             # start_tool_call(seq, turn, t), inline
-            workers = self.options.env_workers
+            workers = self.env_workers
             if workers is None or self.env_busy < workers:
                 self.env_busy += 1
                 events = self.events
@@ -196,7 +198,7 @@ class Simulation:
     # ------------------------------------------------------------------ environment workers
 
     def start_tool_call(self, seq: "Sequence", turn: int, t: float) -> None:
-        workers = self.options.env_workers
+        workers = self.env_workers
         if workers is None or self.env_busy < workers:
             self.env_busy += 1
             self.events.push(t + seq.tool_wait_s[turn], EVENT_TOOL_DONE, seq, turn)

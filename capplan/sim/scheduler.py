@@ -286,9 +286,13 @@ class ReplicaScheduler:
     def retain(self, seq: "Sequence", positions: int) -> None:
         """Keep ``positions`` of ``seq``'s KV while it waits on a tool."""
         seq.held_positions = positions
-        # held_bytes(positions), inline
-        limit = self.held_limit
-        held = self.kv_full_bytes * positions + self.kv_window_bytes * (positions if positions < limit else limit) + self.kv_state_bytes
+        # held_bytes(positions), inline (without a sliding window its window term is exactly 0.0)
+        window = self.kv_window_bytes
+        if window:
+            limit = self.held_limit
+            held = self.kv_full_bytes * positions + window * (positions if positions < limit else limit) + self.kv_state_bytes
+        else:
+            held = self.kv_full_bytes * positions + self.kv_state_bytes
         seq.held_kv_bytes = held
         self.kv_retained_bytes += held
         self.retained[seq] = None
@@ -401,7 +405,10 @@ class ReplicaScheduler:
         while waiting and (budget > 0 or static) and decoding + len(prefilling) < max_num_seqs:
             inv = waiting[0]
             positions = inv.input_positions
-            reserved = full * positions + window * (positions if positions < limit else limit) + state  # held_bytes
+            if window:
+                reserved = full * positions + window * (positions if positions < limit else limit) + state  # held_bytes
+            else:  # the same sum without its window term (exactly 0.0)
+                reserved = full * positions + state
             if inv.is_recompute or inv.is_score:
                 need = reserved
             else:
@@ -505,7 +512,7 @@ class ReplicaScheduler:
                     solved = elapsed / start
                 else:
                     root = sqrt(b * b + 2.0 * growth * elapsed)
-                    solved = 2.0 * elapsed / (b + root) if b > 0 else (-b + root) / growth
+                    solved = 2.0 * elapsed / (b + root) if b > 0.0 else (-b + root) / growth
                 steps = ceil(solved - 1e-9)
                 if steps > max_steps:
                     steps = max_steps
@@ -535,7 +542,7 @@ class ReplicaScheduler:
                         switch = steps
                     if switch < 0:
                         switch = 0
-                    if gap_growth > 0:  # memory first, compute from ``switch`` on
+                    if gap_growth > 0.0:  # memory first, compute from ``switch`` on
                         start_1, growth_1, start_2, growth_2 = memory_0, memory_growth, compute_0, compute_growth
                     else:
                         start_1, growth_1, start_2, growth_2 = compute_0, compute_growth, memory_0, memory_growth
@@ -561,7 +568,7 @@ class ReplicaScheduler:
         """
         if self.loading_weights or self.stopped:
             return
-        if self.pending_hold_s > 0:  # the framework's per-update time: no step runs
+        if self.pending_hold_s > 0.0:  # the framework's per-update time: no step runs
             self.loading_weights = True
             self.loading_version = self.policy_version
             self.busy = False
@@ -582,9 +589,10 @@ class ReplicaScheduler:
         decoding = self.decoding
         below = self.decoding_below_window
         cached = self.decoding_cached
-        growth = full_bytes * decoding + window_bytes * below
+        growth = full_bytes * decoding
         used = self.kv_prefill_bytes + self.kv_retained_bytes + full_bytes * cached + self.kv_state_bytes * decoding
-        if window_bytes:
+        if window_bytes:  # (without a window both terms are exactly 0.0)
+            growth += window_bytes * below
             used += window_bytes * (self.decoding_cached_below_window + self.window_limit * (decoding - below))
         capacity = self.kv_capacity_bytes
         preempted = False
@@ -638,7 +646,7 @@ class ReplicaScheduler:
                     steps = to_crossing
         # KV for ``steps`` more steps; the floor division only where the room may be short (a
         # margin of two steps covers its rounding, so the outcome is the floor division's)
-        if growth > 0 and capacity - used < growth * (steps + 2):
+        if growth > 0.0 and capacity - used < growth * (steps + 2):
             fitting = int((capacity - used) // growth)
             if fitting < steps:
                 steps = fitting
@@ -671,7 +679,7 @@ class ReplicaScheduler:
         if coeffs.m_routed:
             memory_0 += coeffs.m_routed * (1.0 - coeffs.q**decoding)
         fixed = self.decode_fixed_base + self.decode_fixed_per_sequence * decoding
-        if decoding > self.a2a_switch:
+        if self.k_a2a and decoding > self.a2a_switch:  # (it adds exactly 0.0 without expert parallelism)
             fixed += self.k_a2a * decoding
         self.run_line = line = (compute_0, compute_growth, memory_0, memory_growth, fixed)
         self.busy = True
@@ -787,8 +795,12 @@ class ReplicaScheduler:
         # StepCoefficients.step_time(new, logits, pairs, pairs_window, read, read_window, seqs), inline
         (c_0, c_new, c_logit, c_pair, c_pair_w, m_0, m_new, m_logit, m_read, m_read_w, m_seq, m_head, m_routed, q,
          overhead, k_0, k_new, h_seq, k_head, k_logit) = self.step_constants
-        c = c_0 + c_new * new + c_logit * logits + c_pair * pairs + c_pair_w * pairs_window
-        m = m_0 + m_new * new + m_logit * logits + m_read * read + m_read_w * read_window + m_seq * seqs
+        if self.kv_window_bytes:
+            c = c_0 + c_new * new + c_logit * logits + c_pair * pairs + c_pair_w * pairs_window
+            m = m_0 + m_new * new + m_logit * logits + m_read * read + m_read_w * read_window + m_seq * seqs
+        else:  # the same sums without the window terms (pairs_window and read_window are 0.0)
+            c = c_0 + c_new * new + c_logit * logits + c_pair * pairs
+            m = m_0 + m_new * new + m_logit * logits + m_read * read + m_seq * seqs
         if logits > 0:
             m += m_head
         if m_routed:
@@ -796,7 +808,7 @@ class ReplicaScheduler:
         f = overhead + k_0 + k_new * new + h_seq * seqs
         if logits > 0:
             f += k_head + k_logit * logits
-        if new > self.a2a_switch:
+        if self.k_a2a and new > self.a2a_switch:
             f += self.k_a2a * new
         step_s = (c if c > m else m) + f
         if self.spec is not None and decoding:
