@@ -223,12 +223,9 @@ class Simulation:
             seq.claimed_positions = seq.claimed_positions_of_turn[turn]
             sampled = seq.action_tokens[turn]
             seq.decode_steps = sampled - 1 if sampled > 1 else 0
-            seq.prefill_remaining = 0
-            seq.cached_positions = 0
             seq.computes_logits = True
             seq.is_recompute = False
             seq.is_first_turn = False
-            seq.is_score = False
             replica.waiting.append(seq)
             # wake it if idle, or if the new turn could be admitted at the next step boundary
             if not replica.busy or (
@@ -245,19 +242,22 @@ class Simulation:
     def sample(self, t: float) -> None:
         """Record the queues, batch, KV occupancy and trainer state at ``t``."""
         replicas = self.replicas
-        batch = 0
+        batch = running = new_waiting = waiting = 0
         kv = 0.0
         capacity = self.kv_capacity_bytes
+        kv_samples = self.kv_samples
         for replica in replicas:
-            running = replica.decoding + len(replica.prefilling)
+            replica_running = replica.decoding + len(replica.prefilling)
             occupancy = replica.kv_used_at(t) / capacity
-            self.kv_samples.append(occupancy)
-            batch += running if replica.busy else 0
+            kv_samples.append(occupancy)
+            if replica.busy:
+                batch += replica_running
             kv += occupancy
+            running += replica_running
+            new_waiting += replica.new_conversations_waiting
+            waiting += len(replica.waiting)
         n = len(replicas)
-        new_waiting = sum(r.new_conversations_waiting for r in replicas)
-        waiting = sum(len(r.waiting) for r in replicas) - new_waiting
-        running = sum(r.decoding + len(r.prefilling) for r in replicas)
+        waiting -= new_waiting
         controller = self.controller
         self.samples.append(
             (t, batch / n, kv / n, new_waiting, waiting, running, len(self.env_queue), self.env_busy,
