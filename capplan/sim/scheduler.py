@@ -496,7 +496,9 @@ class ReplicaScheduler:
         else:
             line = self.run_line
             compute_0, compute_growth, memory_0, memory_growth, fixed = line
-            last = max_steps - 1
+            # step counts also as floats (exact), for float-only products (as in plan)
+            max_f = max_steps + 0.0
+            last = max_f - 1.0
             if elapsed > 0.0 and (compute_0 >= memory_0) == (compute_0 + compute_growth * last >= memory_0 + memory_growth * last):
                 # steps_within(line, max_steps, elapsed), one line dominating
                 if compute_0 >= memory_0:
@@ -504,7 +506,7 @@ class ReplicaScheduler:
                 else:
                     start, growth = memory_0, memory_growth
                 start += fixed
-                if max_steps * start + growth * max_steps * last * 0.5 <= elapsed:
+                if max_f * start + growth * max_f * last * 0.5 <= elapsed:
                     return  # the run ends at or after t anyway
                 # _solve(start, growth, elapsed)
                 b = start - 0.5 * growth
@@ -518,10 +520,13 @@ class ReplicaScheduler:
                     steps = max_steps
                 if steps < 0:
                     steps = 0
-                while steps < max_steps and steps * start + growth * steps * (steps - 1) * 0.5 < elapsed:
+                k = steps + 0.0
+                while steps < max_steps and k * start + growth * k * (k - 1.0) * 0.5 < elapsed:
                     steps += 1
-                while steps > 0 and (steps - 1) * start + growth * (steps - 1) * (steps - 2) * 0.5 >= elapsed:
+                    k += 1.0
+                while steps > 0 and (k - 1.0) * start + growth * (k - 1.0) * (k - 2.0) * 0.5 >= elapsed:
                     steps -= 1
+                    k -= 1.0
             else:
                 steps = steps_within(line, max_steps, elapsed)
             if steps >= max_steps:
@@ -530,12 +535,13 @@ class ReplicaScheduler:
             if steps <= 0:
                 run_s = 0.0
             else:
+                steps_f = steps + 0.0
                 gap_0, gap_growth = compute_0 - memory_0, compute_growth - memory_growth
                 if gap_growth == 0.0:
-                    if gap_0 >= 0:
-                        run_s = steps * compute_0 + compute_growth * steps * (steps - 1) * 0.5 + fixed * steps
+                    if gap_0 >= 0.0:
+                        run_s = steps_f * compute_0 + compute_growth * steps_f * (steps_f - 1.0) * 0.5 + fixed * steps_f
                     else:
-                        run_s = steps * memory_0 + memory_growth * steps * (steps - 1) * 0.5 + fixed * steps
+                        run_s = steps_f * memory_0 + memory_growth * steps_f * (steps_f - 1.0) * 0.5 + fixed * steps_f
                 else:
                     switch = ceil(-gap_0 / gap_growth)
                     if switch > steps:
@@ -546,11 +552,12 @@ class ReplicaScheduler:
                         start_1, growth_1, start_2, growth_2 = memory_0, memory_growth, compute_0, compute_growth
                     else:
                         start_1, growth_1, start_2, growth_2 = compute_0, compute_growth, memory_0, memory_growth
-                    n = steps - switch
+                    switch_f = switch + 0.0
+                    n = steps_f - switch_f
                     run_s = (
-                        (switch * start_1 + growth_1 * switch * (switch - 1) * 0.5 if switch > 0 else 0.0)
-                        + (n * start_2 + growth_2 * n * (switch + steps - 1) * 0.5 if n > 0 else 0.0)
-                        + fixed * steps
+                        (switch_f * start_1 + growth_1 * switch_f * (switch_f - 1.0) * 0.5 if switch > 0 else 0.0)
+                        + (n * start_2 + growth_2 * n * (switch_f + steps_f - 1.0) * 0.5 if n > 0.0 else 0.0)
+                        + fixed * steps_f
                     )
         self.run_steps = steps
         self.run_time_s = run_s
@@ -657,6 +664,11 @@ class ReplicaScheduler:
             return
         coeffs = self.coeffs
         c_pair, m_read = coeffs.c_pair, coeffs.m_read
+        # the counts as floats (exact: integers far below 2**53), so that the products below are
+        # float-only, which CPython computes faster than mixed int-float ones, with the same values
+        decoding_f = decoding + 0.0
+        cached_f = cached + 0.0
+        steps_f = steps + 0.0
         if self.window_terms:
             cached_below = self.decoding_cached_below_window
             above = decoding - below
@@ -667,18 +679,18 @@ class ReplicaScheduler:
                 pairs_window = float(cached_below + below)
                 read_window = float(cached_below)
             c_pair_w, m_read_w = coeffs.c_pair_w, coeffs.m_read_w
-            compute_0 = self.decode_compute_base + self.decode_compute_per_sequence * decoding + c_pair * (cached + decoding) + c_pair_w * pairs_window
-            memory_0 = self.decode_memory_base + self.decode_memory_per_sequence * decoding + m_read * cached + m_read_w * read_window
-            compute_growth = c_pair * decoding + c_pair_w * below
-            memory_growth = m_read * decoding + m_read_w * below
+            compute_0 = self.decode_compute_base + self.decode_compute_per_sequence * decoding_f + c_pair * (cached_f + decoding_f) + c_pair_w * pairs_window
+            memory_0 = self.decode_memory_base + self.decode_memory_per_sequence * decoding_f + m_read * cached_f + m_read_w * read_window
+            compute_growth = c_pair * decoding_f + c_pair_w * below
+            memory_growth = m_read * decoding_f + m_read_w * below
         else:  # the same sums without their terms that are exactly 0.0
-            compute_0 = self.decode_compute_base + self.decode_compute_per_sequence * decoding + c_pair * (cached + decoding)
-            memory_0 = self.decode_memory_base + self.decode_memory_per_sequence * decoding + m_read * cached
-            compute_growth = c_pair * decoding
-            memory_growth = m_read * decoding
+            compute_0 = self.decode_compute_base + self.decode_compute_per_sequence * decoding_f + c_pair * (cached_f + decoding_f)
+            memory_0 = self.decode_memory_base + self.decode_memory_per_sequence * decoding_f + m_read * cached_f
+            compute_growth = c_pair * decoding_f
+            memory_growth = m_read * decoding_f
         if coeffs.m_routed:
             memory_0 += coeffs.m_routed * (1.0 - coeffs.q**decoding)
-        fixed = self.decode_fixed_base + self.decode_fixed_per_sequence * decoding
+        fixed = self.decode_fixed_base + self.decode_fixed_per_sequence * decoding_f
         if self.k_a2a and decoding > self.a2a_switch:  # (it adds exactly 0.0 without expert parallelism)
             fixed += self.k_a2a * decoding
         self.run_line = line = (compute_0, compute_growth, memory_0, memory_growth, fixed)
@@ -686,12 +698,12 @@ class ReplicaScheduler:
         self.run_steps = steps
         self.run_start_s = t
         # run_time(line, steps), with the common case (one line dominates throughout) inline
-        last = steps - 1
+        last = steps_f - 1.0
         if (compute_0 >= memory_0) == (compute_0 + compute_growth * last >= memory_0 + memory_growth * last):
             if compute_0 >= memory_0:
-                run_s = steps * (compute_0 + fixed) + compute_growth * steps * last * 0.5
+                run_s = steps_f * (compute_0 + fixed) + compute_growth * steps_f * last * 0.5
             else:
-                run_s = steps * (memory_0 + fixed) + memory_growth * steps * last * 0.5
+                run_s = steps_f * (memory_0 + fixed) + memory_growth * steps_f * last * 0.5
         else:
             run_s = run_time(line, steps)
         self.run_time_s = run_s
@@ -795,19 +807,21 @@ class ReplicaScheduler:
         # StepCoefficients.step_time(new, logits, pairs, pairs_window, read, read_window, seqs), inline
         (c_0, c_new, c_logit, c_pair, c_pair_w, m_0, m_new, m_logit, m_read, m_read_w, m_seq, m_head, m_routed, q,
          overhead, k_0, k_new, h_seq, k_head, k_logit) = self.step_constants
+        # the counts as floats (exact), for float-only products (as in plan)
+        new_f, logits_f, seqs_f = new + 0.0, logits + 0.0, seqs + 0.0
         if self.kv_window_bytes:
-            c = c_0 + c_new * new + c_logit * logits + c_pair * pairs + c_pair_w * pairs_window
-            m = m_0 + m_new * new + m_logit * logits + m_read * read + m_read_w * read_window + m_seq * seqs
+            c = c_0 + c_new * new_f + c_logit * logits_f + c_pair * pairs + c_pair_w * pairs_window
+            m = m_0 + m_new * new_f + m_logit * logits_f + m_read * read + m_read_w * read_window + m_seq * seqs_f
         else:  # the same sums without the window terms (pairs_window and read_window are 0.0)
-            c = c_0 + c_new * new + c_logit * logits + c_pair * pairs
-            m = m_0 + m_new * new + m_logit * logits + m_read * read + m_seq * seqs
+            c = c_0 + c_new * new_f + c_logit * logits_f + c_pair * pairs
+            m = m_0 + m_new * new_f + m_logit * logits_f + m_read * read + m_seq * seqs_f
         if logits > 0:
             m += m_head
         if m_routed:
             m += m_routed * (1.0 - q**new)
-        f = overhead + k_0 + k_new * new + h_seq * seqs
+        f = overhead + k_0 + k_new * new_f + h_seq * seqs_f
         if logits > 0:
-            f += k_head + k_logit * logits
+            f += k_head + k_logit * logits_f
         if self.k_a2a and new > self.a2a_switch:
             f += self.k_a2a * new
         step_s = (c if c > m else m) + f
