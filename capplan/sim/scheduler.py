@@ -54,7 +54,7 @@ class ReplicaScheduler:
         "index", "coeffs", "window", "window_limit", "kv_full_bytes", "kv_window_bytes", "kv_state_bytes",
         "kv_capacity_bytes", "held_bytes", "held_limit", "max_batched_tokens", "max_num_seqs", "static_batching",
         "inflight_updates", "weight_sync_s", "decode_compute_base", "decode_compute_per_sequence", "decode_memory_base",
-        "decode_memory_per_sequence", "decode_fixed_base", "decode_fixed_per_sequence", "window_terms", "step_constants", "a2a_switch",
+        "decode_memory_per_sequence", "decode_fixed_base", "decode_fixed_per_sequence", "window_terms", "sliding", "step_constants", "a2a_switch",
         "k_a2a",
         # engine features: speculative decoding and the CPU KV tier (capplan.sim.speculative)
         "spec", "spec_tokens", "budget_per_decoder", "offload", "tier", "tier_used", "pending_load_s",
@@ -115,6 +115,10 @@ class ReplicaScheduler:
         self.window_terms = bool(coeffs.c_pair_w or coeffs.m_read_w)
         """A decode step's price has sliding-window terms (without them they are exactly 0.0, and
         a sum of non-negative terms is the same without them: :meth:`plan` skips them)."""
+        self.sliding = bool(self.kv_window_bytes or self.window_terms)
+        """The model has a sliding window, and the decoding sequences below it are tracked. Without
+        one nothing is: a joining sequence is marked as not below it, and the below-window counters
+        stay 0 (they only ever meet exact zeros then: no window KV bytes, no window price terms)."""
         self.step_constants = (
             coeffs.c_0, coeffs.c_new, coeffs.c_logit, coeffs.c_pair, coeffs.c_pair_w,
             coeffs.m_0, coeffs.m_new, coeffs.m_logit, coeffs.m_read, coeffs.m_read_w, coeffs.m_seq, coeffs.m_head,
@@ -852,7 +856,8 @@ class ReplicaScheduler:
         self.busy_s += run_time_s
         self.steps_done = steps_done = self.steps_done + steps
         self.decoding_cached += decoding * steps
-        self.decoding_cached_below_window += self.decoding_below_window * steps
+        if self.sliding:
+            self.decoding_cached_below_window += self.decoding_below_window * steps
         tokens = decoding * steps
         chunks = self.run_chunks
         if chunks:
@@ -879,7 +884,7 @@ class ReplicaScheduler:
                     inv.epoch = epoch = inv.epoch + 1
                     self.decoding += 1
                     self.decoding_cached += context
-                    if context < self.window_limit:
+                    if self.sliding and context < self.window_limit:
                         inv.below_window = True
                         self.decoding_below_window += 1
                         self.decoding_cached_below_window += context
