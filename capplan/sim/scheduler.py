@@ -68,6 +68,7 @@ class ReplicaScheduler:
         "busy", "run_epoch", "run_start_s", "run_steps", "run_chunks", "run_line", "run_spec", "run_time_s",
         # weights
         "policy_version", "target_version", "loading_version", "draining", "loading_weights", "stopped", "pending_hold_s",
+        "gated",
         # counters
         "steps_done", "busy_s", "sequence_s", "forwarded_tokens", "preemptions", "evictions",
         "tier_stores", "tier_loads", "tier_loaded_tokens", "tier_load_s",
@@ -215,6 +216,10 @@ class ReplicaScheduler:
         """The simulation reached its horizon: plan nothing more."""
         self.pending_hold_s = 0.0
         """A pause to take at the next step boundary (the framework's per-update time) [s]."""
+        self.gated = False
+        """Planning must look at the weights or the horizon first: a load in progress, the horizon
+        reached, a hold to take, or newer weights to load (:meth:`regate` keeps it; one flag, so
+        that the common plan reads one slot instead of five)."""
         self.steps_done = 0
         """Engine steps taken (the replica's step clock) [steps]."""
         self.busy_s = 0.0
@@ -577,20 +582,21 @@ class ReplicaScheduler:
         a :data:`~capplan.sim.stepcost.DecodeLine`. Those helpers are written inline here, in
         their own operation order (so the same bits): this is the simulator's hottest code.
         """
-        if self.loading_weights or self.stopped:
-            return
-        if self.pending_hold_s > 0.0:  # the framework's per-update time: no step runs
-            self.loading_weights = True
-            self.loading_version = self.policy_version
-            self.busy = False
-            heappush(self.events, (t + self.pending_hold_s, next(self.tiebreak), EVENT_WEIGHTS_LOADED, self.index, 0))
-            self.pending_hold_s = 0.0
-            return
-        if self.target_version > self.policy_version:  # new weights
-            if self.inflight_updates or (not self.decoding and not self.prefilling):
-                self.start_weight_load(t)
+        if self.gated:
+            if self.loading_weights or self.stopped:
                 return
-            self.draining = True
+            if self.pending_hold_s > 0.0:  # the framework's per-update time: no step runs
+                self.loading_weights = True  # (still gated)
+                self.loading_version = self.policy_version
+                self.busy = False
+                heappush(self.events, (t + self.pending_hold_s, next(self.tiebreak), EVENT_WEIGHTS_LOADED, self.index, 0))
+                self.pending_hold_s = 0.0
+                return
+            if self.target_version > self.policy_version:  # new weights
+                if self.inflight_updates or (not self.decoding and not self.prefilling):
+                    self.start_weight_load(t)
+                    return
+                self.draining = True
         steps_done = self.steps_done
         crossings = self.window_crossings
         if crossings and crossings[0][0] <= steps_done:
@@ -855,10 +861,10 @@ class ReplicaScheduler:
         self.busy = False
         self.busy_s += run_time_s
         self.steps_done = steps_done = self.steps_done + steps
-        self.decoding_cached += decoding * steps
+        tokens = decoding * steps
+        self.decoding_cached += tokens
         if self.sliding:
             self.decoding_cached_below_window += self.decoding_below_window * steps
-        tokens = decoding * steps
         chunks = self.run_chunks
         if chunks:
             self.sequence_s += (decoding + len(chunks)) * run_time_s
@@ -921,9 +927,16 @@ class ReplicaScheduler:
 
     # ------------------------------------------------------------------ weights
 
+    def regate(self) -> None:
+        """Recompute :attr:`gated` after a change of the weights' state or of the horizon."""
+        self.gated = (
+            self.loading_weights or self.stopped or self.pending_hold_s > 0.0 or self.target_version > self.policy_version
+        )
+
     def start_weight_load(self, t: float) -> None:
         """Pause to load the target weights (for the weight push time)."""
         self.loading_weights = True
+        self.gated = True
         self.draining = False
         self.loading_version = self.target_version
         self.busy = False
@@ -932,12 +945,14 @@ class ReplicaScheduler:
     def hold(self, duration_s: float, t: float) -> None:
         """Pause for ``duration_s`` [s] from the next step boundary (now, if idle)."""
         self.pending_hold_s += duration_s
+        self.regate()
         self.wake(t)
 
     def finish_weight_load(self, t: float) -> None:
         """The weights are loaded (or a hold is over): resume at ``t`` [s]."""
         self.loading_weights = False
         self.policy_version = self.loading_version
+        self.regate()
         if self.spec is not None:
             self.spec_tokens = self.spec.tokens_at(self.policy_version)
         self.plan(t)
