@@ -310,10 +310,10 @@ class Simulation:
         replicas = self.replicas
         tool_done = self.tool_done
         t = 0.0
+        replica: ReplicaScheduler
         while runs or heap:  # until the last update sets the horizon (a TRAIN_DONE event)
             if runs and (not heap or runs[0] < heap[0]):
-                t, _, index, epoch = heappop(runs)
-                replica = replicas[index]
+                t, _, replica, epoch = heappop(runs)
                 if epoch == replica.run_epoch and replica.busy:
                     replica.finish_run(t)
                 continue

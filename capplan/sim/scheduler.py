@@ -189,7 +189,7 @@ class ReplicaScheduler:
         """A run of steps is in progress."""
         self.run_epoch = 0
         """Bumped when a run is (re)scheduled (stale run-end events are skipped)."""
-        self.run_entry: tuple[float, int, int, int] = (0.0, 0, index, 0)
+        self.run_entry: tuple[float, int, ReplicaScheduler, int] = (0.0, 0, self, 0)
         """The current run's entry in :attr:`runs` (while busy)."""
         self.run_start_s = 0.0
         self.run_steps = 0
@@ -576,7 +576,7 @@ class ReplicaScheduler:
         # the run's end moves earlier: its entry in the heap of run ends is replaced (not left
         # behind as a stale entry for the loop to pop and skip)
         runs = self.runs
-        entry = (self.run_start_s + run_s, next(self.tiebreak), self.index, epoch)
+        entry = (self.run_start_s + run_s, next(self.tiebreak), self, epoch)
         runs[runs.index(self.run_entry)] = entry
         heapify(runs)
         self.run_entry = entry
@@ -726,7 +726,7 @@ class ReplicaScheduler:
             run_s = run_time(line, steps)
         self.run_time_s = run_s
         self.run_epoch = epoch = self.run_epoch + 1
-        self.run_entry = entry = (t + run_s, next(self.tiebreak), self.index, epoch)
+        self.run_entry = entry = (t + run_s, next(self.tiebreak), self, epoch)
         heappush(self.runs, entry)
 
     def _start_spec_run(self, steps: int, t: float) -> None:
@@ -743,7 +743,7 @@ class ReplicaScheduler:
         self.run_start_s = t
         self.run_time_s = run_s = run.time(steps)
         self.run_epoch = epoch = self.run_epoch + 1
-        self.run_entry = entry = (t + run_s, next(self.tiebreak), self.index, epoch)
+        self.run_entry = entry = (t + run_s, next(self.tiebreak), self, epoch)
         heappush(self.runs, entry)
 
     def _spec_step_terms(self) -> tuple[int, int, float, float, float]:
@@ -856,7 +856,7 @@ class ReplicaScheduler:
         self.run_start_s = t
         self.run_time_s = step_s
         self.run_epoch = epoch = self.run_epoch + 1
-        self.run_entry = entry = (t + step_s, next(self.tiebreak), self.index, epoch)
+        self.run_entry = entry = (t + step_s, next(self.tiebreak), self, epoch)
         heappush(self.runs, entry)
 
     def finish_run(self, t: float) -> None:
@@ -919,21 +919,22 @@ class ReplicaScheduler:
         ends = self.decode_ends
         if ends and ends[0][0] <= steps_done:
             on_invocation_done = self.on_invocation_done
-            while ends and ends[0][0] <= steps_done:
+            while True:
                 _, _, inv, epoch = heappop(ends)
-                if epoch != inv.epoch:
-                    continue
-                # leave_decode(inv), inline
-                joined = inv.join_step
-                context = inv.join_context + steps_done - joined
-                self.decoding -= 1
-                self.decoding_cached -= context
-                if inv.below_window:
-                    self.decoding_below_window -= 1
-                    self.decoding_cached_below_window -= context
-                inv.epoch = epoch + 1
-                inv.decode_forwarded += steps_done - joined
-                on_invocation_done(self, inv, context, t)
+                if epoch == inv.epoch:
+                    # leave_decode(inv), inline
+                    joined = inv.join_step
+                    context = inv.join_context + steps_done - joined
+                    self.decoding -= 1
+                    self.decoding_cached -= context
+                    if inv.below_window:
+                        self.decoding_below_window -= 1
+                        self.decoding_cached_below_window -= context
+                    inv.epoch = epoch + 1
+                    inv.decode_forwarded += steps_done - joined
+                    on_invocation_done(self, inv, context, t)
+                if not ends or ends[0][0] > steps_done:
+                    break
         self.plan(t)
 
     # ------------------------------------------------------------------ weights
