@@ -411,19 +411,20 @@ class ReplicaScheduler:
         static = self.static_batching
         waiting, prefilling = self.waiting, self.prefilling
         decoding = self.decoding
-        full, window, state, limit = self.kv_full_bytes, self.kv_window_bytes, self.kv_state_bytes, self.held_limit
+        full, state = self.kv_full_bytes, self.kv_state_bytes
+        offload = self.offload
         max_num_seqs = self.max_num_seqs
         while waiting and (budget > 0 or static) and decoding + len(prefilling) < max_num_seqs:
             inv = waiting[0]
             positions = inv.input_positions
-            if window:
-                reserved = full * positions + window * (positions if positions < limit else limit) + state  # held_bytes
+            if self.sliding:
+                limit = self.held_limit
+                reserved = full * positions + self.kv_window_bytes * (positions if positions < limit else limit) + state  # held_bytes
             else:  # the same sum without its window term (exactly 0.0)
                 reserved = full * positions + state
-            if inv.is_recompute or inv.is_score:
-                need = reserved
-            else:
-                need = reserved - (inv.held_kv_bytes if inv.held_positions else 0.0)
+            fresh = not (inv.is_recompute or inv.is_score)  # a turn: it may reuse a prefix
+            held_positions = inv.held_positions if fresh else 0
+            need = reserved - inv.held_kv_bytes if held_positions else reserved
             if used + need + growth > capacity:
                 own = inv.held_kv_bytes if inv.held_positions and not inv.is_recompute else 0.0
                 if used - (self.kv_retained_bytes - own) + need + growth > capacity:
@@ -438,44 +439,44 @@ class ReplicaScheduler:
             waiting.popleft()
             # admit: reserve its KV and start its prefill, reusing the prefix it still holds
             inv.kv_reserved_bytes = reserved
-            if inv.is_recompute or inv.is_score:
-                self.kv_prefill_bytes += reserved
-                if self.tier and inv.is_recompute and inv in self.tier:  # a preempted context comes back from the CPU tier
-                    self._load_recompute(inv)
-            else:
-                held = inv.held_positions
-                if inv.is_first_turn:
-                    held = inv.shared_prompt  # the group's first sample, on this replica, computed the prompt
+            if fresh:
+                first = inv.is_first_turn
+                held = inv.shared_prompt if first else held_positions  # a first turn: the group's first sample computed the prompt
                 claim = inv.claimed_positions
                 hit = claim if claim <= held else held
-                if self.tier and inv in self.tier:  # the evicted prefix comes back from the CPU tier
+                if offload is not None and inv in self.tier:  # the evicted prefix comes back from the CPU tier
                     stored = self.tier.pop(inv)
                     self.tier_used -= stored
                     loaded = (claim if claim <= stored else stored) - hit
                     if loaded > 0:
                         hit += loaded
-                        load_s = loaded * self.offload.load_s_per_token  # type: ignore[union-attr]
+                        load_s = loaded * offload.load_s_per_token
                         self.pending_load_s += load_s
                         self.tier_load_s += load_s
                         self.tier_loads += 1
                         self.tier_loaded_tokens += loaded
-                if inv.held_positions:
+                if held_positions:
                     self.kv_retained_bytes -= inv.held_kv_bytes
                     del self.retained[inv]
                     inv.held_positions = 0
                 if claim > hit:
                     inv.recompute_forwarded += claim - hit
                 inv.cached_positions = hit
-                inv.prefill_remaining = inv.input_positions - hit
+                inv.prefill_remaining = remaining = positions - hit
                 self.kv_prefill_bytes += reserved
                 inv.cache_hits.append(hit)
-                if inv.is_first_turn:
+                if first:
                     self.new_conversations_waiting -= 1
                     inv.policy_version = self.policy_version
+            else:
+                self.kv_prefill_bytes += reserved
+                if offload is not None and inv.is_recompute and inv in self.tier:  # a preempted context comes back from the CPU tier
+                    self._load_recompute(inv)
+                remaining = inv.prefill_remaining
             prefilling.append(inv)
             used += need
             if budget > 0:
-                n = inv.prefill_remaining if inv.prefill_remaining < budget else budget
+                n = remaining if remaining < budget else budget
                 chunks.append((inv, n))
                 budget -= n
         return used
