@@ -4,10 +4,10 @@ An event is a tuple ``(time_s, tiebreak, kind, a, b)``. ``tiebreak`` counts push
 at the same time pop in the order they were pushed and the tuples never compare further.
 
 The end of a replica's run of steps, the most frequent event by far, goes to a heap of its own,
-``(time_s, tiebreak, scheduler, epoch)``, about one entry per replica (a run cut short replaces its
-entry); the loop pops whichever heap holds the earlier ``(time_s, tiebreak)``, so the order is
-that of one heap, and each pop sifts through a short heap instead of one holding every tool call
-in flight.
+``(time_s, tiebreak, scheduler, epoch)``, a few entries per replica (a run cut short leaves its
+first end behind, skipped as stale: cheaper than re-sorting the heap); the loop pops whichever
+heap holds the earlier ``(time_s, tiebreak)``, so the order is that of one heap, and each pop
+sifts through a short heap instead of one holding every tool call in flight.
 """
 
 from __future__ import annotations

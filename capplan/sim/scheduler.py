@@ -26,7 +26,7 @@ the per-step work stays in :meth:`ReplicaScheduler.plan` and :meth:`ReplicaSched
 from __future__ import annotations
 
 from collections import deque
-from heapq import heapify, heappop, heappush
+from heapq import heappop, heappush
 from math import ceil, sqrt
 from typing import TYPE_CHECKING, Callable
 
@@ -65,7 +65,7 @@ class ReplicaScheduler:
         "decoding_cached", "decoding_cached_below_window", "kv_prefill_bytes", "kv_retained_bytes",
         "retained", "assigned_conversations", "new_conversations_waiting",
         # the current run
-        "busy", "run_epoch", "run_entry", "run_start_s", "run_steps", "run_chunks", "run_line", "run_spec", "run_time_s",
+        "busy", "run_epoch", "run_start_s", "run_steps", "run_chunks", "run_line", "run_spec", "run_time_s",
         # weights
         "policy_version", "target_version", "loading_version", "draining", "loading_weights", "stopped", "pending_hold_s",
         "gated",
@@ -189,8 +189,6 @@ class ReplicaScheduler:
         """A run of steps is in progress."""
         self.run_epoch = 0
         """Bumped when a run is (re)scheduled (stale run-end events are skipped)."""
-        self.run_entry: tuple[float, int, ReplicaScheduler, int] = (0.0, 0, self, 0)
-        """The current run's entry in :attr:`runs` (while busy)."""
         self.run_start_s = 0.0
         self.run_steps = 0
         """Steps in the current run."""
@@ -574,13 +572,7 @@ class ReplicaScheduler:
         self.run_steps = steps
         self.run_time_s = run_s
         self.run_epoch = epoch = self.run_epoch + 1
-        # the run's end moves earlier: its entry in the heap of run ends is replaced (not left
-        # behind as a stale entry for the loop to pop and skip)
-        runs = self.runs
-        entry = (self.run_start_s + run_s, next(self.tiebreak), self, epoch)
-        runs[runs.index(self.run_entry)] = entry
-        heapify(runs)
-        self.run_entry = entry
+        heappush(self.runs, (self.run_start_s + run_s, next(self.tiebreak), self, epoch))
 
     def plan(self, t: float) -> None:
         """Build the next step (or run of decode steps) at step boundary ``t`` [s].
@@ -727,8 +719,7 @@ class ReplicaScheduler:
             run_s = run_time(line, steps)
         self.run_time_s = run_s
         self.run_epoch = epoch = self.run_epoch + 1
-        self.run_entry = entry = (t + run_s, next(self.tiebreak), self, epoch)
-        heappush(self.runs, entry)
+        heappush(self.runs, (t + run_s, next(self.tiebreak), self, epoch))
 
     def _start_spec_run(self, steps: int, t: float) -> None:
         """Schedule a run of ``steps`` speculative decode steps (output tokens), priced per output
@@ -744,8 +735,7 @@ class ReplicaScheduler:
         self.run_start_s = t
         self.run_time_s = run_s = run.time(steps)
         self.run_epoch = epoch = self.run_epoch + 1
-        self.run_entry = entry = (t + run_s, next(self.tiebreak), self, epoch)
-        heappush(self.runs, entry)
+        heappush(self.runs, (t + run_s, next(self.tiebreak), self, epoch))
 
     def _spec_step_terms(self) -> tuple[int, int, float, float, float]:
         """What a verify step adds to a mixed step's work over a plain decode step of the same
@@ -857,8 +847,7 @@ class ReplicaScheduler:
         self.run_start_s = t
         self.run_time_s = step_s
         self.run_epoch = epoch = self.run_epoch + 1
-        self.run_entry = entry = (t + step_s, next(self.tiebreak), self, epoch)
-        heappush(self.runs, entry)
+        heappush(self.runs, (t + step_s, next(self.tiebreak), self, epoch))
 
     def finish_run(self, t: float) -> None:
         """The current run of ``run_steps`` steps ended at ``t`` [s]: advance the batch, finish invocations, plan the next.
