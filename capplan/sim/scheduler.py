@@ -392,93 +392,6 @@ class ReplicaScheduler:
             used = self.kv_used_bytes()
         return used, growth, preempted
 
-    # ------------------------------------------------------------------ admission
-
-    def _admit_waiting(self, chunks: list[tuple["Sequence", int]], budget: int, used: float, growth: float) -> float:
-        """Admit from the head of the waiting queue while KV, ``max_num_seqs`` and the budget allow.
-
-        Each admitted invocation's first prefill chunk joins ``chunks``. Returns the KV in use
-        afterwards [bytes].
-
-        Raises
-        ------
-        DoesNotFitError
-            An invocation alone does not fit an idle replica's KV.
-        """
-        capacity = self.kv_capacity_bytes
-        static = self.static_batching
-        waiting, prefilling = self.waiting, self.prefilling
-        decoding = self.decoding
-        full, state = self.kv_full_bytes, self.kv_state_bytes
-        offload = self.offload
-        max_num_seqs = self.max_num_seqs
-        while waiting and (budget > 0 or static) and decoding + len(prefilling) < max_num_seqs:
-            inv = waiting[0]
-            positions = inv.input_positions
-            if self.sliding:
-                limit = self.held_limit
-                reserved = full * positions + self.kv_window_bytes * (positions if positions < limit else limit) + state  # held_bytes
-            else:  # the same sum without its window term (exactly 0.0)
-                reserved = full * positions + state
-            fresh = not (inv.is_recompute or inv.is_score)  # a turn: it may reuse a prefix
-            held_positions = inv.held_positions if fresh else 0
-            need = reserved - inv.held_kv_bytes if held_positions else reserved
-            if used + need + growth > capacity:
-                own = inv.held_kv_bytes if inv.held_positions and not inv.is_recompute else 0.0
-                if used - (self.kv_retained_bytes - own) + need + growth > capacity:
-                    if decoding or prefilling:
-                        break  # wait for running sequences to free KV
-                    raise DoesNotFitError(
-                        f"an invocation of {inv.input_positions:,} positions does not fit a replica's KV "
-                        f"({capacity / 2**30:.2f} GiB per GPU); raise --tp"
-                    )
-                while used + need + growth > capacity and self.evict_retained(inv):
-                    used = self.kv_used_bytes()
-            waiting.popleft()
-            # admit: reserve its KV and start its prefill, reusing the prefix it still holds
-            inv.kv_reserved_bytes = reserved
-            if fresh:
-                first = inv.is_first_turn
-                held = inv.shared_prompt if first else held_positions  # a first turn: the group's first sample computed the prompt
-                claim = inv.claimed_positions
-                hit = claim if claim <= held else held
-                if offload is not None and inv in self.tier:  # the evicted prefix comes back from the CPU tier
-                    stored = self.tier.pop(inv)
-                    self.tier_used -= stored
-                    loaded = (claim if claim <= stored else stored) - hit
-                    if loaded > 0:
-                        hit += loaded
-                        load_s = loaded * offload.load_s_per_token
-                        self.pending_load_s += load_s
-                        self.tier_load_s += load_s
-                        self.tier_loads += 1
-                        self.tier_loaded_tokens += loaded
-                if held_positions:
-                    self.kv_retained_bytes -= inv.held_kv_bytes
-                    del self.retained[inv]
-                    inv.held_positions = 0
-                if claim > hit:
-                    inv.recompute_forwarded += claim - hit
-                inv.cached_positions = hit
-                inv.prefill_remaining = remaining = positions - hit
-                self.kv_prefill_bytes += reserved
-                inv.cache_hits.append(hit)
-                if first:
-                    self.new_conversations_waiting -= 1
-                    inv.policy_version = self.policy_version
-            else:
-                self.kv_prefill_bytes += reserved
-                if offload is not None and inv.is_recompute and inv in self.tier:  # a preempted context comes back from the CPU tier
-                    self._load_recompute(inv)
-                remaining = inv.prefill_remaining
-            prefilling.append(inv)
-            used += need
-            if budget > 0:
-                n = remaining if remaining < budget else budget
-                chunks.append((inv, n))
-                budget -= n
-        return used
-
     # ------------------------------------------------------------------ planning steps
 
     def wake(self, t: float) -> None:
@@ -621,27 +534,11 @@ class ReplicaScheduler:
             cached = self.decoding_cached
         # prefill chunks: continuing prefills first, then admissions
         budget = self.max_batched_tokens - decoding * self.budget_per_decoder
-        prefilling = self.prefilling
-        if budget > 0 and (prefilling or self.waiting):
-            chunks: list[tuple[Sequence, int]] = []
-            for inv in prefilling:
-                n = inv.prefill_remaining if inv.prefill_remaining < budget else budget
-                chunks.append((inv, n))
-                budget -= n
-                if budget <= 0:
-                    break
-            if (
-                budget > 0
-                and not preempted  # as vLLM: no admission in a step that preempted
-                and self.waiting
-                and not self.draining
-                and decoding + len(prefilling) < self.max_num_seqs
-                and not (self.static_batching and (decoding or prefilling))
-            ):
-                used = self._admit_waiting(chunks, budget, used, growth)
-            if chunks:
-                self._start_step_with_prefill(chunks, t)
-                return
+        if budget > 0 and (self.prefilling or self.waiting):
+            left = self._start_step_with_prefill(budget, used, growth, preempted, t)
+            if left is None:
+                return  # a step with prefill chunks is scheduled
+            used = left
         if not decoding:
             self.busy = False
             self.run_chunks = _NO_CHUNKS
@@ -761,13 +658,116 @@ class ReplicaScheduler:
         pure = run_time(run.verify, 1) + draft
         return step_s + draft - (1.0 - 1.0 / self.spec_tokens) * pure
 
-    def _start_step_with_prefill(self, chunks: list[tuple["Sequence", int]], t: float) -> None:
-        """Price one step of the decoding batch plus ``chunks`` of prefill and schedule its end.
+    def _start_step_with_prefill(self, budget: int, used: float, growth: float, preempted: bool, t: float) -> float | None:
+        """Take the next step's prefill chunks within ``budget`` [positions] and schedule the step.
 
-        The step price is :meth:`StepCoefficients.step_time` and the pairs
-        :func:`capplan.roofline.causal_pairs_one`, written inline in the same operation order.
+        Continuing prefills come first; then, unless the step preempted (as vLLM: no admission in
+        a step that preempted), the replica drains or batches statically, invocations are admitted
+        from the head of the waiting queue while KV, ``max_num_seqs`` and the budget allow, each
+        with its first chunk. A step with chunks is priced with the decoding batch
+        (:meth:`StepCoefficients.step_time` and :func:`capplan.roofline.causal_pairs_one`, written
+        inline in the same operation order) and its end scheduled.
+
+        Returns ``None`` when a step was scheduled, else the KV in use [bytes] (admissions change
+        it without a chunk only under static batching, with no budget left).
+
+        Raises
+        ------
+        DoesNotFitError
+            An invocation alone does not fit an idle replica's KV.
         """
         decoding = self.decoding
+        prefilling = self.prefilling
+        chunks: list[tuple[Sequence, int]] = []
+        for inv in prefilling:
+            n = inv.prefill_remaining if inv.prefill_remaining < budget else budget
+            chunks.append((inv, n))
+            budget -= n
+            if budget <= 0:
+                break
+        waiting = self.waiting
+        static = self.static_batching
+        max_num_seqs = self.max_num_seqs
+        if (
+            budget > 0
+            and not preempted
+            and waiting
+            and not self.draining
+            and decoding + len(prefilling) < max_num_seqs
+            and not (static and (decoding or prefilling))
+        ):
+            # admit from the head of the waiting queue
+            capacity = self.kv_capacity_bytes
+            full, state = self.kv_full_bytes, self.kv_state_bytes
+            offload = self.offload
+            while waiting and (budget > 0 or static) and decoding + len(prefilling) < max_num_seqs:
+                inv = waiting[0]
+                positions = inv.input_positions
+                if self.sliding:
+                    limit = self.held_limit
+                    reserved = full * positions + self.kv_window_bytes * (positions if positions < limit else limit) + state  # held_bytes
+                else:  # the same sum without its window term (exactly 0.0)
+                    reserved = full * positions + state
+                fresh = not (inv.is_recompute or inv.is_score)  # a turn: it may reuse a prefix
+                held_positions = inv.held_positions if fresh else 0
+                need = reserved - inv.held_kv_bytes if held_positions else reserved
+                if used + need + growth > capacity:
+                    own = inv.held_kv_bytes if inv.held_positions and not inv.is_recompute else 0.0
+                    if used - (self.kv_retained_bytes - own) + need + growth > capacity:
+                        if decoding or prefilling:
+                            break  # wait for running sequences to free KV
+                        raise DoesNotFitError(
+                            f"an invocation of {inv.input_positions:,} positions does not fit a replica's KV "
+                            f"({capacity / 2**30:.2f} GiB per GPU); raise --tp"
+                        )
+                    while used + need + growth > capacity and self.evict_retained(inv):
+                        used = self.kv_used_bytes()
+                waiting.popleft()
+                # admit: reserve its KV and start its prefill, reusing the prefix it still holds
+                inv.kv_reserved_bytes = reserved
+                if fresh:
+                    first = inv.is_first_turn
+                    held = inv.shared_prompt if first else held_positions  # a first turn: the group's first sample computed the prompt
+                    claim = inv.claimed_positions
+                    hit = claim if claim <= held else held
+                    if offload is not None and inv in self.tier:  # the evicted prefix comes back from the CPU tier
+                        stored = self.tier.pop(inv)
+                        self.tier_used -= stored
+                        loaded = (claim if claim <= stored else stored) - hit
+                        if loaded > 0:
+                            hit += loaded
+                            load_s = loaded * offload.load_s_per_token
+                            self.pending_load_s += load_s
+                            self.tier_load_s += load_s
+                            self.tier_loads += 1
+                            self.tier_loaded_tokens += loaded
+                    if held_positions:
+                        self.kv_retained_bytes -= inv.held_kv_bytes
+                        del self.retained[inv]
+                        inv.held_positions = 0
+                    if claim > hit:
+                        inv.recompute_forwarded += claim - hit
+                    inv.cached_positions = hit
+                    inv.prefill_remaining = remaining = positions - hit
+                    self.kv_prefill_bytes += reserved
+                    inv.cache_hits.append(hit)
+                    if first:
+                        self.new_conversations_waiting -= 1
+                        inv.policy_version = self.policy_version
+                else:
+                    self.kv_prefill_bytes += reserved
+                    if offload is not None and inv.is_recompute and inv in self.tier:  # a preempted context comes back from the CPU tier
+                        self._load_recompute(inv)
+                    remaining = inv.prefill_remaining
+                prefilling.append(inv)
+                used += need
+                if budget > 0:
+                    n = remaining if remaining < budget else budget
+                    chunks.append((inv, n))
+                    budget -= n
+        if not chunks:
+            return used
+        # price the step
         below = self.decoding_below_window
         cached_below = self.decoding_cached_below_window
         new = decoding
@@ -848,6 +848,7 @@ class ReplicaScheduler:
         self.run_time_s = step_s
         self.run_epoch = epoch = self.run_epoch + 1
         heappush(self.runs, (t + step_s, next(self.tiebreak), self, epoch))
+        return None
 
     def finish_run(self, t: float) -> None:
         """The current run of ``run_steps`` steps ended at ``t`` [s]: advance the batch, finish invocations, plan the next.
