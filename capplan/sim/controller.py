@@ -274,6 +274,7 @@ class Controller:
             self.horizon = t
             for replica in self.replicas:
                 replica.stopped = True
+                replica.regate()
             return
         self.state = TRAINER_PUSHING
         self.sync_s += self.setup.weight_sync_s
@@ -281,6 +282,7 @@ class Controller:
         if self.options.mode == "async":
             for replica in self.replicas:
                 replica.target_version = self.version
+                replica.regate()
                 replica.wake(t)
 
     def sync_done(self, t: float) -> None:
@@ -289,5 +291,6 @@ class Controller:
         if self.options.mode != "async":
             for replica in self.replicas:
                 replica.policy_version = replica.target_version = self.version
+                replica.regate()
         self.gate(t)
         self.try_training(t)

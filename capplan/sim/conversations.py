@@ -227,6 +227,9 @@ class Sequence:
         """Make the current invocation turn ``turn``'s (created ``uid``-th).
 
         :meth:`capplan.sim.loop.Simulation.tool_done` has a copy inline (keep them the same).
+        ``prefill_remaining`` and ``cached_positions`` are left as they are: admission sets both
+        before anything reads them. A turn never follows a teacher's scoring (``is_score`` stays
+        false).
         """
         self.turn = turn
         self.uid = uid
@@ -234,12 +237,9 @@ class Sequence:
         self.claimed_positions = self.claimed_positions_of_turn[turn]
         sampled = self.action_tokens[turn]
         self.decode_steps = sampled - 1 if sampled > 1 else 0
-        self.prefill_remaining = 0
-        self.cached_positions = 0
         self.computes_logits = True
         self.is_recompute = False
         self.is_first_turn = turn == 0
-        self.is_score = False
 
     def start_score(self, uid: int) -> None:
         """Make the current invocation a teacher's forward over the finished record (created ``uid``-th)."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections import deque
 from heapq import heappop, heappush
+from math import ceil, sqrt
 from typing import TYPE_CHECKING, Callable
 
 from capplan.errors import DoesNotFitError
@@ -53,7 +54,8 @@ class ReplicaScheduler:
         "index", "coeffs", "window", "window_limit", "kv_full_bytes", "kv_window_bytes", "kv_state_bytes",
         "kv_capacity_bytes", "held_bytes", "held_limit", "max_batched_tokens", "max_num_seqs", "static_batching",
         "inflight_updates", "weight_sync_s", "decode_compute_base", "decode_compute_per_sequence", "decode_memory_base",
-        "decode_memory_per_sequence", "decode_fixed_base", "decode_fixed_per_sequence", "step_constants", "a2a_switch", "k_a2a",
+        "decode_memory_per_sequence", "decode_fixed_base", "decode_fixed_per_sequence", "window_terms", "sliding", "step_constants", "a2a_switch",
+        "k_a2a",
         # engine features: speculative decoding and the CPU KV tier (capplan.sim.speculative)
         "spec", "spec_tokens", "budget_per_decoder", "offload", "tier", "tier_used", "pending_load_s",
         # shared with the rest of the simulation
@@ -66,6 +68,7 @@ class ReplicaScheduler:
         "busy", "run_epoch", "run_start_s", "run_steps", "run_chunks", "run_line", "run_spec", "run_time_s",
         # weights
         "policy_version", "target_version", "loading_version", "draining", "loading_weights", "stopped", "pending_hold_s",
+        "gated",
         # counters
         "steps_done", "busy_s", "sequence_s", "forwarded_tokens", "preemptions", "evictions",
         "tier_stores", "tier_loads", "tier_loaded_tokens", "tier_load_s",
@@ -110,6 +113,13 @@ class ReplicaScheduler:
         self.decode_memory_per_sequence = coeffs.decode_memory_per_sequence
         self.decode_fixed_base = coeffs.decode_fixed_base
         self.decode_fixed_per_sequence = coeffs.decode_fixed_per_sequence
+        self.window_terms = bool(coeffs.c_pair_w or coeffs.m_read_w)
+        """A decode step's price has sliding-window terms (without them they are exactly 0.0, and
+        a sum of non-negative terms is the same without them: :meth:`plan` skips them)."""
+        self.sliding = bool(self.kv_window_bytes or self.window_terms)
+        """The model has a sliding window, and the decoding sequences below it are tracked. Without
+        one nothing is: a joining sequence is marked as not below it, and the below-window counters
+        stay 0 (they only ever meet exact zeros then: no window KV bytes, no window price terms)."""
         self.step_constants = (
             coeffs.c_0, coeffs.c_new, coeffs.c_logit, coeffs.c_pair, coeffs.c_pair_w,
             coeffs.m_0, coeffs.m_new, coeffs.m_logit, coeffs.m_read, coeffs.m_read_w, coeffs.m_seq, coeffs.m_head,
@@ -183,11 +193,13 @@ class ReplicaScheduler:
         self.run_steps = 0
         """Steps in the current run."""
         self.run_chunks: list[tuple[Sequence, int]] = _NO_CHUNKS
-        """Prefill chunks ``(sequence, positions)`` of the current step (a run with chunks is one step)."""
+        """Prefill chunks ``(sequence, positions)`` of the current step (a run with chunks is one step);
+        :meth:`finish_run` puts back the empty list, so a decode run need not."""
         self.run_line: "DecodeLine" = (0.0, 0.0, 0.0, 0.0, 0.0)
         """Price line of the current decode run."""
         self.run_spec: "SpecRun | None" = None
-        """The current run's speculative price (set instead of ``run_line`` when it is a speculative run)."""
+        """The current run's speculative price (set instead of ``run_line`` when it is a speculative run; on a replica
+        without speculative decoding it stays ``None``, so plain decode runs do not reset it)."""
         self.run_time_s = 0.0
         """Duration of the current run [s]."""
         self.policy_version = 0
@@ -204,6 +216,10 @@ class ReplicaScheduler:
         """The simulation reached its horizon: plan nothing more."""
         self.pending_hold_s = 0.0
         """A pause to take at the next step boundary (the framework's per-update time) [s]."""
+        self.gated = False
+        """Planning must look at the weights or the horizon first: a load in progress, the horizon
+        reached, a hold to take, or newer weights to load (:meth:`regate` keeps it; one flag, so
+        that the common plan reads one slot instead of five)."""
         self.steps_done = 0
         """Engine steps taken (the replica's step clock) [steps]."""
         self.busy_s = 0.0
@@ -279,9 +295,13 @@ class ReplicaScheduler:
     def retain(self, seq: "Sequence", positions: int) -> None:
         """Keep ``positions`` of ``seq``'s KV while it waits on a tool."""
         seq.held_positions = positions
-        # held_bytes(positions), inline
-        limit = self.held_limit
-        held = self.kv_full_bytes * positions + self.kv_window_bytes * (positions if positions < limit else limit) + self.kv_state_bytes
+        # held_bytes(positions), inline (without a sliding window its window term is exactly 0.0)
+        window = self.kv_window_bytes
+        if window:
+            limit = self.held_limit
+            held = self.kv_full_bytes * positions + window * (positions if positions < limit else limit) + self.kv_state_bytes
+        else:
+            held = self.kv_full_bytes * positions + self.kv_state_bytes
         seq.held_kv_bytes = held
         self.kv_retained_bytes += held
         self.retained[seq] = None
@@ -372,110 +392,100 @@ class ReplicaScheduler:
             used = self.kv_used_bytes()
         return used, growth, preempted
 
-    # ------------------------------------------------------------------ admission
-
-    def _admit_waiting(self, chunks: list[tuple["Sequence", int]], budget: int, used: float, growth: float) -> float:
-        """Admit from the head of the waiting queue while KV, ``max_num_seqs`` and the budget allow.
-
-        Each admitted invocation's first prefill chunk joins ``chunks``. Returns the KV in use
-        afterwards [bytes].
-
-        Raises
-        ------
-        DoesNotFitError
-            An invocation alone does not fit an idle replica's KV.
-        """
-        capacity = self.kv_capacity_bytes
-        static = self.static_batching
-        waiting, prefilling = self.waiting, self.prefilling
-        decoding = self.decoding
-        full, window, state, limit = self.kv_full_bytes, self.kv_window_bytes, self.kv_state_bytes, self.held_limit
-        max_num_seqs = self.max_num_seqs
-        while waiting and (budget > 0 or static) and decoding + len(prefilling) < max_num_seqs:
-            inv = waiting[0]
-            positions = inv.input_positions
-            reserved = full * positions + window * (positions if positions < limit else limit) + state  # held_bytes
-            if inv.is_recompute or inv.is_score:
-                need = reserved
-            else:
-                need = reserved - (inv.held_kv_bytes if inv.held_positions else 0.0)
-            if used + need + growth > capacity:
-                own = inv.held_kv_bytes if inv.held_positions and not inv.is_recompute else 0.0
-                if used - (self.kv_retained_bytes - own) + need + growth > capacity:
-                    if decoding or prefilling:
-                        break  # wait for running sequences to free KV
-                    raise DoesNotFitError(
-                        f"an invocation of {inv.input_positions:,} positions does not fit a replica's KV "
-                        f"({capacity / 2**30:.2f} GiB per GPU); raise --tp"
-                    )
-                while used + need + growth > capacity and self.evict_retained(inv):
-                    used = self.kv_used_bytes()
-            waiting.popleft()
-            # admit: reserve its KV and start its prefill, reusing the prefix it still holds
-            inv.kv_reserved_bytes = reserved
-            if inv.is_recompute or inv.is_score:
-                self.kv_prefill_bytes += reserved
-                if self.tier and inv.is_recompute and inv in self.tier:  # a preempted context comes back from the CPU tier
-                    self._load_recompute(inv)
-            else:
-                held = inv.held_positions
-                if inv.is_first_turn:
-                    held = inv.shared_prompt  # the group's first sample, on this replica, computed the prompt
-                claim = inv.claimed_positions
-                hit = claim if claim <= held else held
-                if self.tier and inv in self.tier:  # the evicted prefix comes back from the CPU tier
-                    stored = self.tier.pop(inv)
-                    self.tier_used -= stored
-                    loaded = (claim if claim <= stored else stored) - hit
-                    if loaded > 0:
-                        hit += loaded
-                        load_s = loaded * self.offload.load_s_per_token  # type: ignore[union-attr]
-                        self.pending_load_s += load_s
-                        self.tier_load_s += load_s
-                        self.tier_loads += 1
-                        self.tier_loaded_tokens += loaded
-                if inv.held_positions:
-                    self.kv_retained_bytes -= inv.held_kv_bytes
-                    del self.retained[inv]
-                    inv.held_positions = 0
-                if claim > hit:
-                    inv.recompute_forwarded += claim - hit
-                inv.cached_positions = hit
-                inv.prefill_remaining = inv.input_positions - hit
-                self.kv_prefill_bytes += reserved
-                inv.cache_hits.append(hit)
-                if inv.is_first_turn:
-                    self.new_conversations_waiting -= 1
-                    inv.policy_version = self.policy_version
-            prefilling.append(inv)
-            used += need
-            if budget > 0:
-                n = inv.prefill_remaining if inv.prefill_remaining < budget else budget
-                chunks.append((inv, n))
-                budget -= n
-        return used
-
     # ------------------------------------------------------------------ planning steps
 
     def wake(self, t: float) -> None:
-        """New work (or new weights) arrived: plan now if idle, else end the run at the next step boundary."""
+        """New work (or new weights) arrived: plan now if idle, else end the run at the next step boundary.
+
+        A tool call ending during a decode run lands here (about one per turn), so the common
+        case of :func:`~capplan.sim.stepcost.steps_within` (one line dominates the whole run) and
+        :func:`~capplan.sim.stepcost.run_time` are written inline, in their operation order.
+        """
         if self.loading_weights:
             return
         if not self.busy:
             self.plan(t)
             return
-        if self.run_chunks or self.run_steps <= 1:
+        max_steps = self.run_steps
+        if self.run_chunks or max_steps <= 1:
             return
         spec_run = self.run_spec
+        elapsed = t - self.run_start_s
         if spec_run is not None:
-            steps = spec_run.steps_within(self.run_steps, t - self.run_start_s)
+            steps = spec_run.steps_within(max_steps, elapsed)
+            if steps >= max_steps:
+                return
+            run_s = spec_run.time(steps)
         else:
-            steps = steps_within(self.run_line, self.run_steps, t - self.run_start_s)
-        if steps < self.run_steps:
-            self.run_steps = steps
-            self.run_time_s = spec_run.time(steps) if spec_run is not None else run_time(self.run_line, steps)
-            self.run_epoch += 1
-            heappush(self.runs, (self.run_start_s + self.run_time_s, next(self.tiebreak), self.index, self.run_epoch))
+            line = self.run_line
+            compute_0, compute_growth, memory_0, memory_growth, fixed = line
+            # step counts also as floats (exact), for float-only products (as in plan)
+            max_f = max_steps + 0.0
+            last = max_f - 1.0
+            if elapsed > 0.0 and (compute_0 >= memory_0) == (compute_0 + compute_growth * last >= memory_0 + memory_growth * last):
+                # steps_within(line, max_steps, elapsed), one line dominating
+                if compute_0 >= memory_0:
+                    start, growth = compute_0, compute_growth
+                else:
+                    start, growth = memory_0, memory_growth
+                start += fixed
+                if max_f * start + growth * max_f * last * 0.5 <= elapsed:
+                    return  # the run ends at or after t anyway
+                # _solve(start, growth, elapsed)
+                b = start - 0.5 * growth
+                if growth <= 0.0:
+                    solved = elapsed / start
+                else:
+                    root = sqrt(b * b + 2.0 * growth * elapsed)
+                    solved = 2.0 * elapsed / (b + root) if b > 0.0 else (-b + root) / growth
+                steps = ceil(solved - 1e-9)
+                if steps > max_steps:
+                    steps = max_steps
+                if steps < 0:
+                    steps = 0
+                k = steps + 0.0
+                while steps < max_steps and k * start + growth * k * (k - 1.0) * 0.5 < elapsed:
+                    steps += 1
+                    k += 1.0
+                while steps > 0 and (k - 1.0) * start + growth * (k - 1.0) * (k - 2.0) * 0.5 >= elapsed:
+                    steps -= 1
+                    k -= 1.0
+            else:
+                steps = steps_within(line, max_steps, elapsed)
+            if steps >= max_steps:
+                return
+            # run_time(line, steps): its two arithmetic series (an empty one adds 0.0)
+            if steps <= 0:
+                run_s = 0.0
+            else:
+                steps_f = steps + 0.0
+                gap_0, gap_growth = compute_0 - memory_0, compute_growth - memory_growth
+                if gap_growth == 0.0:
+                    if gap_0 >= 0.0:
+                        run_s = steps_f * compute_0 + compute_growth * steps_f * (steps_f - 1.0) * 0.5 + fixed * steps_f
+                    else:
+                        run_s = steps_f * memory_0 + memory_growth * steps_f * (steps_f - 1.0) * 0.5 + fixed * steps_f
+                else:
+                    switch = ceil(-gap_0 / gap_growth)
+                    if switch > steps:
+                        switch = steps
+                    if switch < 0:
+                        switch = 0
+                    if gap_growth > 0.0:  # memory first, compute from ``switch`` on
+                        start_1, growth_1, start_2, growth_2 = memory_0, memory_growth, compute_0, compute_growth
+                    else:
+                        start_1, growth_1, start_2, growth_2 = compute_0, compute_growth, memory_0, memory_growth
+                    switch_f = switch + 0.0
+                    n = steps_f - switch_f
+                    run_s = (
+                        (switch_f * start_1 + growth_1 * switch_f * (switch_f - 1.0) * 0.5 if switch > 0 else 0.0)
+                        + (n * start_2 + growth_2 * n * (switch_f + steps_f - 1.0) * 0.5 if n > 0.0 else 0.0)
+                        + fixed * steps_f
+                    )
+        self.run_steps = steps
+        self.run_time_s = run_s
+        self.run_epoch = epoch = self.run_epoch + 1
+        heappush(self.runs, (self.run_start_s + run_s, next(self.tiebreak), self, epoch))
 
     def plan(self, t: float) -> None:
         """Build the next step (or run of decode steps) at step boundary ``t`` [s].
@@ -486,20 +496,21 @@ class ReplicaScheduler:
         a :data:`~capplan.sim.stepcost.DecodeLine`. Those helpers are written inline here, in
         their own operation order (so the same bits): this is the simulator's hottest code.
         """
-        if self.loading_weights or self.stopped:
-            return
-        if self.pending_hold_s > 0:  # the framework's per-update time: no step runs
-            self.loading_weights = True
-            self.loading_version = self.policy_version
-            self.busy = False
-            heappush(self.events, (t + self.pending_hold_s, next(self.tiebreak), EVENT_WEIGHTS_LOADED, self.index, 0))
-            self.pending_hold_s = 0.0
-            return
-        if self.target_version > self.policy_version:  # new weights
-            if self.inflight_updates or (not self.decoding and not self.prefilling):
-                self.start_weight_load(t)
+        if self.gated:
+            if self.loading_weights or self.stopped:
                 return
-            self.draining = True
+            if self.pending_hold_s > 0.0:  # the framework's per-update time: no step runs
+                self.loading_weights = True  # (still gated)
+                self.loading_version = self.policy_version
+                self.busy = False
+                heappush(self.events, (t + self.pending_hold_s, next(self.tiebreak), EVENT_WEIGHTS_LOADED, self.index, 0))
+                self.pending_hold_s = 0.0
+                return
+            if self.target_version > self.policy_version:  # new weights
+                if self.inflight_updates or (not self.decoding and not self.prefilling):
+                    self.start_weight_load(t)
+                    return
+                self.draining = True
         steps_done = self.steps_done
         crossings = self.window_crossings
         if crossings and crossings[0][0] <= steps_done:
@@ -509,9 +520,10 @@ class ReplicaScheduler:
         decoding = self.decoding
         below = self.decoding_below_window
         cached = self.decoding_cached
-        growth = full_bytes * decoding + window_bytes * below
+        growth = full_bytes * decoding
         used = self.kv_prefill_bytes + self.kv_retained_bytes + full_bytes * cached + self.kv_state_bytes * decoding
-        if window_bytes:
+        if window_bytes:  # (without a window both terms are exactly 0.0)
+            growth += window_bytes * below
             used += window_bytes * (self.decoding_cached_below_window + self.window_limit * (decoding - below))
         capacity = self.kv_capacity_bytes
         preempted = False
@@ -522,27 +534,11 @@ class ReplicaScheduler:
             cached = self.decoding_cached
         # prefill chunks: continuing prefills first, then admissions
         budget = self.max_batched_tokens - decoding * self.budget_per_decoder
-        prefilling = self.prefilling
-        if budget > 0 and (prefilling or self.waiting):
-            chunks: list[tuple[Sequence, int]] = []
-            for inv in prefilling:
-                n = inv.prefill_remaining if inv.prefill_remaining < budget else budget
-                chunks.append((inv, n))
-                budget -= n
-                if budget <= 0:
-                    break
-            if (
-                budget > 0
-                and not preempted  # as vLLM: no admission in a step that preempted
-                and self.waiting
-                and not self.draining
-                and decoding + len(prefilling) < self.max_num_seqs
-                and not (self.static_batching and (decoding or prefilling))
-            ):
-                used = self._admit_waiting(chunks, budget, used, growth)
-            if chunks:
-                self._start_step_with_prefill(chunks, t)
-                return
+        if budget > 0 and (self.prefilling or self.waiting):
+            left = self._start_step_with_prefill(budget, used, growth, preempted, t)
+            if left is None:
+                return  # a step with prefill chunks is scheduled
+            used = left
         if not decoding:
             self.busy = False
             self.run_chunks = _NO_CHUNKS
@@ -565,7 +561,7 @@ class ReplicaScheduler:
                     steps = to_crossing
         # KV for ``steps`` more steps; the floor division only where the room may be short (a
         # margin of two steps covers its rounding, so the outcome is the floor division's)
-        if growth > 0 and capacity - used < growth * (steps + 2):
+        if growth > 0.0 and capacity - used < growth * (steps + 2):
             fitting = int((capacity - used) // growth)
             if fitting < steps:
                 steps = fitting
@@ -575,42 +571,52 @@ class ReplicaScheduler:
             self._start_spec_run(steps, t)
             return
         coeffs = self.coeffs
-        cached_below = self.decoding_cached_below_window
-        above = decoding - below
-        if above:
-            pairs_window = cached_below + below + self.window * above
-            read_window = cached_below + self.window_limit * above
-        else:
-            pairs_window = float(cached_below + below)
-            read_window = float(cached_below)
-        c_pair, c_pair_w, m_read, m_read_w = coeffs.c_pair, coeffs.c_pair_w, coeffs.m_read, coeffs.m_read_w
-        compute_0 = self.decode_compute_base + self.decode_compute_per_sequence * decoding + c_pair * (cached + decoding) + c_pair_w * pairs_window
-        memory_0 = self.decode_memory_base + self.decode_memory_per_sequence * decoding + m_read * cached + m_read_w * read_window
+        c_pair, m_read = coeffs.c_pair, coeffs.m_read
+        # the counts as floats (exact: integers far below 2**53), so that the products below are
+        # float-only, which CPython computes faster than mixed int-float ones, with the same values
+        decoding_f = decoding + 0.0
+        cached_f = cached + 0.0
+        steps_f = steps + 0.0
+        if self.window_terms:
+            cached_below = self.decoding_cached_below_window
+            above = decoding - below
+            if above:
+                pairs_window = cached_below + below + self.window * above
+                read_window = cached_below + self.window_limit * above
+            else:
+                pairs_window = float(cached_below + below)
+                read_window = float(cached_below)
+            c_pair_w, m_read_w = coeffs.c_pair_w, coeffs.m_read_w
+            compute_0 = self.decode_compute_base + self.decode_compute_per_sequence * decoding_f + c_pair * (cached_f + decoding_f) + c_pair_w * pairs_window
+            memory_0 = self.decode_memory_base + self.decode_memory_per_sequence * decoding_f + m_read * cached_f + m_read_w * read_window
+            compute_growth = c_pair * decoding_f + c_pair_w * below
+            memory_growth = m_read * decoding_f + m_read_w * below
+        else:  # the same sums without their terms that are exactly 0.0
+            compute_0 = self.decode_compute_base + self.decode_compute_per_sequence * decoding_f + c_pair * (cached_f + decoding_f)
+            memory_0 = self.decode_memory_base + self.decode_memory_per_sequence * decoding_f + m_read * cached_f
+            compute_growth = c_pair * decoding_f
+            memory_growth = m_read * decoding_f
         if coeffs.m_routed:
             memory_0 += coeffs.m_routed * (1.0 - coeffs.q**decoding)
-        compute_growth = c_pair * decoding + c_pair_w * below
-        memory_growth = m_read * decoding + m_read_w * below
-        fixed = self.decode_fixed_base + self.decode_fixed_per_sequence * decoding
-        if decoding > self.a2a_switch:
+        fixed = self.decode_fixed_base + self.decode_fixed_per_sequence * decoding_f
+        if self.k_a2a and decoding > self.a2a_switch:  # (it adds exactly 0.0 without expert parallelism)
             fixed += self.k_a2a * decoding
         self.run_line = line = (compute_0, compute_growth, memory_0, memory_growth, fixed)
-        self.run_spec = None
         self.busy = True
         self.run_steps = steps
-        self.run_chunks = _NO_CHUNKS
         self.run_start_s = t
         # run_time(line, steps), with the common case (one line dominates throughout) inline
-        last = steps - 1
+        last = steps_f - 1.0
         if (compute_0 >= memory_0) == (compute_0 + compute_growth * last >= memory_0 + memory_growth * last):
             if compute_0 >= memory_0:
-                run_s = steps * (compute_0 + fixed) + compute_growth * steps * last * 0.5
+                run_s = steps_f * (compute_0 + fixed) + compute_growth * steps_f * last * 0.5
             else:
-                run_s = steps * (memory_0 + fixed) + memory_growth * steps * last * 0.5
+                run_s = steps_f * (memory_0 + fixed) + memory_growth * steps_f * last * 0.5
         else:
             run_s = run_time(line, steps)
         self.run_time_s = run_s
         self.run_epoch = epoch = self.run_epoch + 1
-        heappush(self.runs, (t + run_s, next(self.tiebreak), self.index, epoch))
+        heappush(self.runs, (t + run_s, next(self.tiebreak), self, epoch))
 
     def _start_spec_run(self, steps: int, t: float) -> None:
         """Schedule a run of ``steps`` speculative decode steps (output tokens), priced per output
@@ -626,7 +632,7 @@ class ReplicaScheduler:
         self.run_start_s = t
         self.run_time_s = run_s = run.time(steps)
         self.run_epoch = epoch = self.run_epoch + 1
-        heappush(self.runs, (t + run_s, next(self.tiebreak), self.index, epoch))
+        heappush(self.runs, (t + run_s, next(self.tiebreak), self, epoch))
 
     def _spec_step_terms(self) -> tuple[int, int, float, float, float]:
         """What a verify step adds to a mixed step's work over a plain decode step of the same
@@ -652,13 +658,116 @@ class ReplicaScheduler:
         pure = run_time(run.verify, 1) + draft
         return step_s + draft - (1.0 - 1.0 / self.spec_tokens) * pure
 
-    def _start_step_with_prefill(self, chunks: list[tuple["Sequence", int]], t: float) -> None:
-        """Price one step of the decoding batch plus ``chunks`` of prefill and schedule its end.
+    def _start_step_with_prefill(self, budget: int, used: float, growth: float, preempted: bool, t: float) -> float | None:
+        """Take the next step's prefill chunks within ``budget`` [positions] and schedule the step.
 
-        The step price is :meth:`StepCoefficients.step_time` and the pairs
-        :func:`capplan.roofline.causal_pairs_one`, written inline in the same operation order.
+        Continuing prefills come first; then, unless the step preempted (as vLLM: no admission in
+        a step that preempted), the replica drains or batches statically, invocations are admitted
+        from the head of the waiting queue while KV, ``max_num_seqs`` and the budget allow, each
+        with its first chunk. A step with chunks is priced with the decoding batch
+        (:meth:`StepCoefficients.step_time` and :func:`capplan.roofline.causal_pairs_one`, written
+        inline in the same operation order) and its end scheduled.
+
+        Returns ``None`` when a step was scheduled, else the KV in use [bytes] (admissions change
+        it without a chunk only under static batching, with no budget left).
+
+        Raises
+        ------
+        DoesNotFitError
+            An invocation alone does not fit an idle replica's KV.
         """
         decoding = self.decoding
+        prefilling = self.prefilling
+        chunks: list[tuple[Sequence, int]] = []
+        for inv in prefilling:
+            n = inv.prefill_remaining if inv.prefill_remaining < budget else budget
+            chunks.append((inv, n))
+            budget -= n
+            if budget <= 0:
+                break
+        waiting = self.waiting
+        static = self.static_batching
+        max_num_seqs = self.max_num_seqs
+        if (
+            budget > 0
+            and not preempted
+            and waiting
+            and not self.draining
+            and decoding + len(prefilling) < max_num_seqs
+            and not (static and (decoding or prefilling))
+        ):
+            # admit from the head of the waiting queue
+            capacity = self.kv_capacity_bytes
+            full, state = self.kv_full_bytes, self.kv_state_bytes
+            offload = self.offload
+            while waiting and (budget > 0 or static) and decoding + len(prefilling) < max_num_seqs:
+                inv = waiting[0]
+                positions = inv.input_positions
+                if self.sliding:
+                    limit = self.held_limit
+                    reserved = full * positions + self.kv_window_bytes * (positions if positions < limit else limit) + state  # held_bytes
+                else:  # the same sum without its window term (exactly 0.0)
+                    reserved = full * positions + state
+                fresh = not (inv.is_recompute or inv.is_score)  # a turn: it may reuse a prefix
+                held_positions = inv.held_positions if fresh else 0
+                need = reserved - inv.held_kv_bytes if held_positions else reserved
+                if used + need + growth > capacity:
+                    own = inv.held_kv_bytes if inv.held_positions and not inv.is_recompute else 0.0
+                    if used - (self.kv_retained_bytes - own) + need + growth > capacity:
+                        if decoding or prefilling:
+                            break  # wait for running sequences to free KV
+                        raise DoesNotFitError(
+                            f"an invocation of {inv.input_positions:,} positions does not fit a replica's KV "
+                            f"({capacity / 2**30:.2f} GiB per GPU); raise --tp"
+                        )
+                    while used + need + growth > capacity and self.evict_retained(inv):
+                        used = self.kv_used_bytes()
+                waiting.popleft()
+                # admit: reserve its KV and start its prefill, reusing the prefix it still holds
+                inv.kv_reserved_bytes = reserved
+                if fresh:
+                    first = inv.is_first_turn
+                    held = inv.shared_prompt if first else held_positions  # a first turn: the group's first sample computed the prompt
+                    claim = inv.claimed_positions
+                    hit = claim if claim <= held else held
+                    if offload is not None and inv in self.tier:  # the evicted prefix comes back from the CPU tier
+                        stored = self.tier.pop(inv)
+                        self.tier_used -= stored
+                        loaded = (claim if claim <= stored else stored) - hit
+                        if loaded > 0:
+                            hit += loaded
+                            load_s = loaded * offload.load_s_per_token
+                            self.pending_load_s += load_s
+                            self.tier_load_s += load_s
+                            self.tier_loads += 1
+                            self.tier_loaded_tokens += loaded
+                    if held_positions:
+                        self.kv_retained_bytes -= inv.held_kv_bytes
+                        del self.retained[inv]
+                        inv.held_positions = 0
+                    if claim > hit:
+                        inv.recompute_forwarded += claim - hit
+                    inv.cached_positions = hit
+                    inv.prefill_remaining = remaining = positions - hit
+                    self.kv_prefill_bytes += reserved
+                    inv.cache_hits.append(hit)
+                    if first:
+                        self.new_conversations_waiting -= 1
+                        inv.policy_version = self.policy_version
+                else:
+                    self.kv_prefill_bytes += reserved
+                    if offload is not None and inv.is_recompute and inv in self.tier:  # a preempted context comes back from the CPU tier
+                        self._load_recompute(inv)
+                    remaining = inv.prefill_remaining
+                prefilling.append(inv)
+                used += need
+                if budget > 0:
+                    n = remaining if remaining < budget else budget
+                    chunks.append((inv, n))
+                    budget -= n
+        if not chunks:
+            return used
+        # price the step
         below = self.decoding_below_window
         cached_below = self.decoding_cached_below_window
         new = decoding
@@ -709,16 +818,22 @@ class ReplicaScheduler:
         # StepCoefficients.step_time(new, logits, pairs, pairs_window, read, read_window, seqs), inline
         (c_0, c_new, c_logit, c_pair, c_pair_w, m_0, m_new, m_logit, m_read, m_read_w, m_seq, m_head, m_routed, q,
          overhead, k_0, k_new, h_seq, k_head, k_logit) = self.step_constants
-        c = c_0 + c_new * new + c_logit * logits + c_pair * pairs + c_pair_w * pairs_window
-        m = m_0 + m_new * new + m_logit * logits + m_read * read + m_read_w * read_window + m_seq * seqs
+        # the counts as floats (exact), for float-only products (as in plan)
+        new_f, logits_f, seqs_f = new + 0.0, logits + 0.0, seqs + 0.0
+        if self.kv_window_bytes:
+            c = c_0 + c_new * new_f + c_logit * logits_f + c_pair * pairs + c_pair_w * pairs_window
+            m = m_0 + m_new * new_f + m_logit * logits_f + m_read * read + m_read_w * read_window + m_seq * seqs_f
+        else:  # the same sums without the window terms (pairs_window and read_window are 0.0)
+            c = c_0 + c_new * new_f + c_logit * logits_f + c_pair * pairs
+            m = m_0 + m_new * new_f + m_logit * logits_f + m_read * read + m_seq * seqs_f
         if logits > 0:
             m += m_head
         if m_routed:
             m += m_routed * (1.0 - q**new)
-        f = overhead + k_0 + k_new * new + h_seq * seqs
+        f = overhead + k_0 + k_new * new_f + h_seq * seqs_f
         if logits > 0:
-            f += k_head + k_logit * logits
-        if new > self.a2a_switch:
+            f += k_head + k_logit * logits_f
+        if self.k_a2a and new > self.a2a_switch:
             f += self.k_a2a * new
         step_s = (c if c > m else m) + f
         if self.spec is not None and decoding:
@@ -732,7 +847,8 @@ class ReplicaScheduler:
         self.run_start_s = t
         self.run_time_s = step_s
         self.run_epoch = epoch = self.run_epoch + 1
-        heappush(self.runs, (t + step_s, next(self.tiebreak), self.index, epoch))
+        heappush(self.runs, (t + step_s, next(self.tiebreak), self, epoch))
+        return None
 
     def finish_run(self, t: float) -> None:
         """The current run of ``run_steps`` steps ended at ``t`` [s]: advance the batch, finish invocations, plan the next.
@@ -747,9 +863,10 @@ class ReplicaScheduler:
         self.busy = False
         self.busy_s += run_time_s
         self.steps_done = steps_done = self.steps_done + steps
-        self.decoding_cached += decoding * steps
-        self.decoding_cached_below_window += self.decoding_below_window * steps
         tokens = decoding * steps
+        self.decoding_cached += tokens
+        if self.sliding:
+            self.decoding_cached_below_window += self.decoding_below_window * steps
         chunks = self.run_chunks
         if chunks:
             self.sequence_s += (decoding + len(chunks)) * run_time_s
@@ -775,7 +892,7 @@ class ReplicaScheduler:
                     inv.epoch = epoch = inv.epoch + 1
                     self.decoding += 1
                     self.decoding_cached += context
-                    if context < self.window_limit:
+                    if self.sliding and context < self.window_limit:
                         inv.below_window = True
                         self.decoding_below_window += 1
                         self.decoding_cached_below_window += context
@@ -793,28 +910,36 @@ class ReplicaScheduler:
         ends = self.decode_ends
         if ends and ends[0][0] <= steps_done:
             on_invocation_done = self.on_invocation_done
-            while ends and ends[0][0] <= steps_done:
+            while True:
                 _, _, inv, epoch = heappop(ends)
-                if epoch != inv.epoch:
-                    continue
-                # leave_decode(inv), inline
-                joined = inv.join_step
-                context = inv.join_context + steps_done - joined
-                self.decoding -= 1
-                self.decoding_cached -= context
-                if inv.below_window:
-                    self.decoding_below_window -= 1
-                    self.decoding_cached_below_window -= context
-                inv.epoch = epoch + 1
-                inv.decode_forwarded += steps_done - joined
-                on_invocation_done(self, inv, context, t)
+                if epoch == inv.epoch:
+                    # leave_decode(inv), inline
+                    joined = inv.join_step
+                    context = inv.join_context + steps_done - joined
+                    self.decoding -= 1
+                    self.decoding_cached -= context
+                    if inv.below_window:
+                        self.decoding_below_window -= 1
+                        self.decoding_cached_below_window -= context
+                    inv.epoch = epoch + 1
+                    inv.decode_forwarded += steps_done - joined
+                    on_invocation_done(self, inv, context, t)
+                if not ends or ends[0][0] > steps_done:
+                    break
         self.plan(t)
 
     # ------------------------------------------------------------------ weights
 
+    def regate(self) -> None:
+        """Recompute :attr:`gated` after a change of the weights' state or of the horizon."""
+        self.gated = (
+            self.loading_weights or self.stopped or self.pending_hold_s > 0.0 or self.target_version > self.policy_version
+        )
+
     def start_weight_load(self, t: float) -> None:
         """Pause to load the target weights (for the weight push time)."""
         self.loading_weights = True
+        self.gated = True
         self.draining = False
         self.loading_version = self.target_version
         self.busy = False
@@ -823,12 +948,14 @@ class ReplicaScheduler:
     def hold(self, duration_s: float, t: float) -> None:
         """Pause for ``duration_s`` [s] from the next step boundary (now, if idle)."""
         self.pending_hold_s += duration_s
+        self.regate()
         self.wake(t)
 
     def finish_weight_load(self, t: float) -> None:
         """The weights are loaded (or a hold is over): resume at ``t`` [s]."""
         self.loading_weights = False
         self.policy_version = self.loading_version
+        self.regate()
         if self.spec is not None:
             self.spec_tokens = self.spec.tokens_at(self.policy_version)
         self.plan(t)
