@@ -421,9 +421,8 @@ def rl_inputs(row: "CorpusRow", engine: "EngineProfile | None", assumed: list[st
     if "open-instruct" in framework and (row.get("model") or model) == "olmo-3-32b":
         engine = (engine or default_engine()).with_settings(enforce_eager=True)
         assumed.append(
-            "vLLM engines in eager mode (--vllm_enforce_eager in open-instruct's scripts/train/olmo3/32b_think_rl.sh, "
-            "whose topology is not the paper's; the 7B script runs CUDA graphs), each step paying the engine profile's "
-            "eager_s_per_layer per layer"
+            f"vLLM engines in eager mode ({OPEN_INSTRUCT_32B_EAGER_SOURCE}; that script's topology is not the paper's), "
+            "each step paying the engine profile's eager_s_per_layer per layer"
         )
     sync_pattern_name = "reshard" if mode == "colocated" else "nccl"
     # NeMo RL's async GRPO trains each step's batch whole (max_trajectory_age_steps); OLMo 3 streams groups

@@ -678,9 +678,7 @@ def count_batches(
     return _count_jsonl(log, counter, progress, size)
 
 
-_ALLOCATOR_SETTLED = False
-
-
+@functools.cache
 def _settle_allocator() -> None:
     """Once per process: let the C allocator keep the memory a batch frees for the next batch.
 
@@ -693,12 +691,9 @@ def _settle_allocator() -> None:
     them at once, as a long-running process's large frees would; another allocator merely
     allocates and frees it.
     """
-    global _ALLOCATOR_SETTLED
-    if not _ALLOCATOR_SETTLED:
-        import numpy as np
+    import numpy as np
 
-        np.empty(16 << 20, dtype=np.uint8)  # allocated (no page touched) and freed at once
-        _ALLOCATOR_SETTLED = True
+    np.empty(16 << 20, dtype=np.uint8)  # allocated (no page touched) and freed at once
 
 
 def _report(progress: Callable[[int, int], None] | None, before: int, after: int, done: int, size: int) -> None:
