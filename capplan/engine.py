@@ -191,6 +191,11 @@ class TimeOverrides(BaseModel):
     """Override of ``TimeTerms.attention_efficiency`` on this hardware."""
     step_overhead_s: float | None = Field(default=None, ge=0)
     """Override of ``TimeTerms.step_overhead_s`` on this hardware [s]."""
+    allreduce_latency_us: float | None = Field(default=None, ge=0)
+    """Override of ``TimeTerms.allreduce_latency_us`` on this hardware [us] (its collective library
+    and links: vLLM's custom all-reduce over NVLink, RCCL over Infinity Fabric, NCCL over PCIe)."""
+    interconnect_efficiency: float | None = Field(default=None, gt=0, le=1)
+    """Override of ``TimeTerms.interconnect_efficiency`` on this hardware."""
 
 
 class EngineProfile(BaseModel):

@@ -416,3 +416,21 @@ def test_rate_runs_have_no_throughput_point(tmp_path):
     d = read_file(f)
     assert [r.metric for r in d.rows] == ["ttft_ms", "tpot_ms"]
     assert d.rows[0].fields["scenario"] == "request_rate" and d.rows[0].fields["request_rate"] == 2.0
+
+
+def test_a_chips_overrides_are_the_starting_terms_on_that_chip():
+    """The bundled vLLM profiles override MI300X's all-reduce latency (RCCL over Infinity
+    Fabric). Calibrating a run on MI300X fits the bandwidth and GEMM efficiencies; the terms it
+    does not fit keep the MI300X values (not the family's NVLink-dominated ones), and the written
+    profile has no MI300X override left to shadow the calibrated terms."""
+    from capplan.engine import load_engine
+
+    base = load_engine("vllm-0.19")
+    chip = base.time_on("mi300x")
+    assert chip.allreduce_latency_us != base.time.allreduce_latency_us
+    cal = calibrate([EXAMPLES / "vllm-bench-serve.json"], CalibrateSettings(hardware="mi300x", name="mi300x-run"))
+    assert [t.name for t in cal.terms] == ["time.bandwidth_efficiency", "time.gemm_efficiency"]
+    assert cal.engine.time.allreduce_latency_us == pytest.approx(chip.allreduce_latency_us)
+    assert cal.engine.time.interconnect_efficiency == pytest.approx(chip.interconnect_efficiency)
+    assert "mi300x" not in cal.engine.hardware
+    assert any("mi300x overrides are folded" in n for n in cal.notes)

@@ -283,6 +283,10 @@ HARDWARE_MIN_BIAS = 0.10
 """... and the family fit leaves them biased by more than this (median signed error)."""
 HARDWARE_TERMS = ["bandwidth_efficiency", "gemm_efficiency"]
 """Terms a hardware override fits (a chip's kernels reach a different share of its peaks)."""
+COLLECTIVE_TERMS = ["allreduce_latency_us", "interconnect_efficiency"]
+"""Terms :func:`fit_hardware_override` also fits when most of a chip's rows run tensor-parallel:
+the all-reduce a chip's collective library and links reach (vLLM's custom all-reduce over NVLink,
+RCCL over Infinity Fabric) differs from chip to chip as much as its kernels do."""
 
 
 def _fit_hardware_overrides(result: Any, prepared: list[Any]) -> Any:
@@ -323,6 +327,7 @@ def write_profile(engine: Any, folder: Path | None = None) -> Path:
     data = engine.model_dump(mode="json")
     for section in ("memory", "time"):
         data[section] = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in data[section].items()}
+    data["hardware"] = {hw: {k: v for k, v in terms.items() if v is not None} for hw, terms in data["hardware"].items()}
     header = (
         f"# {engine.name}: {engine.description}\n"
         "# Written by `python -m capplan.accuracy.refit`: terms in `fitted_on` were fitted on those corpus rows\n"
@@ -389,9 +394,59 @@ def fit_unit_efficiency(unit: str, folder: Path | None = None) -> tuple[float, l
     return float(f"{sol.x[0]:.3g}"), [p.row.id for p, _ in cases]
 
 
+def fit_hardware_override(family: str, hardware: str, folder: Path | None = None, write: bool = True) -> dict[str, Any]:
+    """Fit one chip's time-term overrides for an engine family on the bundled profiles, outside
+    the family fit (which every other chip's rows keep as it is).
+
+    The rows are the family's serving rows on ``hardware`` that take part in the family fit
+    (:func:`capplan.accuracy.predict.fits_family_terms`) and that ``validation/split.yaml`` does
+    not hold out; the terms are :data:`HARDWARE_TERMS`, and :data:`COLLECTIVE_TERMS` too when at
+    least half of the rows run tensor-parallel. The override (with its ``fitted_on`` row ids) is
+    written into every bundled profile of the family (``write``).
+
+    Returns
+    -------
+    dict
+        ``terms`` (fitted values), ``rows`` (ids), ``before`` / ``after`` (median absolute error
+        on the rows).
+    """
+    from capplan.accuracy.corpus import load_corpus
+    from capplan.accuracy.fit import fit_time_terms
+    from capplan.accuracy.predict import engine_family, fits_family_terms
+    from capplan.engine import load_engine
+
+    names = [p.name for p in PROFILES if p.family == family]
+    if not names:
+        raise ValueError(f"no bundled profile of family {family!r}")
+    base = load_engine(names[0])
+    rows = [r for r in load_corpus(folder) if r.kind == "serving" and not r.held_out
+            and engine_family(r.get("engine")) == family and r.get("hardware") == hardware and fits_family_terms(r)]
+    prepared = _prepare(rows, base, "serving")
+    if not prepared:
+        raise ValueError(f"no fit row of family {family!r} on {hardware!r}")
+    tensor_parallel = sum((p.server.pricer.inp.tp or 1) > 1 for p in prepared)
+    terms = HARDWARE_TERMS + (COLLECTIVE_TERMS if 2 * tensor_parallel >= len(prepared) else [])
+    result = fit_time_terms(base, prepared, terms, hardware=hardware)
+    override = result.engine.hardware[hardware]
+    rounded = override.model_copy(update={t: round(v, 6) for t, v in result.terms.items()})
+    if write:
+        for name in names:
+            engine = load_engine(name)
+            hw = {**engine.hardware, hardware: rounded}
+            fitted_on = {**engine.fitted_on, **{f"hardware.{hardware}.{t}": result.row_ids for t in terms}}
+            write_profile(engine.model_copy(update={"hardware": hw, "fitted_on": fitted_on}))
+    return {"terms": result.terms, "rows": result.row_ids, "before": result.median_abs_error_before,
+            "after": result.median_abs_error_after}
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--unit"]:
         value, ids = fit_unit_efficiency(sys.argv[2])
         print(f"{sys.argv[2]}_gemm_efficiency {value} fitted on {len(ids)} rows: {ids}")
+    elif sys.argv[1:2] == ["--hardware"]:
+        family, hw_name = sys.argv[2].split(":", 1)
+        out = fit_hardware_override(family, hw_name)
+        print(f"{family} on {hw_name}: {out['terms']} fitted on {len(out['rows'])} rows; "
+              f"median |error| {out['before']:.1%} -> {out['after']:.1%}")
     else:
         refit()

@@ -412,9 +412,12 @@ def calibrate(paths: Sequence[str | Path], settings: CalibrateSettings) -> Calib
     notes.insert(0, why)
     hw = load_hardware(rows_by_file[0][0].fields["hardware"]).name
     if hw in base.hardware:
+        # the chip's overrides become the starting terms: the fitted ones replace them, the others
+        # keep the chip's values (not the family's)
         hardware = {k: v for k, v in base.hardware.items() if k != hw}
-        base = base.model_copy(update={"hardware": hardware})
-        notes.append(f"the base profile's {hw} overrides of its time terms are dropped: the calibrated terms apply on {hw}")
+        base = base.model_copy(update={"time": base.time_on(hw), "hardware": hardware})
+        notes.append(f"the base profile's {hw} overrides are folded into its time terms: the calibrated terms replace them, "
+                     f"the others keep their {hw} values")
     rows = [r for rs in rows_by_file for r in rs]
     lengths_unknown = any(r.fields.get("closed_loop") and r.fields.get("lengths") is None for r in rows)
     if settings.arrivals == "auto" and lengths_unknown:

@@ -209,7 +209,11 @@ Each engine profile records the corpus rows its fitted terms saw (`fitted_on` in
 
 Memory terms are fitted per vLLM version range on that range's start-up logs (the sampler's
 profiling peak, non-torch memory by parallelism); time terms per engine family on its serving
-rows, with per-hardware overrides where a chip's rows stay biased after the family fit.
+rows, with per-hardware overrides where a chip's rows stay biased after the family fit. A chip
+whose rows mostly run tensor-parallel also gets its own all-reduce terms (latency and link
+efficiency: vLLM's custom all-reduce over NVLink and RCCL over Infinity Fabric differ as much as
+the kernels do); `python -m capplan.accuracy.refit --hardware FAMILY:CHIP` fits one chip's
+override on the bundled profiles, outside the family fit (`hardware.CHIP.*` above).
 
 ## Rows outside a factor of 2 ({n_worst})
 
@@ -228,8 +232,11 @@ Where the model is still wrong, and why:
   own benchmarks measure ~15-25 ms); one `request_overhead_s` per engine cannot fit both.
 - **Older engine versions.** TensorRT-LLM 0.5-era static-batch tables on H200 run well below
   what the 0.17-1.0 fit predicts.
-- **ROCm kernels.** vLLM on MI300X reaches a lower share of the chip's peaks; a hardware
-  override absorbs most of it, not all (405B FP8 offline throughput).
+- **ROCm kernels and collectives.** vLLM on MI300X reaches a lower share of the chip's HBM
+  bandwidth and a much lower all-reduce bandwidth than the NVLink chips the family fit is made
+  of; its hardware override (bandwidth, GEMM and all-reduce terms, fitted on the MI300X fit rows)
+  brings its held-out rows from +20% to within 5% (median), with the 405B FP8 offline
+  throughput at 4,096 output tokens still +34%.
 
 ## Rows not predicted ({n_unsupported})
 

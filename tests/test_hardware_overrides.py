@@ -1,0 +1,58 @@
+"""Per-hardware overrides of an engine profile's time terms: a chip's kernels and its collective
+library reach a different share of its peaks than the family's average chip."""
+
+from __future__ import annotations
+
+import pytest
+
+from capplan.engine import TimeOverrides, load_engine, list_engines
+from capplan.hardware import load_hardware
+from capplan.modelspec import load_model_spec
+from capplan.roofline import RooflineInputs, decode_step
+
+
+def test_collective_override_prices_every_all_reduce():
+    """Llama-3.1-70B (80 layers) at TP 8, one decode token: a step runs ``2 L + 1 = 161``
+    all-reduces and one logit gather, each paying ``allreduce_latency_us`` once, so raising the
+    latency from 10 to 30 us on this chip adds ``162 x 20 us = 3.24 ms`` and nothing else; the
+    same profile on another chip keeps the family value."""
+    base = load_engine("vllm-0.19")
+    base = base.model_copy(update={"time": base.time.model_copy(update={"allreduce_latency_us": 10.0}), "hardware": {}})
+    slow = base.model_copy(update={"hardware": {"mi300x": TimeOverrides(allreduce_latency_us=30.0)}})
+    spec = load_model_spec("llama-3.1-70b")
+    mi300x, h100 = load_hardware("mi300x"), load_hardware("h100-sxm")
+
+    def comm(engine, hw):
+        return float(decode_step(spec, hw, RooflineInputs(tp=8, engine=engine), batch=1, context=1024).comm_time_s)
+
+    assert comm(slow, mi300x) - comm(base, mi300x) == pytest.approx(162 * 20e-6, rel=1e-9)
+    assert comm(slow, h100) == pytest.approx(comm(base, h100), rel=1e-12)
+    assert slow.time_on("mi300x").allreduce_latency_us == 30.0
+    assert slow.time_on("h100-sxm").allreduce_latency_us == 10.0
+
+
+def test_interconnect_override_scales_the_bytes_term_only():
+    """Halving ``interconnect_efficiency`` doubles the bandwidth part of every all-reduce and
+    leaves its latency part: with latency set to 0 the whole communication time doubles."""
+    base = load_engine("vllm-0.19")
+    base = base.model_copy(update={"time": base.time.model_copy(update={"allreduce_latency_us": 0.0, "interconnect_efficiency": 0.8}),
+                                   "hardware": {}})
+    half = base.model_copy(update={"hardware": {"mi300x": TimeOverrides(interconnect_efficiency=0.4)}})
+    spec, hw = load_model_spec("llama-3.1-70b"), load_hardware("mi300x")
+    a = float(decode_step(spec, hw, RooflineInputs(tp=8, engine=base), batch=64, context=1024).comm_time_s)
+    b = float(decode_step(spec, hw, RooflineInputs(tp=8, engine=half), batch=64, context=1024).comm_time_s)
+    assert a > 0 and b == pytest.approx(2 * a, rel=1e-9)
+
+
+def test_vllm_profiles_share_one_fitted_mi300x_override():
+    """Every bundled vLLM profile carries the same MI300X override (the time terms are the
+    family's), each term fitted on the same non-held-out MI300X rows, recorded in ``fitted_on``."""
+    names = [n for n in list_engines() if n.startswith("vllm")]
+    overrides = {n: load_engine(n).hardware.get("mi300x") for n in names}
+    assert all(o is not None for o in overrides.values())
+    assert len({o.model_dump_json() for o in overrides.values()}) == 1
+    engine = load_engine("vllm-0.19")
+    for term, value in engine.hardware["mi300x"].model_dump(exclude_none=True).items():
+        ids = engine.fitted_on[f"hardware.mi300x.{term}"]
+        assert ids and all("mi300x" in i for i in ids), term
+        assert value != getattr(engine.time, term)
