@@ -10,6 +10,10 @@ using only the rows ``validation/split.yaml`` does not hold out, and writes
 ``engine_profiles/<name>.yaml`` with every fitted value's ``fitted_on`` row ids. Terms a profile
 fixes from the engine's source code (default utilisation, batch limits, the budget rule) carry
 their citation instead. ``capplan accuracy`` then reports the error on the held-out rows.
+
+Two narrower fits work on the bundled profiles as they are: ``--unit fp8|fp4`` fits one tensor
+unit's GEMM efficiency on every engine's rows (:func:`fit_unit_efficiency`), and ``--hardware
+FAMILY:CHIP`` fits one chip's overrides for one engine family (:func:`fit_hardware_override`).
 """
 
 from __future__ import annotations
@@ -444,8 +448,13 @@ if __name__ == "__main__":
         value, ids = fit_unit_efficiency(sys.argv[2])
         print(f"{sys.argv[2]}_gemm_efficiency {value} fitted on {len(ids)} rows: {ids}")
     elif sys.argv[1:2] == ["--hardware"]:
-        family, hw_name = sys.argv[2].split(":", 1)
-        out = fit_hardware_override(family, hw_name)
+        family, _, hw_name = (sys.argv[2] if len(sys.argv) > 2 else "").partition(":")
+        if not family or not hw_name:
+            sys.exit("--hardware FAMILY:CHIP, e.g. --hardware vllm:mi300x")
+        try:
+            out = fit_hardware_override(family, hw_name)
+        except ValueError as exc:
+            sys.exit(f"--hardware {family}:{hw_name}: {exc}")
         print(f"{family} on {hw_name}: {out['terms']} fitted on {len(out['rows'])} rows; "
               f"median |error| {out['before']:.1%} -> {out['after']:.1%}")
     else:
