@@ -56,3 +56,19 @@ def test_vllm_profiles_share_one_fitted_mi300x_override():
         ids = engine.fitted_on[f"hardware.mi300x.{term}"]
         assert ids and all("mi300x" in i for i in ids), term
         assert value != getattr(engine.time, term)
+
+
+def test_override_terms_add_the_all_reduce_only_for_tensor_parallel_chips():
+    """The full refit and ``refit --hardware`` pick a chip's override terms alike: the kernel
+    efficiencies always, the all-reduce terms when at least half of the chip's rows run at TP > 1
+    (a chip measured only at TP 1 says nothing about its all-reduce)."""
+    from types import SimpleNamespace
+
+    from capplan.accuracy.refit import COLLECTIVE_TERMS, HARDWARE_TERMS, override_terms
+
+    def rows(*tps):
+        return [SimpleNamespace(server=SimpleNamespace(pricer=SimpleNamespace(inp=SimpleNamespace(tp=tp)))) for tp in tps]
+
+    assert override_terms(rows(1, 1, 8)) == HARDWARE_TERMS
+    assert override_terms(rows(1, 8)) == HARDWARE_TERMS + COLLECTIVE_TERMS
+    assert override_terms(rows(8, 8, 8)) == HARDWARE_TERMS + COLLECTIVE_TERMS

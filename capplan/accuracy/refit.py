@@ -229,11 +229,19 @@ def fit_memory_terms(engine: Any, prepared: list[Any], terms: list[str]) -> tupl
     return fitted, dict(zip(usable, map(float, sol.x)))
 
 
+def family_fit_rows(rows: list[Any], family: str) -> list[Any]:
+    """The serving rows that fit an engine family's time terms: not held out, run on that family,
+    and exercising no feature the family fit leaves out (:func:`~capplan.accuracy.predict.fits_family_terms`)."""
+    from capplan.accuracy.predict import engine_family, fits_family_terms
+
+    return [r for r in rows if r.kind == "serving" and not r.held_out and engine_family(r.get("engine")) == family
+            and fits_family_terms(r)]
+
+
 def refit(folder: Path | None = None, write: bool = True) -> dict[str, Any]:
     """Fit every profile of :data:`PROFILES`; write them to ``engine_profiles/`` (``write``)."""
     from capplan.accuracy.corpus import load_corpus
     from capplan.accuracy.fit import fit_time_terms
-    from capplan.accuracy.predict import engine_family, fits_family_terms
     from capplan.accuracy.report import kv_profile_name
     from capplan.engine import ByGpuClass, EngineProfile, MemoryTerms, TimeTerms
 
@@ -256,9 +264,7 @@ def refit(folder: Path | None = None, write: bool = True) -> dict[str, Any]:
             for t in values:
                 fitted_on[f"memory.{t}"] = [p.row.id for p in prepared]
         if spec.family not in time_fits:
-            rows = [r for r in fit_rows if r.kind == "serving" and engine_family(r.get("engine")) == spec.family
-                    and fits_family_terms(r)]
-            prepared = _prepare(rows, engine, "serving")
+            prepared = _prepare(family_fit_rows(fit_rows, spec.family), engine, "serving")
             start = engine
             if spec.family != BASE_FAMILY and BASE_FAMILY in time_fits:
                 start = engine.model_copy(update={"time": time_fits[BASE_FAMILY].engine.time.model_copy(update=spec.time)})
@@ -288,13 +294,20 @@ HARDWARE_MIN_BIAS = 0.10
 HARDWARE_TERMS = ["bandwidth_efficiency", "gemm_efficiency"]
 """Terms a hardware override fits (a chip's kernels reach a different share of its peaks)."""
 COLLECTIVE_TERMS = ["allreduce_latency_us", "interconnect_efficiency"]
-"""Terms :func:`fit_hardware_override` also fits when most of a chip's rows run tensor-parallel:
-the all-reduce a chip's collective library and links reach (vLLM's custom all-reduce over NVLink,
+"""Terms a hardware override also fits when most of the chip's rows run tensor-parallel: the
+all-reduce a chip's collective library and links reach (vLLM's custom all-reduce over NVLink,
 RCCL over Infinity Fabric) differs from chip to chip as much as its kernels do."""
 
 
+def override_terms(prepared: list[Any]) -> list[str]:
+    """The terms a hardware override fits on one chip's prepared rows: :data:`HARDWARE_TERMS`,
+    and :data:`COLLECTIVE_TERMS` when at least half of the rows run tensor-parallel."""
+    tensor_parallel = sum((p.server.pricer.inp.tp or 1) > 1 for p in prepared)
+    return HARDWARE_TERMS + (COLLECTIVE_TERMS if 2 * tensor_parallel >= len(prepared) else [])
+
+
 def _fit_hardware_overrides(result: Any, prepared: list[Any]) -> Any:
-    """Fit :data:`HARDWARE_TERMS` as overrides on every hardware the family fit leaves biased."""
+    """Fit :func:`override_terms` as overrides on every hardware the family fit leaves biased."""
     import math
     from statistics import median
 
@@ -310,7 +323,8 @@ def _fit_hardware_overrides(result: Any, prepared: list[Any]) -> Any:
         bias = median(math.expm1(result.residuals_after[i]) for i in idx)
         if abs(bias) <= HARDWARE_MIN_BIAS:
             continue
-        sub = fit_time_terms(engine, [prepared[i] for i in idx], HARDWARE_TERMS, hardware=hw)
+        rows = [prepared[i] for i in idx]
+        sub = fit_time_terms(engine, rows, override_terms(rows), hardware=hw)
         print(f"  {hw}: {len(idx)} rows biased {bias:+.1%}; override {sub.terms}", file=sys.stderr)
         engine = sub.engine
     if engine is result.engine:
@@ -331,7 +345,8 @@ def write_profile(engine: Any, folder: Path | None = None) -> Path:
     data = engine.model_dump(mode="json")
     for section in ("memory", "time"):
         data[section] = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in data[section].items()}
-    data["hardware"] = {hw: {k: v for k, v in terms.items() if v is not None} for hw, terms in data["hardware"].items()}
+    data["hardware"] = {hw: {k: (round(v, 6) if isinstance(v, float) else v) for k, v in terms.items() if v is not None}
+                        for hw, terms in data["hardware"].items()}
     header = (
         f"# {engine.name}: {engine.description}\n"
         "# Written by `python -m capplan.accuracy.refit`: terms in `fitted_on` were fitted on those corpus rows\n"
@@ -404,8 +419,8 @@ def fit_hardware_override(family: str, hardware: str, folder: Path | None = None
 
     The rows are the family's serving rows on ``hardware`` that take part in the family fit
     (:func:`capplan.accuracy.predict.fits_family_terms`) and that ``validation/split.yaml`` does
-    not hold out; the terms are :data:`HARDWARE_TERMS`, and :data:`COLLECTIVE_TERMS` too when at
-    least half of the rows run tensor-parallel. The override (with its ``fitted_on`` row ids) is
+    not hold out (:func:`family_fit_rows`); the terms are :func:`override_terms`, as in the full
+    refit. The override (with its ``fitted_on`` row ids) is
     written into every bundled profile of the family (``write``).
 
     Returns
@@ -416,27 +431,22 @@ def fit_hardware_override(family: str, hardware: str, folder: Path | None = None
     """
     from capplan.accuracy.corpus import load_corpus
     from capplan.accuracy.fit import fit_time_terms
-    from capplan.accuracy.predict import engine_family, fits_family_terms
     from capplan.engine import load_engine
 
     names = [p.name for p in PROFILES if p.family == family]
     if not names:
         raise ValueError(f"no bundled profile of family {family!r}")
     base = load_engine(names[0])
-    rows = [r for r in load_corpus(folder) if r.kind == "serving" and not r.held_out
-            and engine_family(r.get("engine")) == family and r.get("hardware") == hardware and fits_family_terms(r)]
+    rows = [r for r in family_fit_rows(load_corpus(folder), family) if r.get("hardware") == hardware]
     prepared = _prepare(rows, base, "serving")
     if not prepared:
         raise ValueError(f"no fit row of family {family!r} on {hardware!r}")
-    tensor_parallel = sum((p.server.pricer.inp.tp or 1) > 1 for p in prepared)
-    terms = HARDWARE_TERMS + (COLLECTIVE_TERMS if 2 * tensor_parallel >= len(prepared) else [])
+    terms = override_terms(prepared)
     result = fit_time_terms(base, prepared, terms, hardware=hardware)
-    override = result.engine.hardware[hardware]
-    rounded = override.model_copy(update={t: round(v, 6) for t, v in result.terms.items()})
     if write:
         for name in names:
             engine = load_engine(name)
-            hw = {**engine.hardware, hardware: rounded}
+            hw = {**engine.hardware, hardware: result.engine.hardware[hardware]}
             fitted_on = {**engine.fitted_on, **{f"hardware.{hardware}.{t}": result.row_ids for t in terms}}
             write_profile(engine.model_copy(update={"hardware": hw, "fitted_on": fitted_on}))
     return {"terms": result.terms, "rows": result.row_ids, "before": result.median_abs_error_before,
