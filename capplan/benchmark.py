@@ -113,16 +113,19 @@ def _decode_run_s(server: Server, batch: float, context: float, steps: float) ->
     return float(np.mean(server.pricer.decode(max(batch, 1.0), ctx).step_time_s)) * steps
 
 
-def prefill_s(server: Server, prompt_tokens: float, batch: float = 1.0) -> float:
-    """Time to prefill ``batch`` prompts of ``prompt_tokens`` with nothing else running [s]."""
-    total = prompt_tokens * batch
-    chunk = server.max_num_batched_tokens if server.chunked_prefill else total
+def prefill_s(server: Server, prompt_tokens: float, batch: float = 1.0, cached_tokens: float = 0.0) -> float:
+    """Time to prefill ``batch`` prompts of ``prompt_tokens`` with nothing else running [s]; the
+    first ``cached_tokens`` of each are a prefix-cache hit (attended to, not recomputed)."""
     from capplan.roofline import causal_pairs
 
+    C = min(float(cached_tokens), prompt_tokens - 1.0) if cached_tokens else 0.0
+    new = prompt_tokens - C
+    total = new * batch
+    chunk = server.max_num_batched_tokens if server.chunked_prefill else total
     window = server.pricer.window
-    pairs = float(causal_pairs(0, prompt_tokens)) * batch
-    pairs_w = float(causal_pairs(0, prompt_tokens, window)) * batch
-    return server.pricer.chunked(total, pairs, pairs_w, 0.0, batch, batch, max(int(chunk), 1))[0]
+    pairs = float(causal_pairs(C, new)) * batch
+    pairs_w = float(causal_pairs(C, new, window)) * batch
+    return server.pricer.chunked(total, pairs, pairs_w, C * batch, batch, batch, max(int(chunk), 1))[0]
 
 
 def static_batch(server: Server, batch: int, input_tokens: int, output_tokens: int) -> BenchmarkResult:
@@ -149,12 +152,17 @@ def static_batch(server: Server, batch: int, input_tokens: int, output_tokens: i
     )
 
 
-def _closed_loop_arrays(server: Server, concurrency: Any, input_tokens: float, output_tokens: float) -> dict[str, np.ndarray]:
-    """The closed-loop model (module notes), vectorised over ``concurrency``."""
+def _closed_loop_arrays(server: Server, concurrency: Any, input_tokens: float, output_tokens: float,
+                        cached_tokens: float = 0.0) -> dict[str, np.ndarray]:
+    """The closed-loop model (module notes), vectorised over ``concurrency``: ``ttft`` and ``e2e``
+    in the engine, and ``step_residual``, how long a request that arrives during a step waits for
+    it to end (not in the engine's batch yet, so outside ``e2e``). The first ``cached_tokens`` of
+    every prompt are a prefix-cache hit: only the rest is prefilled, attending to them."""
     from capplan.roofline import causal_pairs
 
     c = np.atleast_1d(np.asarray(concurrency, dtype=float))
-    P, O = float(input_tokens), float(output_tokens)
+    C = min(float(cached_tokens), float(input_tokens) - 1.0) if cached_tokens else 0.0
+    P, O = float(input_tokens) - C, float(output_tokens)  # P: the positions a prompt prefills
     M = float(server.max_num_batched_tokens)
     from capplan.speculative import SpeculativePricer
 
@@ -181,11 +189,11 @@ def _closed_loop_arrays(server: Server, concurrency: Any, input_tokens: float, o
     # budget shared by several prompts; its attention pairs scale with the prompts it holds
     tokens = np.where(one_at_a_time, P / k, c * P / window)
     n_mixed = np.where(one_at_a_time, c * k, window)
-    pairs = float(causal_pairs(0, P)) / P * tokens
-    pairs_w = float(causal_pairs(0, P, server.pricer.window)) / P * tokens
-    ctx = P + decode_steps / 2.0
+    pairs = float(causal_pairs(C, P)) / P * tokens
+    pairs_w = float(causal_pairs(C, P, server.pricer.window)) / P * tokens
+    ctx = C + P + decode_steps / 2.0
     if decode_steps > 0:
-        pts = P + (np.arange(DECODE_POINTS) + 0.5) * decode_steps / DECODE_POINTS
+        pts = C + P + (np.arange(DECODE_POINTS) + 0.5) * decode_steps / DECODE_POINTS
         t_d = np.mean(np.asarray(server.pricer.decode(np.maximum(b, 1.0)[:, None], pts[None, :]).step_time_s), axis=1)
     else:
         t_d = np.zeros_like(c)
@@ -199,8 +207,9 @@ def _closed_loop_arrays(server: Server, concurrency: Any, input_tokens: float, o
     else:
         t_m = np.asarray(server.pricer.step(
             new_tokens=b + tokens, logits_tokens=b + tokens / P, attention_pairs=b * (ctx + 1) + pairs,
-            kv_read_tokens=b * ctx, sequences=b + np.maximum(tokens / P, 1.0),
-            window_attention_pairs=b * min(ctx + 1, W) + pairs_w, window_kv_read_tokens=b * min(ctx, W - 1),
+            kv_read_tokens=b * ctx + C * tokens / P, sequences=b + np.maximum(tokens / P, 1.0),
+            window_attention_pairs=b * min(ctx + 1, W) + pairs_w,
+            window_kv_read_tokens=b * min(ctx, W - 1) + min(C, W - 1) * tokens / P,
         ).step_time_s, dtype=float)
     mixed_share = np.minimum(1.0, n_mixed / window)
     step = np.where(b > 0, mixed_share * t_m + (1.0 - mixed_share) * t_d, t_m)
@@ -210,7 +219,18 @@ def _closed_loop_arrays(server: Server, concurrency: Any, input_tokens: float, o
     queue = np.where(one_at_a_time, rho / (2.0 * (1.0 - rho)) * k * t_m, 0.0)
     ttft = (window - decode_steps) * t_m + queue + server.request_overhead_s
     e2e = ttft + decode_steps * step
-    return {"c": c, "b": b, "ttft": ttft, "itl": step, "e2e": e2e}
+    # a request that arrives while the engine runs a step waits for that step to end: the mean
+    # residual of a renewal process, E[T^2] / (2 E[T]) (see step_wait_s for how often)
+    second = np.where(b > 0, mixed_share * t_m**2 + (1.0 - mixed_share) * t_d**2, t_m**2)
+    residual = second / (2.0 * np.maximum(step, 1e-12))
+    return {"c": c, "b": b, "ttft": ttft, "itl": step, "e2e": e2e, "step_residual": residual}
+
+
+def step_wait_s(arrays: dict[str, np.ndarray], others: Any) -> np.ndarray:
+    """Mean wait of an arriving request for the step under way [s]: the engine is busy with
+    probability ``1 - exp(-others)`` (the decoding requests it finds, a Poisson count), and a
+    step under way has ``step_residual`` left (:func:`_closed_loop_arrays`)."""
+    return -np.expm1(-np.asarray(others, float)) * arrays["step_residual"]
 
 
 def _chunk_budget(server: Server, spec: Any, M: float, b: Any, c: Any, P: float) -> Any:
@@ -222,17 +242,25 @@ def _chunk_budget(server: Server, spec: Any, M: float, b: Any, c: Any, P: float)
     return np.maximum(M - b, 1.0) if server.chunked_prefill else np.full_like(c, max(P, M))
 
 
-def closed_loop(server: Server, concurrency: float, input_tokens: int, output_tokens: int, limited_by: str = "clients") -> BenchmarkResult:
+def closed_loop(server: Server, concurrency: float, input_tokens: int, output_tokens: int, limited_by: str = "clients",
+                queued: bool = False, cached_tokens: float = 0.0) -> BenchmarkResult:
     """``concurrency`` clients, each sending its next request when the last one ends (module notes).
 
     More clients than the engine can run at once (:func:`max_concurrency`) queue: the engine runs
     at its limit and the rest wait, ``wait = clients / throughput - E2E in the engine`` (Little's
-    law), which is added to TTFT and latency.
+    law), which is added to TTFT and latency. Queued requests (those, or ``queued``: every
+    request sent at once) are admitted at a step's end, without waiting for a step under way.
+    The first ``cached_tokens`` of every prompt are a prefix-cache hit (a shared system prompt).
     """
     _check(concurrency=concurrency, input_tokens=input_tokens, output_tokens=output_tokens)
     top, why = max_concurrency(server, input_tokens, output_tokens)
     running = min(float(concurrency), top)
-    a = {k: float(v[0]) for k, v in _closed_loop_arrays(server, running, input_tokens, output_tokens).items()}
+    arrays = _closed_loop_arrays(server, running, input_tokens, output_tokens, cached_tokens)
+    a = {k: float(v[0]) for k, v in arrays.items()}
+    if not (queued or concurrency > top):  # a client's request finds the other clients' decodes
+        wait = float(step_wait_s(arrays, arrays["b"] * (running - 1.0) / running)[0])
+        a["ttft"] += wait
+        a["e2e"] += wait
     e2e = a["e2e"]
     rps = running / e2e
     wait = max(0.0, concurrency / rps - e2e) if concurrency > top else 0.0
@@ -255,14 +283,14 @@ def max_concurrency(server: Server, input_tokens: int, output_tokens: int) -> tu
     return float(server.max_num_seqs), "max_num_seqs"
 
 
-def offline(server: Server, input_tokens: int, output_tokens: int) -> BenchmarkResult:
+def offline(server: Server, input_tokens: int, output_tokens: int, cached_tokens: float = 0.0) -> BenchmarkResult:
     """Every request queued at once: the engine runs at its largest batch."""
     c, why = max_concurrency(server, input_tokens, output_tokens)
-    r = closed_loop(server, c, input_tokens, output_tokens, limited_by=why)
+    r = closed_loop(server, c, input_tokens, output_tokens, limited_by=why, queued=True, cached_tokens=cached_tokens)
     return BenchmarkResult(**{**r.as_dict(), "scenario": "offline"})
 
 
-def open_loop(server: Server, rate: float, input_tokens: int, output_tokens: int) -> BenchmarkResult:
+def open_loop(server: Server, rate: float, input_tokens: int, output_tokens: int, cached_tokens: float = 0.0) -> BenchmarkResult:
     """Requests arriving at ``rate`` per second (Poisson).
 
     The requests in the engine ``c`` solve ``c = rate x E2E(c)`` (Little's law, E2E from the
@@ -271,7 +299,7 @@ def open_loop(server: Server, rate: float, input_tokens: int, output_tokens: int
     instance's largest rate the result is the offline one, marked ``saturated``.
     """
     _check(rate=rate, input_tokens=input_tokens, output_tokens=output_tokens)
-    top = offline(server, input_tokens, output_tokens)
+    top = offline(server, input_tokens, output_tokens, cached_tokens)
     if rate >= top.requests_per_s:
         return BenchmarkResult(**{**top.as_dict(), "scenario": "open_loop", "limited_by": "saturated"})
     # the concurrency where arrivals balance completions, c = rate x E2E(c): on a log grid, then
@@ -279,13 +307,16 @@ def open_loop(server: Server, rate: float, input_tokens: int, output_tokens: int
     lo, hi = 1e-4, top.concurrency
     for _ in range(3):
         grid = np.geomspace(lo, hi, 48)
-        gap = rate * _closed_loop_arrays(server, grid, input_tokens, output_tokens)["e2e"] - grid
+        gap = rate * _closed_loop_arrays(server, grid, input_tokens, output_tokens, cached_tokens)["e2e"] - grid
         above = np.nonzero(gap <= 0)[0]
         i = int(above[0]) if above.size else grid.size - 1
         lo, hi = (grid[i - 1], grid[i]) if i > 0 else (grid[0] / 2, grid[0])
-    r = closed_loop(server, hi, input_tokens, output_tokens, limited_by="arrival rate")
+    r = closed_loop(server, hi, input_tokens, output_tokens, limited_by="arrival rate", queued=True, cached_tokens=cached_tokens)
     rho = rate / top.requests_per_s
-    wait = rho / (2.0 * (1.0 - rho)) * prefill_s(server, input_tokens)
+    # a Poisson arrival sees the time-average batch (all b decoding) and waits for its step
+    arrays = _closed_loop_arrays(server, hi, input_tokens, output_tokens, cached_tokens)
+    wait = rho / (2.0 * (1.0 - rho)) * prefill_s(server, input_tokens, cached_tokens=cached_tokens)
+    wait += float(step_wait_s(arrays, arrays["b"])[0])
     ttft = r.ttft_s + wait
     e2e = r.e2e_latency_s + wait
     return BenchmarkResult(**{**r.as_dict(), "scenario": "open_loop", "ttft_s": ttft, "e2e_latency_s": e2e,
@@ -967,14 +998,14 @@ def queueing_latency(
 
 
 def open_loop_latency(server: Server, rate: float, input_tokens: float, output_tokens: float,
-                      percentiles: tuple[float, ...] = (50.0, 90.0, 99.0)) -> QueueingResult:
+                      percentiles: tuple[float, ...] = (50.0, 90.0, 99.0), cached_tokens: float = 0.0) -> QueueingResult:
     """Latency percentiles of requests of fixed lengths arriving at ``rate`` per second (Poisson),
     from the queueing model (:func:`queueing_latency`, the capacity search skipped).
 
     :func:`open_loop` gives the means a published benchmark reports; this gives its percentiles.
     """
     _check(rate=rate, input_tokens=input_tokens, output_tokens=output_tokens)
-    return queueing_latency(server, rate, RequestMix.fixed(input_tokens, output_tokens), 1.0, percentiles, capacity=False)
+    return queueing_latency(server, rate, RequestMix.fixed(input_tokens, output_tokens, cached_tokens), 1.0, percentiles, capacity=False)
 
 
 def _prefill_time_share(chain: _Chain, steps: _Steps, chunked: bool) -> float:
@@ -1000,7 +1031,7 @@ def prefill_alone_s(server: Server, prompt_tokens: Any, cached_tokens: Any = 0.0
     >>> s = server_for(load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm"))
     >>> a, b = prefill_alone_s(s, [1000.0, 1000.0], [0.0, 900.0])
     >>> round(float(a) * 1e3, 1), round(float(b) * 1e3, 1)  # a 900-token cached prefix leaves a 100-token prefill
-    (18.0, 6.7)
+    (17.9, 6.7)
     """
     from capplan.roofline import causal_pairs
 

@@ -213,7 +213,7 @@ def offload_tier(server: "Server", offload_gib: float) -> OffloadTier:
     >>> from capplan.modelspec import load_model_spec
     >>> t = offload_tier(server_for(load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm")), 100.0)
     >>> t.capacity_tokens, t.break_even_tokens  # 100 GiB at 128 KiB a position
-    (819200, 460)
+    (819200, 461)
     """
     capacity = host_kv_capacity_tokens(server, offload_gib)
     hw = server.pricer.hw

@@ -63,7 +63,7 @@ Examples
 >>> spec, h100 = load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm")
 >>> s = decode_step(spec, h100, RooflineInputs(), batch=1, context=2047)
 >>> s.bound, round(s.step_time_s * 1e3, 2), round(s.arithmetic_intensity, 2)
-('memory', 6.63, 1.05)
+('memory', 6.61, 1.05)
 """
 
 from __future__ import annotations
@@ -1040,7 +1040,7 @@ def decode_step(
     >>> s = decode_step(load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm"), RooflineInputs(),
     ...                 batch=[1, 512], context=1024)
     >>> s.bound.tolist(), (np.array([1, 512]) / s.step_time_s).round().tolist()  # output tokens/s
-    (['memory', 'memory'], [152.0, 13835.0])
+    (['memory', 'memory'], [153.0, 13893.0])
     """
     return step_pricer(spec, hw, inp).decode(batch, context)
 
@@ -1077,7 +1077,7 @@ def prefill_step(
     >>> from capplan.modelspec import load_model_spec
     >>> s = prefill_step(load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm"), RooflineInputs(), prompt=2048)
     >>> s.bound, round(s.step_time_s * 1e3, 1)
-    ('compute', 36.5)
+    ('compute', 36.4)
     """
     return step_pricer(spec, hw, inp).prefill(prompt, cached, batch)
 
@@ -1149,7 +1149,7 @@ def mixed_step(
     >>> m = mixed_step(spec, h100, RooflineInputs(), 64, 2048, 8192 - 64)
     >>> d = decode_step(spec, h100, RooflineInputs(), 64, 2048)
     >>> m.bound, d.bound, round(m.step_time_s * 1e3), round(d.step_time_s * 1e3)  # [ms]
-    ('compute', 'memory', 161, 14)
+    ('compute', 'memory', 160, 13)
     """
     return step_pricer(spec, hw, inp).mixed(decode_batch, decode_context, prefill_chunk, prefill_context, prefill_last_chunk)
 
@@ -1218,7 +1218,7 @@ def critical_decode_batch(
     >>> from capplan.modelspec import load_model_spec
     >>> spec, h100 = load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm")
     >>> critical_decode_batch(spec, h100, RooflineInputs(), [0, 128, 8192])
-    array([343., 551.,  inf])
+    array([342., 549.,  inf])
     """
     c = _arr(context, "context")
     lo = np.zeros_like(c)  # memory-bound (B = 0 has weights and no FLOPs)

@@ -170,8 +170,8 @@ class RLFrameworkFit:
 
 
 RL_FRAMEWORK_FIT = RLFrameworkFit(
-    rollout_slowdown=1.97,
-    step_overhead_s=25.3,
+    rollout_slowdown=2.37,
+    step_overhead_s=25.7,
     fitted_on=(
         "nemorl_v04_h100_grpo_llama31_8b_on_16g_step",
         "nemorl_v04_h100_grpo_qwen3_235b_on_128g_step",
@@ -204,7 +204,7 @@ RL_FRAMEWORK_FIT = RLFrameworkFit(
         "nemorl_v06_gb200_grpo_qwen3_235b_1off_128g_step",
         "nemorl_v06_gb200_grpo_qwen3_30b_on_16g_step",
     ),
-    chip_slowdown=(("gb200", 1.49),),
+    chip_slowdown=(("gb200", 1.23),),
 )
 """The RL framework fit (refit with ``python -m capplan.accuracy.rl``; a test checks it)."""
 

@@ -204,7 +204,7 @@ def _synthetic_files(tmp_path: Path) -> tuple[list[Path], Path]:
     from capplan.modelspec import load_model_spec
     from capplan.roofline import RooflineInputs, StepPricer
 
-    base = load_engine("vllm-0.19")
+    base = load_engine("vllm-0.19").model_copy(update={"hardware": {}})  # the known terms are the chip's: no override
     truth = with_time_terms(base, KNOWN)
     start = with_time_terms(base, {k: v * (1.25 if i % 2 else 0.8) for i, (k, v) in enumerate(KNOWN.items())})
     spec, hw = load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm")

@@ -349,13 +349,13 @@ def test_generators_at_seventy_percent_of_the_trainer_leave_it_idle_thirty_perce
     the trainer's capacity shows the trainer idle ~30%. The SemiAnalysis Qwen3-235B row's setup
     (64 H200 trainer GPUs, OLMo 3 Think's batch and lengths) at a range of inference GPU counts:
     while rollout production binds, idle = 1 - generated / trainable samples per second, and at
-    144 inference GPUs the generators give ~71% and the trainer idles ~29%."""
+    168 inference GPUs the generators give ~70% and the trainer idles ~30%."""
     from capplan.accuracy.corpus import load_corpus
     from capplan.accuracy.rl import _plan, rl_inputs
 
     row = {r.id: r for r in load_corpus(kinds={"rl"})}["semianalysis_qwen3_235b_64_192_wait"]
     workload, inputs = rl_inputs(row, None, [])
-    for gpus in (96, 144):
+    for gpus in (96, 168):
         p = _plan(workload, inputs.replace(inference_gpus=gpus))
         share = p.generation_samples_per_s / p.trainer_capacity_samples_per_s
         assert p.step_bound_by == "rollout production"

@@ -236,6 +236,15 @@ class PreparedServing:
         return _metric(self.row.metric, r, self.instances, self.divisor)
 
 
+def cached_prefix(row: "CorpusRow", assumed: list[str]) -> float:
+    """Prompt positions of a row's requests that are a prefix-cache hit (``cached_prefix_tokens``:
+    a system prompt the requests share, in whole KV blocks), noted in ``assumed``; 0 if none."""
+    cached = row.number("cached_prefix_tokens", 0.0) or 0.0
+    if cached > 0:
+        assumed.append(f"the first {cached:.0f} prompt tokens a prefix-cache hit (the shared system prompt, whole KV blocks)")
+    return cached
+
+
 def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> PreparedServing:
     """Resolve a serving row's model, hardware, settings and scenario (raises :class:`Unsupported`)."""
     from capplan import benchmark
@@ -255,6 +264,7 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
     if P is None or O is None:
         raise Unsupported("input/output lengths not stated")
     server = _server(model, row.get("hardware"), engine, tuple(sorted(settings.items())))
+    cached = cached_prefix(row, assumed)
     scenario = row.get("scenario")
     if scenario == "static_batch":
         b = row.number("batch")
@@ -265,14 +275,14 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
         c = row.number("concurrency")
         if c is None:
             raise Unsupported("concurrency not stated")
-        call, args = "closed_loop", (c, round(P), round(O))
+        call, args = "closed_loop", (c, round(P), round(O), "clients", False, cached)
     elif scenario == "offline_max":
         if row.metric in LATENCY_METRICS:
             raise Unsupported("latency with every request queued at once depends on the request count and the engine's batch limit")
         if "derived means" in (row.get("notes") or "") and row.get("request_rate") == "inf":
             raise Unsupported("a finite burst of variable-length requests: its throughput includes the ramp and the drain, "
                               "which the steady-state closed form does not model")
-        call, args = "offline", (round(P), round(O))
+        call, args = "offline", (round(P), round(O), cached)
     elif scenario == "request_rate":
         rate = row.number("request_rate")
         if rate is None:
@@ -280,9 +290,9 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
         if rate == float("inf"):
             if row.metric in LATENCY_METRICS:
                 raise Unsupported("latency with every request queued at once depends on the request count and the engine's batch limit")
-            call, args = "offline", (round(P), round(O))
+            call, args = "offline", (round(P), round(O), cached)
         else:
-            call, args = "open_loop", (rate, round(P), round(O))
+            call, args = "open_loop", (rate, round(P), round(O), cached)
     else:
         raise Unsupported(f"scenario {scenario} is not modelled")
     _metric(row.metric, None, 1.0, 1.0, check_only=True)
@@ -340,7 +350,7 @@ def predict_percentile(row: "CorpusRow", engine: "EngineProfile | None") -> Pred
             raise Unsupported(f"metric {row.metric} is not predicted at a percentile")
         server = _server(spec_name, hw_name, engine, tuple(sorted(settings.items())))
         instances = max(1.0, (row.number("num_gpus") or settings["tp"]) / settings["tp"])
-        q = benchmark.open_loop_latency(server, rate / instances, round(P), round(O), (99.0,))
+        q = benchmark.open_loop_latency(server, rate / instances, round(P), round(O), (99.0,), cached_prefix(row, assumed))
         if q.saturated:
             raise Unsupported("arrivals exceed what the instance can serve: latency grows with the run's length")
         value = {"ttft_ms": q.ttft_s.at(99.0), "e2e_latency_s": q.e2e_s.at(99.0)}.get(row.metric, q.tpot_s.at(99.0))

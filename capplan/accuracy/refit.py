@@ -11,9 +11,12 @@ using only the rows ``validation/split.yaml`` does not hold out, and writes
 fixes from the engine's source code (default utilisation, batch limits, the budget rule) carry
 their citation instead. ``capplan accuracy`` then reports the error on the held-out rows.
 
-Two narrower fits work on the bundled profiles as they are: ``--unit fp8|fp4`` fits one tensor
-unit's GEMM efficiency on every engine's rows (:func:`fit_unit_efficiency`), and ``--hardware
-FAMILY:CHIP`` fits one chip's overrides for one engine family (:func:`fit_hardware_override`).
+Three narrower fits work on the bundled profiles as they are: ``--unit fp8|fp4`` fits one tensor
+unit's GEMM efficiency on every engine's rows (:func:`fit_unit_efficiency`), ``--hardware
+FAMILY:CHIP`` fits one chip's overrides for one engine family (:func:`fit_hardware_override`),
+and ``--terms FAMILY:TERM[,TERM...]`` refits some of a family's time terms, the others kept
+(:func:`fit_family_terms`). The bundled profiles' last narrow fits, in order, are listed in
+``docs/accuracy.md`` (how the profiles were fitted).
 """
 
 from __future__ import annotations
@@ -413,6 +416,39 @@ def fit_unit_efficiency(unit: str, folder: Path | None = None) -> tuple[float, l
     return float(f"{sol.x[0]:.3g}"), [p.row.id for p, _ in cases]
 
 
+def _narrow_fit(family: str, terms: list[str] | None, hardware: str | None, folder: Path | None, write: bool) -> dict[str, Any]:
+    """Fit ``terms`` of one engine family on the bundled profiles, on that family's fit rows
+    (:func:`family_fit_rows`; those on ``hardware`` only, fitted as its overrides, when given;
+    ``terms`` ``None``: :func:`override_terms`), and write them into every bundled profile of the
+    family with their ``fitted_on`` row ids (``write``)."""
+    from capplan.accuracy.corpus import load_corpus
+    from capplan.accuracy.fit import fit_time_terms
+    from capplan.engine import load_engine
+
+    names = [p.name for p in PROFILES if p.family == family]
+    if not names:
+        raise ValueError(f"no bundled profile of family {family!r}")
+    base = load_engine(names[0])
+    rows = [r for r in family_fit_rows(load_corpus(folder), family) if hardware is None or r.get("hardware") == hardware]
+    prepared = _prepare(rows, base, "serving")
+    if not prepared:
+        raise ValueError(f"no fit row of family {family!r}" + (f" on {hardware!r}" if hardware else ""))
+    terms = override_terms(prepared) if terms is None else terms
+    result = fit_time_terms(base, prepared, terms, hardware=hardware)
+    if write:
+        for name in names:
+            engine = load_engine(name)
+            if hardware is None:
+                update: dict[str, Any] = {"time": engine.time.model_copy(update=result.terms)}
+            else:
+                update = {"hardware": {**engine.hardware, hardware: result.engine.hardware[hardware]}}
+            prefix = f"hardware.{hardware}" if hardware else "time"
+            update["fitted_on"] = {**engine.fitted_on, **{f"{prefix}.{t}": result.row_ids for t in terms}}
+            write_profile(engine.model_copy(update=update))
+    return {"terms": result.terms, "rows": result.row_ids, "before": result.median_abs_error_before,
+            "after": result.median_abs_error_after}
+
+
 def fit_hardware_override(family: str, hardware: str, folder: Path | None = None, write: bool = True) -> dict[str, Any]:
     """Fit one chip's time-term overrides for an engine family on the bundled profiles, outside
     the family fit (which every other chip's rows keep as it is).
@@ -429,34 +465,40 @@ def fit_hardware_override(family: str, hardware: str, folder: Path | None = None
         ``terms`` (fitted values), ``rows`` (ids), ``before`` / ``after`` (median absolute error
         on the rows).
     """
-    from capplan.accuracy.corpus import load_corpus
-    from capplan.accuracy.fit import fit_time_terms
-    from capplan.engine import load_engine
+    return _narrow_fit(family, None, hardware, folder, write)
 
-    names = [p.name for p in PROFILES if p.family == family]
-    if not names:
-        raise ValueError(f"no bundled profile of family {family!r}")
-    base = load_engine(names[0])
-    rows = [r for r in family_fit_rows(load_corpus(folder), family) if r.get("hardware") == hardware]
-    prepared = _prepare(rows, base, "serving")
-    if not prepared:
-        raise ValueError(f"no fit row of family {family!r} on {hardware!r}")
-    terms = override_terms(prepared)
-    result = fit_time_terms(base, prepared, terms, hardware=hardware)
-    if write:
-        for name in names:
-            engine = load_engine(name)
-            hw = {**engine.hardware, hardware: result.engine.hardware[hardware]}
-            fitted_on = {**engine.fitted_on, **{f"hardware.{hardware}.{t}": result.row_ids for t in terms}}
-            write_profile(engine.model_copy(update={"hardware": hw, "fitted_on": fitted_on}))
-    return {"terms": result.terms, "rows": result.row_ids, "before": result.median_abs_error_before,
-            "after": result.median_abs_error_after}
+
+def fit_family_terms(family: str, terms: list[str], folder: Path | None = None, write: bool = True) -> dict[str, Any]:
+    """Refit some of an engine family's time terms on the bundled profiles, the others (and every
+    chip's overrides) kept: after a change to the model that one term absorbed (e.g. the wait
+    for a step under way, which the request overhead had stood in for).
+
+    The rows are the family's fit rows (:func:`family_fit_rows`); the fitted values (with their
+    ``fitted_on`` row ids) are written into every bundled profile of the family (``write``).
+    Returns what :func:`fit_hardware_override` returns.
+    """
+    from capplan.accuracy.fit import BOUNDS
+
+    bad = [t for t in terms if t not in BOUNDS]
+    if bad or not terms:
+        raise ValueError(f"cannot fit {', '.join(bad) or 'no term'} (fittable: {', '.join(BOUNDS)})")
+    return _narrow_fit(family, terms, None, folder, write)
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--unit"]:
         value, ids = fit_unit_efficiency(sys.argv[2])
         print(f"{sys.argv[2]}_gemm_efficiency {value} fitted on {len(ids)} rows: {ids}")
+    elif sys.argv[1:2] == ["--terms"]:
+        family, _, names = (sys.argv[2] if len(sys.argv) > 2 else "").partition(":")
+        if not family or not names:
+            sys.exit("--terms FAMILY:TERM[,TERM...], e.g. --terms vllm:request_overhead_s")
+        try:
+            out = fit_family_terms(family, names.split(","))
+        except ValueError as exc:
+            sys.exit(f"--terms {family}:{names}: {exc}")
+        print(f"{family}: {out['terms']} fitted on {len(out['rows'])} rows; "
+              f"median |error| {out['before']:.1%} -> {out['after']:.1%}")
     elif sys.argv[1:2] == ["--hardware"]:
         family, _, hw_name = (sys.argv[2] if len(sys.argv) > 2 else "").partition(":")
         if not family or not hw_name:
