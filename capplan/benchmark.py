@@ -29,12 +29,16 @@ request's own steps when the prefills of all ``c`` clients do not fit between it
 ``b = c (O - 1) / W`` and ``t_m`` a mixed step::
 
     step = (c k / W) t_m + (1 - c k / W) t_d          ITL = step
-    TTFT = (W - O + 1) t_m + wait + request overhead  E2E = TTFT + (O - 1) ITL
-    output tokens/s = c O / E2E
+    TTFT = (W - O + 1) t_m + wait + residual + request overhead
+    E2E = TTFT + (O - 1) ITL                          output tokens/s = c O / E2E
 
 where ``wait`` is the mean wait of an M/D/1 queue for the prefills of the other clients, at the
-share of time the engine spends on them. When the clients' prefills do not fit one per step
-between a request's decodes, steps carry several prompts' tokens up to the budget (saturated).
+share of time the engine spends on them, and ``residual`` the wait for the step under way when
+the request arrives, ``(1 - exp(-b_others)) E[T^2] / (2 E[T])`` (:func:`step_wait_s`; none for
+requests already queued, which are admitted at a step's end). When the clients' prefills do not
+fit one per step between a request's decodes, steps carry several prompts' tokens up to the
+budget (saturated). A prompt prefix in the prefix cache (``cached_tokens``) is attended to but
+not prefilled: ``P`` above counts the rest.
 
 All times are seconds; throughputs are per engine instance (``tp`` GPUs).
 """

@@ -213,7 +213,16 @@ rows, with per-hardware overrides where a chip's rows stay biased after the fami
 whose rows mostly run tensor-parallel also gets its own all-reduce terms (latency and link
 efficiency: vLLM's custom all-reduce over NVLink and RCCL over Infinity Fabric differ as much as
 the kernels do); `python -m capplan.accuracy.refit --hardware FAMILY:CHIP` fits one chip's
-override on the bundled profiles, outside the family fit (`hardware.CHIP.*` above).
+override on the bundled profiles, outside the family fit (`hardware.CHIP.*` above), and
+`--terms FAMILY:TERM[,TERM...]` refits some of a family's terms with the others kept.
+
+The bundled profiles' last narrow fits, in this order: MI300X's vLLM override (`--hardware
+vllm:mi300x`); then, after the closed form learnt the wait for a step under way and the
+inference-sim rows their cached system prompt, three rounds of `--terms vllm:request_overhead_s`,
+`--terms sglang:request_overhead_s`, `--terms trtllm:request_overhead_s` and `--hardware
+vllm:h100-sxm` (the request overhead is the family's, the H100 override the chip's: fitted in
+turn until neither moved); then the RL framework terms (`python -m capplan.accuracy.rl`), which
+are relative to the serving profile.
 
 ## Rows outside a factor of 2 ({n_worst})
 
@@ -237,6 +246,16 @@ Where the model is still wrong, and why:
   of; its hardware override (bandwidth, GEMM and all-reduce terms, fitted on the MI300X fit rows)
   brings its held-out rows from +20% to within 5% (median), with the 405B FP8 offline
   throughput at 4,096 output tokens still +34%.
+- **vLLM's all-reduce on H100.** With the family's all-reduce (35.5 us a call, fitted while the
+  MI300X rows were in the family) vLLM 0.15's TP2/TP4 H100 rows were 18-24% pessimistic; the H100
+  override fits 3.9 us with the GEMM and link efficiencies at their upper bounds (0.85, 0.90).
+  vLLM's own micro-benchmarks put a small custom all-reduce on H100 at 7-10 us (PR #24111), so
+  the fit also absorbs something else that is cheaper at TP > 1 than the roofline says; a
+  tensor-parallel gpt-oss-120b run (GPUStack, vLLM 0.10) that the 35.5 us matched is now ~70%
+  optimistic in ITL and throughput.
+- **Mixture-of-experts prefill on vLLM.** Mixtral-8x7B's TTFT at TP 2 and 5-10 requests/s is
+  20-45% optimistic while its end-to-end latency is 2-8% pessimistic: the prefill of a few
+  hundred tokens through the fused MoE kernels runs below the rate the roofline gives it.
 
 ## Rows not predicted ({n_unsupported})
 
