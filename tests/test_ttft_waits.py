@@ -150,5 +150,7 @@ def test_family_terms_refit_on_a_small_corpus(tmp_path):
 
     fitted = out["terms"]["request_overhead_s"]
     assert 0.0 <= fitted <= 0.1 and fitted != load_engine("vllm-0.19").time.request_overhead_s
-    with pytest.raises(ValueError, match=r"cannot fit speed \(fittable: "):
+    from capplan.errors import InputError
+
+    with pytest.raises(InputError, match=r"^cannot fit speed \(fittable: "):
         fit_family_terms("vllm", ["speed"], folder=tmp_path, write=False)

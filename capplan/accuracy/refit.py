@@ -475,13 +475,9 @@ def fit_family_terms(family: str, terms: list[str], folder: Path | None = None, 
 
     The rows are the family's fit rows (:func:`family_fit_rows`); the fitted values (with their
     ``fitted_on`` row ids) are written into every bundled profile of the family (``write``).
-    Returns what :func:`fit_hardware_override` returns.
+    Returns what :func:`fit_hardware_override` returns; an unknown term raises
+    :class:`~capplan.errors.InputError` (:func:`~capplan.accuracy.fit.fit_time_terms`).
     """
-    from capplan.accuracy.fit import BOUNDS
-
-    bad = [t for t in terms if t not in BOUNDS]
-    if bad or not terms:
-        raise ValueError(f"cannot fit {', '.join(bad) or 'no term'} (fittable: {', '.join(BOUNDS)})")
     return _narrow_fit(family, terms, None, folder, write)
 
 
@@ -493,9 +489,11 @@ if __name__ == "__main__":
         family, _, names = (sys.argv[2] if len(sys.argv) > 2 else "").partition(":")
         if not family or not names:
             sys.exit("--terms FAMILY:TERM[,TERM...], e.g. --terms vllm:request_overhead_s")
+        from capplan.errors import CapplanError
+
         try:
             out = fit_family_terms(family, names.split(","))
-        except ValueError as exc:
+        except (ValueError, CapplanError) as exc:
             sys.exit(f"--terms {family}:{names}: {exc}")
         print(f"{family}: {out['terms']} fitted on {len(out['rows'])} rows; "
               f"median |error| {out['before']:.1%} -> {out['after']:.1%}")
