@@ -117,12 +117,18 @@ def _decode_run_s(server: Server, batch: float, context: float, steps: float) ->
     return float(np.mean(server.pricer.decode(max(batch, 1.0), ctx).step_time_s)) * steps
 
 
+def _cache_hit(prompt_tokens: float, cached_tokens: float) -> float:
+    """Positions of a prompt found in the prefix cache: at most all but the last, which is always
+    computed (its logits sample the first token) [positions]."""
+    return min(float(cached_tokens), float(prompt_tokens) - 1.0) if cached_tokens else 0.0
+
+
 def prefill_s(server: Server, prompt_tokens: float, batch: float = 1.0, cached_tokens: float = 0.0) -> float:
     """Time to prefill ``batch`` prompts of ``prompt_tokens`` with nothing else running [s]; the
     first ``cached_tokens`` of each are a prefix-cache hit (attended to, not recomputed)."""
     from capplan.roofline import causal_pairs
 
-    C = min(float(cached_tokens), prompt_tokens - 1.0) if cached_tokens else 0.0
+    C = _cache_hit(prompt_tokens, cached_tokens)
     new = prompt_tokens - C
     total = new * batch
     chunk = server.max_num_batched_tokens if server.chunked_prefill else total
@@ -165,7 +171,7 @@ def _closed_loop_arrays(server: Server, concurrency: Any, input_tokens: float, o
     from capplan.roofline import causal_pairs
 
     c = np.atleast_1d(np.asarray(concurrency, dtype=float))
-    C = min(float(cached_tokens), float(input_tokens) - 1.0) if cached_tokens else 0.0
+    C = _cache_hit(input_tokens, cached_tokens)
     P, O = float(input_tokens) - C, float(output_tokens)  # P: the positions a prompt prefills
     M = float(server.max_num_batched_tokens)
     from capplan.speculative import SpeculativePricer
@@ -315,9 +321,10 @@ def open_loop(server: Server, rate: float, input_tokens: int, output_tokens: int
         above = np.nonzero(gap <= 0)[0]
         i = int(above[0]) if above.size else grid.size - 1
         lo, hi = (grid[i - 1], grid[i]) if i > 0 else (grid[0] / 2, grid[0])
+    # without the clients' wait for a step under way: a Poisson arrival finds the time-average
+    # batch (all b decoding), not the other clients' share of it; its wait is added below
     r = closed_loop(server, hi, input_tokens, output_tokens, limited_by="arrival rate", queued=True, cached_tokens=cached_tokens)
     rho = rate / top.requests_per_s
-    # a Poisson arrival sees the time-average batch (all b decoding) and waits for its step
     arrays = _closed_loop_arrays(server, hi, input_tokens, output_tokens, cached_tokens)
     wait = rho / (2.0 * (1.0 - rho)) * prefill_s(server, input_tokens, cached_tokens=cached_tokens)
     wait += float(step_wait_s(arrays, arrays["b"])[0])

@@ -218,6 +218,8 @@ class PreparedServing:
     instances: float
     divisor: float
     assumed: list[str]
+    cached_tokens: float = 0.0
+    """Prompt positions every request finds in the prefix cache (:func:`cached_prefix`)."""
 
     def evaluate(self, engine: "EngineProfile | None" = None) -> float:
         """The predicted value, with ``engine``'s time terms if given (memory as prepared)."""
@@ -230,7 +232,8 @@ class PreparedServing:
             t = engine.time_on(server.pricer.hw.name)
             server = replace(server, pricer=server.pricer.with_inputs(server.pricer.inp.model_copy(update={"engine": engine})),
                              chunked_prefill=t.chunked_prefill, request_overhead_s=t.request_overhead_s)
-        r = getattr(benchmark, self.scenario)(server, *self.args)
+        extra = {"cached_tokens": self.cached_tokens} if self.scenario != "static_batch" else {}
+        r = getattr(benchmark, self.scenario)(server, *self.args, **extra)
         if r.limited_by == "saturated" and self.row.metric in LATENCY_METRICS:
             raise Unsupported("arrivals exceed what the instance can serve: latency grows with the run's length")
         return _metric(self.row.metric, r, self.instances, self.divisor)
@@ -275,14 +278,14 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
         c = row.number("concurrency")
         if c is None:
             raise Unsupported("concurrency not stated")
-        call, args = "closed_loop", (c, round(P), round(O), "clients", False, cached)
+        call, args = "closed_loop", (c, round(P), round(O))
     elif scenario == "offline_max":
         if row.metric in LATENCY_METRICS:
             raise Unsupported("latency with every request queued at once depends on the request count and the engine's batch limit")
         if "derived means" in (row.get("notes") or "") and row.get("request_rate") == "inf":
             raise Unsupported("a finite burst of variable-length requests: its throughput includes the ramp and the drain, "
                               "which the steady-state closed form does not model")
-        call, args = "offline", (round(P), round(O), cached)
+        call, args = "offline", (round(P), round(O))
     elif scenario == "request_rate":
         rate = row.number("request_rate")
         if rate is None:
@@ -290,14 +293,14 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
         if rate == float("inf"):
             if row.metric in LATENCY_METRICS:
                 raise Unsupported("latency with every request queued at once depends on the request count and the engine's batch limit")
-            call, args = "offline", (round(P), round(O), cached)
+            call, args = "offline", (round(P), round(O))
         else:
-            call, args = "open_loop", (rate, round(P), round(O), cached)
+            call, args = "open_loop", (rate, round(P), round(O))
     else:
         raise Unsupported(f"scenario {scenario} is not modelled")
     _metric(row.metric, None, 1.0, 1.0, check_only=True)
     instances, divisor = _instances(row, settings["tp"], hw)
-    return PreparedServing(row, server, call, args, instances, divisor, assumed)
+    return PreparedServing(row, server, call, args, instances, divisor, assumed, cached)
 
 
 def _instances(row: "CorpusRow", tp: int, hw: Any) -> tuple[float, float]:
