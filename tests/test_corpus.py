@@ -98,3 +98,27 @@ def test_a_dtype_fallback_is_an_assumption_of_its_row_not_a_warning():
         warnings.simplefilter("error")
         report = run_accuracy(rows, default_engines())
     assert any("no fp8 tensor unit" in a for r in report.rows for a in r.assumed)
+
+
+def test_a_start_up_log_with_a_drafter_is_priced_with_it(rows):
+    """The EAGLE log (``vllm-llama31-8b-h100-eagle``): vLLM sized its cache with the one-layer
+    draft head as a 33rd KV layer (135,168 bytes a position: 410,128 positions exactly) and its
+    weights loaded before profiling. Predicted with the drafter (``feature_settings.yaml``), the
+    tokens and the available GiB both fall (the draft layer's KV and weights), and the assumption
+    is stated; without it the prediction is the plain target's."""
+    from dataclasses import replace
+
+    from capplan.accuracy import predict
+    from capplan.accuracy.report import default_engines
+
+    engine = default_engines()["vllm-0.10"]
+    row = next(r for r in rows if r.id == "vllm-llama31-8b-h100-eagle:kv_cache_tokens")
+    with_draft = predict.prepare_kv(row, engine)
+    assert with_draft.draft is not None and with_draft.draft.method == "eagle"
+    plain = replace(with_draft, draft=None)
+    assert with_draft.evaluate(engine) < plain.evaluate(engine)
+    assert abs(with_draft.evaluate(engine) / row.measured - 1) < abs(plain.evaluate(engine) / row.measured - 1)
+    assert any("neither changes the KV budget" in a for a in with_draft.assumed)
+    gib = next(r for r in rows if r.id == "vllm-llama31-8b-h100-eagle:available_kv_gib")
+    g = predict.prepare_kv(gib, engine)
+    assert g.evaluate(engine) < replace(g, draft=None).evaluate(engine)

@@ -491,12 +491,19 @@ class PreparedKV:
     hw: Any
     inputs: Any
     assumed: list[str]
+    draft: Any = None
+    """The logged engine's drafter (:class:`capplan.speculative.SpecInputs`), or ``None``."""
 
     def evaluate(self, engine: "EngineProfile | None" = None) -> float:
         from capplan.kv import compute_kv
 
         inp = self.inputs if engine is None else self.inputs.model_copy(update={"engine": engine})
         r = compute_kv(self.spec, self.hw, inp)
+        if self.draft is not None:  # the drafter's weights and KV layers share the budget
+            from capplan.speculative import spec_memory
+
+            m = spec_memory(self.spec, r, self.draft)
+            return float(m.kv_capacity_tokens) if self.row.metric == "kv_cache_tokens" else r.kv_budget_gib_per_gpu - m.draft_weights_gib_per_gpu
         return float(r.kv_capacity_tokens) if self.row.metric == "kv_cache_tokens" else r.kv_budget_gib_per_gpu
 
 
@@ -545,7 +552,14 @@ def prepare_kv(row: "CorpusRow", engine: "EngineProfile | None") -> PreparedKV:
         block_size=_int(row, "block_size", engine.memory.block_size if engine else 16),
         context=_int(row, "max_model_len", 8192),
     )
-    return PreparedKV(row, spec, hw, inp, assumed)
+    fs = feature_settings().get(row.id.split(":")[0], {})  # a start-up log's rows: <log id>:<metric>
+    draft = None
+    if fs.get("spec"):
+        from capplan.speculative import SpecInputs
+
+        draft = SpecInputs(**fs["spec"])
+        assumed += list(fs.get("assumed") or [])
+    return PreparedKV(row, spec, hw, inp, assumed, draft)
 
 
 def predict_kv(row: "CorpusRow", engine: "EngineProfile | None") -> Prediction:
