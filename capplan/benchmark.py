@@ -35,7 +35,8 @@ request's own steps when the prefills of all ``c`` clients do not fit between it
 where ``wait`` is the mean wait of an M/D/1 queue for the prefills of the other clients, at the
 share of time the engine spends on them, and ``residual`` the wait for the step under way when
 the request arrives, ``(1 - exp(-b_others)) E[T^2] / (2 E[T])`` (:func:`step_wait_s`; none for
-requests already queued, which are admitted at a step's end). When the clients' prefills do not
+requests already queued, which are admitted at a step's end; a Poisson arrival of :func:`open_loop`
+finds the whole batch ``b``). When the clients' prefills do not
 fit one per step between a request's decodes, steps carry several prompts' tokens up to the
 budget (saturated). A prompt prefix in the prefix cache (``cached_tokens``) is attended to but
 not prefilled: ``P`` above counts the rest.
@@ -252,23 +253,33 @@ def _chunk_budget(server: Server, spec: Any, M: float, b: Any, c: Any, P: float)
     return np.maximum(M - b, 1.0) if server.chunked_prefill else np.full_like(c, max(P, M))
 
 
+ARRIVALS = ("clients", "poisson", "queued")
+"""How requests reach a :func:`closed_loop` engine: sent by the other clients' peers (a client's
+request finds the other clients' share of the batch decoding), Poisson arrivals (they find the
+time-average batch), or already queued (admitted at a step's end, no step to wait for)."""
+
+
 def closed_loop(server: Server, concurrency: float, input_tokens: int, output_tokens: int, limited_by: str = "clients",
-                queued: bool = False, cached_tokens: float = 0.0) -> BenchmarkResult:
+                arrivals: str = "clients", cached_tokens: float = 0.0) -> BenchmarkResult:
     """``concurrency`` clients, each sending its next request when the last one ends (module notes).
 
     More clients than the engine can run at once (:func:`max_concurrency`) queue: the engine runs
     at its limit and the rest wait, ``wait = clients / throughput - E2E in the engine`` (Little's
-    law), which is added to TTFT and latency. Queued requests (those, or ``queued``: every
-    request sent at once) are admitted at a step's end, without waiting for a step under way.
+    law), which is added to TTFT and latency. A request that arrives during a step waits for it
+    to end (:func:`step_wait_s`), how often by ``arrivals`` (:data:`ARRIVALS`); queued requests
+    (those, or ``arrivals="queued"``: every request sent at once) are admitted at a step's end.
     The first ``cached_tokens`` of every prompt are a prefix-cache hit (a shared system prompt).
     """
     _check(concurrency=concurrency, input_tokens=input_tokens, output_tokens=output_tokens)
+    if arrivals not in ARRIVALS:
+        raise InputError(f"arrivals {arrivals!r}: one of {', '.join(ARRIVALS)}")
     top, why = max_concurrency(server, input_tokens, output_tokens)
     running = min(float(concurrency), top)
     arrays = _closed_loop_arrays(server, running, input_tokens, output_tokens, cached_tokens)
     a = {k: float(v[0]) for k, v in arrays.items()}
-    if not (queued or concurrency > top):  # a client's request finds the other clients' decodes
-        wait = float(step_wait_s(arrays, arrays["b"] * (running - 1.0) / running)[0])
+    if arrivals != "queued" and concurrency <= top:
+        others = arrays["b"] * ((running - 1.0) / running if arrivals == "clients" else 1.0)
+        wait = float(step_wait_s(arrays, others)[0])
         a["ttft"] += wait
         a["e2e"] += wait
     e2e = a["e2e"]
@@ -296,7 +307,7 @@ def max_concurrency(server: Server, input_tokens: int, output_tokens: int) -> tu
 def offline(server: Server, input_tokens: int, output_tokens: int, cached_tokens: float = 0.0) -> BenchmarkResult:
     """Every request queued at once: the engine runs at its largest batch."""
     c, why = max_concurrency(server, input_tokens, output_tokens)
-    r = closed_loop(server, c, input_tokens, output_tokens, limited_by=why, queued=True, cached_tokens=cached_tokens)
+    r = closed_loop(server, c, input_tokens, output_tokens, limited_by=why, arrivals="queued", cached_tokens=cached_tokens)
     return BenchmarkResult(**{**r.as_dict(), "scenario": "offline"})
 
 
@@ -305,7 +316,8 @@ def open_loop(server: Server, rate: float, input_tokens: int, output_tokens: int
 
     The requests in the engine ``c`` solve ``c = rate x E2E(c)`` (Little's law, E2E from the
     closed-loop model at ``c``). TTFT adds the mean wait of an M/D/1 queue whose server is the
-    engine at utilisation ``rho = rate / max rate``: ``rho / (2 (1 - rho))`` prefills. Above the
+    engine at utilisation ``rho = rate / max rate``: ``rho / (2 (1 - rho))`` prefills, and the wait
+    for the step under way (a Poisson arrival finds the whole batch decoding). Above the
     instance's largest rate the result is the offline one, marked ``saturated``.
     """
     _check(rate=rate, input_tokens=input_tokens, output_tokens=output_tokens)
@@ -321,13 +333,9 @@ def open_loop(server: Server, rate: float, input_tokens: int, output_tokens: int
         above = np.nonzero(gap <= 0)[0]
         i = int(above[0]) if above.size else grid.size - 1
         lo, hi = (grid[i - 1], grid[i]) if i > 0 else (grid[0] / 2, grid[0])
-    # without the clients' wait for a step under way: a Poisson arrival finds the time-average
-    # batch (all b decoding), not the other clients' share of it; its wait is added below
-    r = closed_loop(server, hi, input_tokens, output_tokens, limited_by="arrival rate", queued=True, cached_tokens=cached_tokens)
+    r = closed_loop(server, hi, input_tokens, output_tokens, limited_by="arrival rate", arrivals="poisson", cached_tokens=cached_tokens)
     rho = rate / top.requests_per_s
-    arrays = _closed_loop_arrays(server, hi, input_tokens, output_tokens, cached_tokens)
     wait = rho / (2.0 * (1.0 - rho)) * prefill_s(server, input_tokens, cached_tokens=cached_tokens)
-    wait += float(step_wait_s(arrays, arrays["b"])[0])
     ttft = r.ttft_s + wait
     e2e = r.e2e_latency_s + wait
     return BenchmarkResult(**{**r.as_dict(), "scenario": "open_loop", "ttft_s": ttft, "e2e_latency_s": e2e,

@@ -154,3 +154,19 @@ def test_family_terms_refit_on_a_small_corpus(tmp_path):
 
     with pytest.raises(InputError, match=r"^cannot fit speed \(fittable: "):
         fit_family_terms("vllm", ["speed"], folder=tmp_path, write=False)
+
+
+def test_arrivals_decide_how_often_a_step_is_under_way(server):
+    """At the same 8 requests in the engine, a Poisson arrival finds all of the batch decoding
+    (busy ``1 - exp(-b)``), a closed-loop client only the other 7 clients' share (``7 b / 8``),
+    and a queued request is admitted at a step's end; everything else is the same engine."""
+    a = B._closed_loop_arrays(server, 8.0, 1000, 200)
+    base = float(a["ttft"][0])
+    expect = {"queued": 0.0, "clients": float(B.step_wait_s(a, a["b"] * 7 / 8)[0]), "poisson": float(B.step_wait_s(a, a["b"])[0])}
+    for arrivals, wait in expect.items():
+        assert B.closed_loop(server, 8, 1000, 200, arrivals=arrivals).ttft_s == pytest.approx(base + wait, rel=1e-12)
+    assert 0.0 < expect["clients"] < expect["poisson"]
+    from capplan.errors import InputError
+
+    with pytest.raises(InputError, match=r"^arrivals 'bursty': one of clients, poisson, queued$"):
+        B.closed_loop(server, 8, 1000, 200, arrivals="bursty")

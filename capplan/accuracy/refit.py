@@ -481,31 +481,30 @@ def fit_family_terms(family: str, terms: list[str], folder: Path | None = None, 
     return _narrow_fit(family, terms, None, folder, write)
 
 
+def _narrow_fit_command(flag: str, run: Any, example: str) -> None:
+    """``--terms`` / ``--hardware FAMILY:ARG``: run ``run(family, arg)`` and print its fit in one
+    line, or exit with a one-line message (a missing argument, an unknown family, chip or term)."""
+    from capplan.errors import CapplanError
+
+    family, _, arg = (sys.argv[2] if len(sys.argv) > 2 else "").partition(":")
+    if not family or not arg:
+        sys.exit(f"{flag} {example}")
+    try:
+        out = run(family, arg)
+    except (ValueError, CapplanError) as exc:
+        sys.exit(f"{flag} {family}:{arg}: {exc}")
+    print(f"{family} ({arg}): {out['terms']} fitted on {len(out['rows'])} rows; "
+          f"median |error| {out['before']:.1%} -> {out['after']:.1%}")
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--unit"]:
         value, ids = fit_unit_efficiency(sys.argv[2])
         print(f"{sys.argv[2]}_gemm_efficiency {value} fitted on {len(ids)} rows: {ids}")
     elif sys.argv[1:2] == ["--terms"]:
-        family, _, names = (sys.argv[2] if len(sys.argv) > 2 else "").partition(":")
-        if not family or not names:
-            sys.exit("--terms FAMILY:TERM[,TERM...], e.g. --terms vllm:request_overhead_s")
-        from capplan.errors import CapplanError
-
-        try:
-            out = fit_family_terms(family, names.split(","))
-        except (ValueError, CapplanError) as exc:
-            sys.exit(f"--terms {family}:{names}: {exc}")
-        print(f"{family}: {out['terms']} fitted on {len(out['rows'])} rows; "
-              f"median |error| {out['before']:.1%} -> {out['after']:.1%}")
+        _narrow_fit_command("--terms", lambda f, a: fit_family_terms(f, a.split(",")),
+                            "FAMILY:TERM[,TERM...], e.g. --terms vllm:request_overhead_s")
     elif sys.argv[1:2] == ["--hardware"]:
-        family, _, hw_name = (sys.argv[2] if len(sys.argv) > 2 else "").partition(":")
-        if not family or not hw_name:
-            sys.exit("--hardware FAMILY:CHIP, e.g. --hardware vllm:mi300x")
-        try:
-            out = fit_hardware_override(family, hw_name)
-        except ValueError as exc:
-            sys.exit(f"--hardware {family}:{hw_name}: {exc}")
-        print(f"{family} on {hw_name}: {out['terms']} fitted on {len(out['rows'])} rows; "
-              f"median |error| {out['before']:.1%} -> {out['after']:.1%}")
+        _narrow_fit_command("--hardware", fit_hardware_override, "FAMILY:CHIP, e.g. --hardware vllm:mi300x")
     else:
         refit()
