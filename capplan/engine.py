@@ -132,6 +132,12 @@ class TimeTerms(BaseModel):
     Hopper-, Ada- and Blackwell-class chips): scaled FP8 kernels reach a smaller share of their
     datasheet peak than 16-bit ones; no effect on other units (an A100 runs fp8 weights on its
     16-bit unit)."""
+    weight_only_moe_efficiency: float = Field(default=1.0, gt=0, le=1)
+    """Multiplier [0-1] on the GEMM and bandwidth efficiency of routed-expert GEMMs whose weights
+    are narrower than the 16-bit tensor unit they run on (weight-only kernels that dequantise in
+    the GEMM, e.g. vLLM's W4A16 MXFP4 MoE on Hopper for gpt-oss): they read the narrow weights
+    and multiply at a smaller share of the bandwidth and FLOP/s than 16-bit grouped GEMMs; no
+    effect on dense layers or on experts that run on their own unit."""
     step_overhead_s: float = Field(default=0.002, ge=0)
     """Fixed host time per engine step (scheduling, launch, sampling set-up) [s]."""
     enforce_eager: bool = False

@@ -50,7 +50,9 @@ Counting rules (each is explained, with alternatives, in ``docs/roofline.md``):
   once per micro-batch and hides ``tbo_overlap_efficiency x min(compute or memory, all-to-all)``.
 * **Quantised experts and FP4.** ``expert_dtype`` sets the routed experts' bytes and tensor unit;
   an FP4 unit runs at ``fp4_gemm_efficiency`` of the engine's GEMM efficiency, an FP8 unit at
-  ``fp8_gemm_efficiency``.
+  ``fp8_gemm_efficiency``. Experts narrower than the 16-bit unit they run on (weight-only
+  kernels, e.g. MXFP4 on Hopper with ``--gemm-dtype bf16``) reach ``weight_only_moe_efficiency``
+  of the GEMM and bandwidth efficiency on their FLOPs and the bytes of the experts they touch.
 
 The byte sizes of quantised weights and KV come from :mod:`capplan.kv`
 (``WEIGHT_DTYPE_BYTES``, ``KV_DTYPE_BYTES``), and the resident weights per GPU from
@@ -366,6 +368,28 @@ def _terms(
     }
 
 
+def _weight_only(expert_dtype: str, unit: str) -> bool:
+    """Whether experts of ``expert_dtype`` on tensor unit ``unit`` run weight-only kernels: weights
+    narrower than a 16-bit unit, dequantised inside the GEMM (W4A16, W8A16)."""
+    return unit in ("bf16", "fp16") and WEIGHT_DTYPE_BYTES[expert_dtype] < 2.0
+
+
+def weight_only_experts(spec: "ModelSpec", hw: "HardwareProfile", inp: RooflineInputs) -> bool:
+    """Whether ``spec``'s routed experts run weight-only kernels on ``hw`` with ``inp`` (the steps
+    :attr:`~capplan.engine.TimeTerms.weight_only_moe_efficiency` prices)."""
+    if spec.moe is None:
+        return False
+    r = inp.resolved(hw)
+    return _weight_only(inp.expert_dtype or str(r.weight_dtype), _expert_unit(hw, inp, r))
+
+
+def _expert_unit(hw: "HardwareProfile", inp: RooflineInputs, r: RooflineInputs) -> str:
+    """The tensor unit the routed experts' GEMMs run on (``r``: ``inp`` resolved on ``hw``)."""
+    if inp.expert_dtype not in (None, inp.weight_dtype):
+        return hw.gemm_unit(inp.expert_dtype, inp.gemm_dtype, "--expert-dtype")
+    return str(r.gemm_dtype or r.weight_dtype)
+
+
 def _hw_terms(hw: "HardwareProfile", inp: RooflineInputs) -> dict[str, float]:
     """Hardware peaks and the resolved efficiency and host-time terms of one step."""
     r = inp.resolved(hw)
@@ -373,9 +397,7 @@ def _hw_terms(hw: "HardwareProfile", inp: RooflineInputs) -> dict[str, float]:
     terms = inp.profile().time_on(hw.name)
     attention = terms.attention_efficiency if inp.compute_efficiency is None else ce
     peak_gemm = hw.peak_flops(r.gemm_dtype or r.weight_dtype)
-    expert_unit = r.gemm_dtype or r.weight_dtype
-    if inp.expert_dtype not in (None, inp.weight_dtype):
-        expert_unit = hw.gemm_unit(inp.expert_dtype, inp.gemm_dtype, "--expert-dtype")
+    expert_unit = _expert_unit(hw, inp, r)
     ep = inp.ep
     gpn = float(hw.gpus_per_node)
     inter = hw.inter_node_bandwidth_bytes_per_s * terms.alltoall_efficiency
@@ -397,6 +419,10 @@ def _hw_terms(hw: "HardwareProfile", inp: RooflineInputs) -> dict[str, float]:
     peak_expert = peak_gemm
     if expert_unit != (r.gemm_dtype or r.weight_dtype):
         peak_expert = hw.peak_flops(expert_unit) * unit_efficiency.get(expert_unit, 1.0)
+    # weight-only experts: their FLOPs and the bytes of the experts a step touches at
+    # weight_only_moe_efficiency (module notes)
+    wo = terms.weight_only_moe_efficiency if _weight_only(inp.expert_dtype or str(r.weight_dtype), expert_unit) else 1.0
+    peak_expert = peak_expert * wo
     return {
         "a2a_ll_s_per_byte": ll_s_per_byte,
         "a2a_nic_s_per_byte": 1.0 / inter,
@@ -404,6 +430,7 @@ def _hw_terms(hw: "HardwareProfile", inp: RooflineInputs) -> dict[str, float]:
         "a2a_nodes": float(nodes),
         "a2a_mode": {"auto": 0.0, "low_latency": 1.0, "normal": 2.0}[inp.alltoall_mode],
         "peak_expert": peak_expert,
+        "routed_bytes_extra": 1.0 / wo - 1.0,
         # dispatch moves fp8 hidden states (+ one fp32 scale per 128) when the experts run on an
         # fp8/fp4 unit (DeepEP "FP8 dispatching and BF16 combining"), else 16-bit; combine 16-bit
         "a2a_bytes_per_element": (1.0 + 4.0 / 128 if expert_unit in ("fp8", "fp4") else 2.0) + 2.0,
@@ -491,7 +518,9 @@ def _evaluate(
     # two-batch overlap runs the step as two micro-batches of half the positions, each reading
     # the weights (the expert weights its half touches)
     half = 1.0 - q ** (new * t["dp"] / 2.0)
-    weights = np.where((w["tbo"] > 0) & (new >= 2), 2.0 * (t["fixed_weight_bytes"] + t["routed_bytes"] * half + t["head_bytes"] * has_logits), weights)
+    tbo_split = (w["tbo"] > 0) & (new >= 2)
+    weights = np.where(tbo_split, 2.0 * (t["fixed_weight_bytes"] + t["routed_bytes"] * half + t["head_bytes"] * has_logits), weights)
+    routed_read = t["routed_bytes"] * np.where(tbo_split, 2.0 * half, touched)
     kv_read = t["kv_bytes_full"] * read + t["kv_bytes_window"] * read_w + t["state_bytes_per_seq"] * seqs
     kv_write = (t["kv_bytes_full"] + t["kv_bytes_window"]) * new + t["state_bytes_per_seq"] * seqs
     act = t["act_bytes_per_token"] * new + t["act_bytes_per_logit"] * logits
@@ -507,7 +536,8 @@ def _evaluate(
     routed_work = t["routed_flops_per_token"] * new * (1.0 + w["moe_extra"])
     expert_extra = routed_work * ((1.0 + w["imbalance_extra"]) / w["peak_expert"] - 1.0 / w["peak_gemm"])
     compute_time = (gemm_work / w["peak_gemm"] + (attn + head) / (w["peak_16"] * w["attention_rel"]) + expert_extra) / w["ce"]
-    memory_time = nbytes / (w["hbm"] * w["be"])
+    # weight-only experts stream their bytes at a share of the bandwidth (0 extra otherwise)
+    memory_time = (nbytes + routed_read * w["routed_bytes_extra"]) / (w["hbm"] * w["be"])
 
     tp = t["tp"]
     link = np.where(tp <= w["gpus_per_node"], w["intra"], w["inter"]) * w["ie"]
@@ -569,10 +599,10 @@ _SCALAR_HW = (
 def _scalar_path_exact(t: dict[str, Any], w: dict[str, Any]) -> bool:
     """Whether :func:`_evaluate_one` gives :func:`_evaluate`'s result: no expert or data
     parallelism, no two-batch overlap, no load imbalance and the experts on the dense GEMMs' unit
-    (every term the scalar path leaves out is then exactly 0)."""
+    at its efficiency (every term the scalar path leaves out is then exactly 0)."""
     return (
         t["ep"] == 1 and t["dp"] == 1 and w["tbo"] == 0 and w["imbalance_extra"] == 0
-        and w["peak_expert"] == w["peak_gemm"]
+        and w["peak_expert"] == w["peak_gemm"] and w["routed_bytes_extra"] == 0
     )
 
 

@@ -11,8 +11,10 @@ using only the rows ``validation/split.yaml`` does not hold out, and writes
 fixes from the engine's source code (default utilisation, batch limits, the budget rule) carry
 their citation instead. ``capplan accuracy`` then reports the error on the held-out rows.
 
-Three narrower fits work on the bundled profiles as they are: ``--unit fp8|fp4`` fits one tensor
-unit's GEMM efficiency on every engine's rows (:func:`fit_unit_efficiency`), ``--hardware
+Three narrower fits work on the bundled profiles as they are: ``--unit fp8|fp4|weight-only``
+fits one kernel class's efficiency on every engine's rows (:func:`fit_unit_efficiency`; with
+``--write`` after the value is set in :data:`FEATURE_TIME_TERMS`, it and its ``fitted_on`` go
+into every bundled profile), ``--hardware
 FAMILY:CHIP`` fits one chip's overrides for one engine family (:func:`fit_hardware_override`),
 and ``--terms FAMILY:TERM[,TERM...]`` refits some of a family's time terms, the others kept
 (:func:`fit_family_terms`). The bundled profiles' last narrow fits, in order, are listed in
@@ -50,6 +52,7 @@ FEATURE_TIME_TERMS: dict[str, float] = {
     "tbo_overlap_efficiency": 0.55,
     "fp4_gemm_efficiency": 0.443,
     "fp8_gemm_efficiency": 0.798,
+    "weight_only_moe_efficiency": 0.535,
     "eager_s_per_layer": 0.00034,
     "alltoall_efficiency": 0.96,
     "host_link_efficiency": 0.78,
@@ -86,6 +89,14 @@ FEATURE_SOURCES: dict[str, str] = {
         "fits, each row priced with its family's profile) on the 155 serving rows of every engine with FP8 weights on a chip "
         "with an FP8 unit that split.yaml does not hold out; every profile takes the same value. Held-out FP8 rows (112): "
         "median |error| 13.9% -> 12.5%, signed +3.1% -> -3.0%."),
+    "time.weight_only_moe_efficiency": (
+        "FITTED by capplan.accuracy.refit.fit_unit_efficiency('weight-only') (soft-L1 least squares on log ratios, outside "
+        "the family fits, each row priced with its family's profile) on the 11 serving rows whose routed experts run "
+        "weight-only kernels that split.yaml does not hold out: gpt-oss-20b and gpt-oss-120b (MXFP4 experts) under vLLM on "
+        "H100, where vLLM runs them as W4A16 MoE kernels (vllm/model_executor/layers/quantization/mxfp4.py: Hopper has no FP4 "
+        "unit; mxfp4_w4a16_moe_quant_config, Triton matmul_ogs or Marlin). Held out: the 6 other such rows (gpt-oss-20b "
+        "20K-token TTFT and throughput, gpt-oss-120b c4 throughput and TPOT). Every profile takes the same value (no SGLang "
+        "or TensorRT-LLM weight-only MoE row exists)."),
     "time.alltoall_efficiency": (
         "DeepEP docs/legacy.md (deepseek-ai/DeepEP @ 0297fc8), low-latency dispatch at EP32 on H800 with one 400 Gb/s CX7 "
         "per GPU: 48 GB/s of ~50 GB/s."),
@@ -246,7 +257,7 @@ def refit(folder: Path | None = None, write: bool = True) -> dict[str, Any]:
     from capplan.accuracy.corpus import load_corpus
     from capplan.accuracy.fit import fit_time_terms
     from capplan.accuracy.report import kv_profile_name
-    from capplan.engine import ByGpuClass, EngineProfile, MemoryTerms, TimeTerms
+    from capplan.engine import ByGpuClass, EngineProfile, MemoryTerms, TimeTerms, load_engine
 
     corpus = load_corpus(folder)
     fit_rows = [r for r in corpus if not r.held_out]
@@ -259,7 +270,8 @@ def refit(folder: Path | None = None, write: bool = True) -> dict[str, Any]:
             memory=MemoryTerms(**mem), time=TimeTerms(**{**FEATURE_TIME_TERMS, **spec.time}), calibration="validation corpus fit",
             sources={**FEATURE_SOURCES, **spec.sources},
         )
-        fitted_on: dict[str, list[str]] = {}
+        # the feature terms are not refitted here: their rows stay as the last narrow fit wrote them
+        fitted_on = {k: v for k, v in load_engine(spec.name).fitted_on.items() if k.removeprefix("time.") in FEATURE_TIME_TERMS}
         if spec.fit_memory:
             kv_rows = [r for r in fit_rows if r.kind == "kv" and kv_profile_name(r) == spec.name]
             prepared = _prepare(kv_rows, engine, "kv")
@@ -360,11 +372,18 @@ def write_profile(engine: Any, folder: Path | None = None) -> Path:
     return path
 
 
+UNIT_TERMS = {"fp8": "fp8_gemm_efficiency", "fp4": "fp4_gemm_efficiency", "weight-only": "weight_only_moe_efficiency"}
+"""The kernel-class multipliers :func:`fit_unit_efficiency` fits: GEMMs on an FP8 or FP4 tensor
+unit, and routed experts on weight-only kernels."""
+
+
 def fit_unit_efficiency(unit: str, folder: Path | None = None) -> tuple[float, list[str]]:
-    """Fit the GEMM efficiency multiplier of one tensor unit (``fp8_gemm_efficiency`` for
-    ``"fp8"``) on the serving rows of every engine whose weights run on that unit, outside the
-    family fits: each row priced with its family's bundled profile, one shared multiplier,
-    soft-L1 least squares on log ratios, rows held out by ``validation/split.yaml`` left out.
+    """Fit the efficiency multiplier of one kernel class (:data:`UNIT_TERMS`:
+    ``fp8_gemm_efficiency`` for ``"fp8"``, ``weight_only_moe_efficiency`` for ``"weight-only"``)
+    on the serving rows of every engine whose weights run on that unit (whose routed experts run
+    weight-only kernels), outside the family fits: each row priced with its family's bundled
+    profile, one shared multiplier, soft-L1 least squares on log ratios, rows held out by
+    ``validation/split.yaml`` left out.
 
     Returns
     -------
@@ -381,23 +400,27 @@ def fit_unit_efficiency(unit: str, folder: Path | None = None) -> tuple[float, l
     from capplan.accuracy.predict import Unsupported, engine_family, prepare_serving
     from capplan.accuracy.report import default_engines
     from capplan.errors import CapplanError
+    from capplan.roofline import weight_only_experts
 
-    term = f"{unit}_gemm_efficiency"
+    if unit not in UNIT_TERMS:
+        raise ValueError(f"unknown unit {unit!r}: one of {', '.join(UNIT_TERMS)}")
+    term = UNIT_TERMS[unit]
     engines = default_engines()
     cases = []
     for row in load_corpus(folder):
         if row.kind != "serving" or row.held_out:
             continue
         engine = engines[engine_family(row.get("engine"))]
-        try:
-            prepared = prepare_serving(row, engine)
-        except (Unsupported, CapplanError):
-            continue
-        pricer = prepared.server.pricer
         with warnings.catch_warnings():  # an fp8 row on an A100 runs on its 16-bit unit: not this unit's row
             warnings.simplefilter("ignore")
+            try:
+                prepared = prepare_serving(row, engine)
+            except (Unsupported, CapplanError):
+                continue
+            pricer = prepared.server.pricer
             resolved = pricer.inp.resolved(pricer.hw)
-        if (resolved.gemm_dtype or resolved.weight_dtype) != unit:
+            weight_only = weight_only_experts(pricer.spec, pricer.hw, pricer.inp)
+        if not weight_only if unit == "weight-only" else (resolved.gemm_dtype or resolved.weight_dtype) != unit:
             continue
         cases.append((prepared, engine))
 
@@ -414,6 +437,24 @@ def fit_unit_efficiency(unit: str, folder: Path | None = None) -> tuple[float, l
 
     sol = least_squares(residuals, [0.8], bounds=([0.2], [1.0]), loss="soft_l1", f_scale=0.2, diff_step=1e-3)
     return float(f"{sol.x[0]:.3g}"), [p.row.id for p, _ in cases]
+
+
+def write_feature_terms(fitted_on: dict[str, list[str]] | None = None, folder: Path | None = None) -> list[Path]:
+    """Write :data:`FEATURE_TIME_TERMS` and their :data:`FEATURE_SOURCES` into every bundled
+    profile, every other term kept; ``fitted_on`` (term -> row ids) records the rows of a
+    :func:`fit_unit_efficiency` just run."""
+    from capplan.engine import load_engine
+
+    paths = []
+    for spec in PROFILES:
+        engine = load_engine(spec.name)
+        update = {
+            "time": engine.time.model_copy(update={**FEATURE_TIME_TERMS, **spec.time}),
+            "sources": {**engine.sources, **FEATURE_SOURCES},
+            "fitted_on": {**engine.fitted_on, **{f"time.{t}": ids for t, ids in (fitted_on or {}).items()}},
+        }
+        paths.append(write_profile(engine.model_copy(update=update), folder))
+    return paths
 
 
 def _narrow_fit(family: str, terms: list[str] | None, hardware: str | None, folder: Path | None, write: bool) -> dict[str, Any]:
@@ -499,8 +540,17 @@ def _narrow_fit_command(flag: str, run: Any, example: str) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--unit"]:
-        value, ids = fit_unit_efficiency(sys.argv[2])
-        print(f"{sys.argv[2]}_gemm_efficiency {value} fitted on {len(ids)} rows: {ids}")
+        unit = sys.argv[2] if len(sys.argv) > 2 else ""
+        if unit not in UNIT_TERMS:
+            sys.exit(f"--unit {unit}: one of {', '.join(UNIT_TERMS)}")
+        term = UNIT_TERMS[unit]
+        value, ids = fit_unit_efficiency(unit)
+        print(f"{term} {value} fitted on {len(ids)} rows: {ids}")
+        if sys.argv[3:4] == ["--write"]:
+            if value != FEATURE_TIME_TERMS[term]:
+                sys.exit(f"--write: set FEATURE_TIME_TERMS[{term!r}] = {value} (and its FEATURE_SOURCES citation) first")
+            for path in write_feature_terms({term: ids}):
+                print(f"wrote {path}")
     elif sys.argv[1:2] == ["--terms"]:
         _narrow_fit_command("--terms", lambda f, a: fit_family_terms(f, a.split(",")),
                             "FAMILY:TERM[,TERM...], e.g. --terms vllm:request_overhead_s")

@@ -222,7 +222,8 @@ inference-sim rows their cached system prompt, three rounds of `--terms vllm:req
 `--terms sglang:request_overhead_s`, `--terms trtllm:request_overhead_s` and `--hardware
 vllm:h100-sxm` (the request overhead is the family's, the H100 override the chip's: fitted in
 turn until neither moved); then the RL framework terms (`python -m capplan.accuracy.rl`), which
-are relative to the serving profile.
+are relative to the serving profile; then `--unit weight-only --write` (the weight-only MoE
+kernels' efficiency, which no other term had absorbed).
 
 ## Rows outside a factor of 2 ({n_worst})
 
@@ -251,8 +252,12 @@ Where the model is still wrong, and why:
   override fits 3.9 us with the GEMM and link efficiencies at their upper bounds (0.85, 0.90).
   vLLM's own micro-benchmarks put a small custom all-reduce on H100 at 7-10 us (PR #24111), so
   the fit also absorbs something else that is cheaper at TP > 1 than the roofline says; a
-  tensor-parallel gpt-oss-120b run (GPUStack, vLLM 0.10) that the 35.5 us matched is now ~70%
-  optimistic in ITL and throughput.
+  tensor-parallel gpt-oss-120b run (GPUStack, vLLM 0.10) is 22-27% optimistic in ITL and
+  throughput where its one-GPU run is within 9%.
+- **Weight-only MoE kernels.** vLLM runs gpt-oss's MXFP4 experts on Hopper as W4A16 kernels,
+  which stream and multiply at about half the rate of 16-bit grouped GEMMs
+  (`weight_only_moe_efficiency`, fitted on 11 gpt-oss rows); before that term the 6 held-out
+  gpt-oss rows were 50-79% optimistic.
 - **Mixture-of-experts prefill on vLLM.** Mixtral-8x7B's TTFT at TP 2 and 5-10 requests/s is
   20-45% optimistic while its end-to-end latency is 2-8% pessimistic: the prefill of a few
   hundred tokens through the fused MoE kernels runs below the rate the roofline gives it.
