@@ -145,8 +145,13 @@ class TimeTerms(BaseModel):
     launches every kernel of every layer and each step takes ``eager_s_per_layer`` more per
     decoder layer; no CUDA-graph memory is reserved."""
     eager_s_per_layer: float = Field(default=EAGER_S_PER_LAYER, ge=0, le=1)
-    """Host time an eager step adds per decoder layer over a CUDA-graph step [s] (used only with
-    ``enforce_eager``)."""
+    """Host time an eager step adds per decoder layer over a CUDA-graph step [s] (used with
+    ``enforce_eager``, and for steps beyond ``cuda_graph_max_batch``)."""
+    cuda_graph_max_batch: int | None = Field(default=None, ge=1)
+    """Largest decode batch the engine captures a CUDA graph for (SGLang ``--cuda-graph-max-bs``,
+    vLLM ``max_cudagraph_capture_size``): a step with more sequences runs without a graph and pays
+    ``eager_s_per_layer`` per decoder layer, as an eager step does; ``None``: every batch is
+    captured (or the engine needs no graphs)."""
     per_sequence_s: float = Field(default=0.0, ge=0)
     """Host time per sequence in a step (scheduling, sampling, detokenisation) [s]."""
     request_overhead_s: float = Field(default=0.0, ge=0)

@@ -449,6 +449,9 @@ def _hw_terms(hw: "HardwareProfile", inp: RooflineInputs) -> dict[str, float]:
         "latency_s": float(r.allreduce_latency_us) * 1e-6,  # type: ignore[arg-type]
         "overhead_s": float(r.step_overhead_s),  # type: ignore[arg-type]
         "eager_s_per_layer": terms.eager_s_per_layer if terms.enforce_eager else 0.0,
+        # a step with more sequences than the largest captured CUDA graph runs eagerly
+        "graph_max_seqs": float(terms.cuda_graph_max_batch) if terms.cuda_graph_max_batch and not terms.enforce_eager else _INF,
+        "graphless_s_per_layer": terms.eager_s_per_layer,
         "attention_rel": attention / ce,
         "gemm_half_tokens": terms.gemm_half_tokens,
         "moe_extra": 1.0 / terms.moe_gemm_efficiency - 1.0,
@@ -558,6 +561,7 @@ def _evaluate(
     comm = comm + np.where(w["tbo"] > 0, alltoall - w["tbo_overlap"] * np.minimum(busy, alltoall), alltoall)
 
     host = w["overhead_s"] + w["eager_s_per_layer"] * t["layers"] + w["per_sequence_s"] * seqs
+    host = host + np.where(seqs > w["graph_max_seqs"], w["graphless_s_per_layer"] * t["layers"], 0.0)
     step = busy + comm + host
     is_compute = compute_time >= memory_time
     out = StepCost(
@@ -592,7 +596,8 @@ _SCALAR_TERMS = (
 )
 _SCALAR_HW = (
     "peak_gemm", "peak_16", "gemm_half_tokens", "moe_extra", "attention_rel", "ce", "hbm", "be", "intra", "inter",
-    "gpus_per_node", "ie", "latency_s", "overhead_s", "per_sequence_s", "eager_s_per_layer",
+    "gpus_per_node", "ie", "latency_s", "overhead_s", "per_sequence_s", "eager_s_per_layer", "graph_max_seqs",
+    "graphless_s_per_layer",
 )
 
 
@@ -629,7 +634,7 @@ def _evaluate_one(
         fixed_weight_bytes, routed_bytes, head_bytes, kv_full, kv_window, state_per_seq, act_per_token, act_per_logit,
         routed_per_token, tp, hidden, logit_gather_bytes, layers,
         peak_gemm, peak_16, gemm_half_tokens, moe_extra, attention_rel, ce, hbm, be, intra, inter, gpus_per_node, ie,
-        latency_s, overhead_s, per_sequence_s, eager_s_per_layer,
+        latency_s, overhead_s, per_sequence_s, eager_s_per_layer, graph_max_seqs, graphless_s_per_layer,
     ) = terms
     has_logits = logits > 0
     gemm = gemm_per_token * new
@@ -660,6 +665,7 @@ def _evaluate_one(
         comm = 0.0
 
     host = overhead_s + eager_s_per_layer * layers + per_sequence_s * seqs
+    host = host + (graphless_s_per_layer * layers if seqs > graph_max_seqs else 0.0)
     step = (compute_time if compute_time >= memory_time else memory_time) + comm + host
     return fast_init(
         StepCost,

@@ -122,3 +122,28 @@ def test_a_start_up_log_with_a_drafter_is_priced_with_it(rows):
     gib = next(r for r in rows if r.id == "vllm-llama31-8b-h100-eagle:available_kv_gib")
     g = predict.prepare_kv(gib, engine)
     assert g.evaluate(engine) < replace(g, draft=None).evaluate(engine)
+
+
+def test_warm_up_tails_are_excluded_by_their_rule_and_only_they():
+    """A first load stage's p99 is left out exactly when the same experiment's next stage, offered
+    more requests per second, has a p99 of the same metric more than 10% shorter (a tail that
+    falls as the load rises is warm-up, not a steady state): the rule, recomputed from the rows'
+    notes, gives the same rows ``validation/split.yaml`` lists, and every such listing states it."""
+    import re
+    from collections import defaultdict
+
+    from capplan.accuracy.corpus import load_corpus, load_split
+
+    rows = load_corpus()
+    stages: dict[tuple, dict[str, object]] = defaultdict(dict)
+    for r in rows:
+        notes = r.get("notes") or ""
+        m = re.search(r"stage_index (\d)", notes) or re.search(r"inference-perf stage (\d)", notes)
+        if not r.id.endswith("_p99") or not m:
+            continue
+        folder = re.search(r"experiment folder '([^']+)'", notes)
+        exp = folder.group(1) if folder else re.sub(r"-r\d+(p\d)?-", "-", r.id.rsplit("-", 1)[0] + "-")
+        stages[(r.source, exp, r.metric)][m.group(1)] = r
+    rule = {v["0"].id for v in stages.values() if "0" in v and "1" in v and v["1"].measured < 0.9 * v["0"].measured}
+    listed = {k for k, why in load_split()["excluded_rows"].items() if str(why).startswith("first load stage")}
+    assert rule and rule == listed

@@ -137,6 +137,14 @@ _VLLM_SOURCES = {
     "time.chunked_prefill": "vLLM V1 schedules prompt chunks beside decodes within max_num_batched_tokens (chunked prefill always on in V1)",
 }
 
+SGLANG_CUDA_GRAPH_MAX_BS = 160
+SGLANG_CUDA_GRAPH_SOURCE = (
+    "SGLang ServerArgs.__post_init__ (PR #2268, merged 2024-11-29): cuda_graph_max_bs defaults to 160 on GPUs of 25 GB "
+    "or more (8 below), until PR #10372 (merged 2025-09) tiers it by memory (H100/H200: 256 at TP < 4, 512 at TP >= 4; "
+    "B200: 512); decode batches above it run without a CUDA graph. The profile takes the late-2024 value; for releases "
+    "after PR #10372 set time.cuda_graph_max_batch to the tiered value.")
+"""SGLang's largest CUDA-graph decode batch (see the source)."""
+
 PROFILES: list[ProfileSpec] = [
     ProfileSpec(
         "vllm-0.10", "vllm", "0.9-0.11.0", "vLLM V1 0.9 to 0.11.0: FlashInfer sampling, NCCL initialised inside the profiled budget up to 0.10.2.",
@@ -168,7 +176,9 @@ PROFILES: list[ProfileSpec] = [
         "sglang", "sglang", "0.3-0.5", "SGLang: static memory fraction for weights and KV, chunked prefill.",
         "sglang", memory={"budget_rule": "static_fraction", "gpu_memory_utilization": 0.88, "block_size": 1,
                           "max_num_seqs": {"large": 1024, "small": 256}, "max_num_batched_tokens": {"large": 8192, "small": 2048}},
-        sources={"memory.budget_rule": f"rest = free after weights - total x (1 - mem_fraction_static) (ModelRunner.profile_max_num_token; {KV_SOURCES} section 6)",
+        time={"cuda_graph_max_batch": SGLANG_CUDA_GRAPH_MAX_BS},
+        sources={"time.cuda_graph_max_batch": SGLANG_CUDA_GRAPH_SOURCE,
+                 "memory.budget_rule": f"rest = free after weights - total x (1 - mem_fraction_static) (ModelRunner.profile_max_num_token; {KV_SOURCES} section 6)",
                  "memory.gpu_memory_utilization": f"mem_fraction_static 0.88 at TP 1 in releases up to v0.4.x ({KV_SOURCES} section 6)",
                  "memory.block_size": "SGLang's token granularity is the page size, 1 by default",
                  "memory.max_num_batched_tokens": f"chunked_prefill_size 8192 on < 160 GiB cards of >= 60 GiB, 2048-4096 on smaller ({KV_SOURCES} section 6)",

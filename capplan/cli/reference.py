@@ -235,8 +235,13 @@ Where the model is still wrong, and why:
 
 - **Latency near saturation.** When arrivals approach what an instance can serve, TTFT and
   end-to-end latency grow without bound; the closed form's M/D/1 waits are rough there (the
-  inference-sim runs at 20 requests/s, the DataCrunch SGLang runs at 8-16 requests/s).
-  `capplan simulate` models the queue itself.
+  inference-sim runs at 20 requests/s). `capplan simulate` models the queue itself.
+- **The CUDA-graph cliff.** SGLang's late-2024 releases capture decode graphs up to 160
+  sequences (`cuda_graph_max_batch`); a larger batch pays the eager per-layer cost. With it the
+  DataCrunch runs of Llama-3.3-70B on 4 x H200 at 16 requests/s are predicted saturated, as their
+  measured throughput shows. At 8 requests/s (and the 405B runs at 4-8) the arrivals balance both
+  below the cliff and above it, and the runs sat above it (ITL 71 ms against the predicted 23 ms,
+  end-to-end latency 3-4.5x); the model takes the lower state.
 - **Host and gateway overheads outside the engine.** Some third-party runs go through a gateway
   or the chat endpoint (GPUStack: ~60 ms TTFT for a 230-token prompt on one H100, where vLLM's
   own benchmarks measure ~15-25 ms); one `request_overhead_s` per engine cannot fit both.
@@ -258,6 +263,11 @@ Where the model is still wrong, and why:
   which stream and multiply at about half the rate of 16-bit grouped GEMMs
   (`weight_only_moe_efficiency`, fitted on 11 gpt-oss rows); before that term the 6 held-out
   gpt-oss rows were 50-79% optimistic.
+- **Warm-up tails.** The p99 of a benchmark's first load stage includes the server warming up
+  (kernels compiled and tuned on first use): in 27 inference-sim experiments the next stage,
+  offered 2-2.5x the requests, has a p99 more than 10% shorter (Mixtral: 5-14x shorter). Those
+  36 first-stage tails (TTFT and end-to-end) are excluded by that rule (`validation/split.yaml`,
+  tested); their means are scored.
 - **Mixture-of-experts prefill on vLLM.** Mixtral-8x7B's TTFT at TP 2 and 5-10 requests/s is
   20-45% optimistic while its end-to-end latency is 2-8% pessimistic: the prefill of a few
   hundred tokens through the fused MoE kernels runs below the rate the roofline gives it.

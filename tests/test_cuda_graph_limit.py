@@ -1,0 +1,69 @@
+"""Decode batches beyond the engine's largest CUDA graph (``TimeTerms.cuda_graph_max_batch``).
+
+SGLang captures decode graphs up to ``--cuda-graph-max-bs`` (160 on GPUs of 25 GB or more in the
+late-2024 releases, ``SGLANG_CUDA_GRAPH_SOURCE``); a larger batch runs without a graph and pays
+the host cost of launching every layer, the ``eager_s_per_layer`` an eager step pays.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from capplan.accuracy.refit import PROFILES, SGLANG_CUDA_GRAPH_MAX_BS
+from capplan.engine import load_engine
+from capplan.hardware import load_hardware
+from capplan.modelspec import load_model_spec
+from capplan.roofline import RooflineInputs, step_pricer
+
+H200 = load_hardware("h200")
+LLAMA70 = load_model_spec("llama-3.1-70b")
+
+
+def _pricer(engine):
+    return step_pricer(LLAMA70, H200, RooflineInputs(tp=4, engine=engine))
+
+
+def test_sglang_profile_carries_the_source_default():
+    """The bundled SGLang profile names 160 and cites where it comes from; the refit keeps it."""
+    sglang = load_engine("sglang")
+    assert sglang.time.cuda_graph_max_batch == SGLANG_CUDA_GRAPH_MAX_BS == 160
+    assert "cuda_graph_max_bs" in sglang.sources["time.cuda_graph_max_batch"]
+    spec = next(p for p in PROFILES if p.name == "sglang")
+    assert spec.time["cuda_graph_max_batch"] == 160
+    assert all(load_engine(n).time.cuda_graph_max_batch is None for n in ("vllm", "trtllm"))
+
+
+@pytest.mark.parametrize("batch", [161, 300])
+def test_a_batch_beyond_the_largest_graph_pays_the_eager_cost_per_layer(batch):
+    """Llama-3.1-70B (80 layers) on 4 x H200: a step of more than 160 sequences is 80 x 0.34 ms
+    = 27.2 ms longer than the same step with every batch captured, on both pricing paths."""
+    sglang = load_engine("sglang")
+    unlimited = sglang.model_copy(update={"time": sglang.time.model_copy(update={"cuda_graph_max_batch": None})})
+    extra = _pricer(sglang).decode(batch, 1_000).step_time_s - _pricer(unlimited).decode(batch, 1_000).step_time_s
+    assert extra == pytest.approx(LLAMA70.num_layers * sglang.time.eager_s_per_layer, rel=1e-9)
+    array = float(_pricer(sglang).decode([float(batch)], [1_000.0]).step_time_s[0])
+    assert array == pytest.approx(_pricer(sglang).decode(batch, 1_000).step_time_s, rel=1e-12)
+
+
+def test_a_batch_within_the_largest_graph_is_unchanged():
+    """At 160 sequences the graph covers the batch: no extra host time."""
+    sglang = load_engine("sglang")
+    unlimited = sglang.model_copy(update={"time": sglang.time.model_copy(update={"cuda_graph_max_batch": None})})
+    assert _pricer(sglang).decode(160, 1_000).step_time_s == _pricer(unlimited).decode(160, 1_000).step_time_s
+
+
+def test_an_eager_engine_pays_the_cost_once():
+    """With ``enforce_eager`` every step already pays it; a large batch adds nothing more."""
+    eager = load_engine("sglang").model_copy(update={"time": load_engine("sglang").time.model_copy(update={"enforce_eager": True})})
+    small, large = _pricer(eager).decode(100, 1_000), _pricer(eager).decode(300, 1_000)
+    unlimited = eager.model_copy(update={"time": eager.time.model_copy(update={"cuda_graph_max_batch": None})})
+    assert large.step_time_s == _pricer(unlimited).decode(300, 1_000).step_time_s
+    assert small.overhead_s == large.overhead_s
+
+
+def test_the_limit_must_be_a_positive_batch():
+    """A zero or negative limit is refused by the profile's schema."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        load_engine("sglang").time.model_validate({"cuda_graph_max_batch": 0})
