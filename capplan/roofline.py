@@ -16,8 +16,11 @@ overlapped with compute). The efficiencies and host times are an **engine profil
 (:mod:`capplan.engine`, fitted to published measurements): ``g`` the GEMM efficiency, reached at
 large steps (a step of ``T`` tokens reaches ``g T / (T + h)``, which is ``h`` extra tokens' worth
 of GEMM work at ``g``), ``a`` the attention efficiency relative to ``g``, ``e_moe`` the grouped
--GEMM efficiency of routed experts, and a per-step and per-sequence host time. Any field of
-:class:`RooflineInputs` given explicitly overrides the profile.
+-GEMM efficiency of routed experts, and a per-step and per-sequence host time. A step runs
+without CUDA graphs when the engine is eager (``enforce_eager``) or holds more sequences than
+its largest graph (``cuda_graph_max_batch``); it then adds ``eager_s_per_layer`` per decoder
+layer to its host time. Any field of :class:`RooflineInputs` given explicitly overrides the
+profile.
 
 All counts are **per GPU** (one TP rank): FLOPs and bytes of the whole model divided across
 ranks where the engine splits them (weights, heads, experts), not where it replicates them
