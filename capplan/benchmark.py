@@ -311,16 +311,22 @@ def offline(server: Server, input_tokens: int, output_tokens: int, cached_tokens
     return BenchmarkResult(**{**r.as_dict(), "scenario": "offline"})
 
 
-def open_loop(server: Server, rate: float, input_tokens: int, output_tokens: int, cached_tokens: float = 0.0) -> BenchmarkResult:
-    """Requests arriving at ``rate`` per second (Poisson).
+def open_loop(server: Server, rate: float, input_tokens: int, output_tokens: int, cached_tokens: float = 0.0,
+              burstiness: float = 1.0) -> BenchmarkResult:
+    """Requests arriving at ``rate`` per second, the gaps between them gamma-distributed with shape
+    ``burstiness`` (``vllm bench serve --burstiness``: 1 is Poisson, ``inf`` a constant rate).
 
     The requests in the engine ``c`` solve ``c = rate x E2E(c)`` (Little's law, E2E from the
-    closed-loop model at ``c``). TTFT adds the mean wait of an M/D/1 queue whose server is the
-    engine at utilisation ``rho = rate / max rate``: ``rho / (2 (1 - rho))`` prefills, and the wait
-    for the step under way (a Poisson arrival finds the whole batch decoding). Above the
-    instance's largest rate the result is the offline one, marked ``saturated``.
+    closed-loop model at ``c``). TTFT adds the mean wait of a G/D/1 queue whose server is the
+    engine at utilisation ``rho = rate / max rate``, by Kingman's formula with the gaps' squared
+    coefficient of variation ``1 / burstiness`` and fixed-length prefills:
+    ``rho / (2 (1 - rho)) / burstiness`` prefills (exact for Poisson arrivals, M/D/1; none at a
+    constant rate, D/D/1), and the wait for the step under way (an arrival finds the whole batch
+    decoding). Above the instance's largest rate the result is the offline one, marked ``saturated``.
     """
     _check(rate=rate, input_tokens=input_tokens, output_tokens=output_tokens)
+    if not burstiness > 0:
+        raise InputError(f"burstiness {burstiness}: must be > 0 (1 is Poisson, inf a constant rate)")
     top = offline(server, input_tokens, output_tokens, cached_tokens)
     if rate >= top.requests_per_s:
         return BenchmarkResult(**{**top.as_dict(), "scenario": "open_loop", "limited_by": "saturated"})
@@ -335,7 +341,7 @@ def open_loop(server: Server, rate: float, input_tokens: int, output_tokens: int
         lo, hi = (grid[i - 1], grid[i]) if i > 0 else (grid[0] / 2, grid[0])
     r = closed_loop(server, hi, input_tokens, output_tokens, limited_by="arrival rate", arrivals="poisson", cached_tokens=cached_tokens)
     rho = rate / top.requests_per_s
-    wait = rho / (2.0 * (1.0 - rho)) * prefill_s(server, input_tokens, cached_tokens=cached_tokens)
+    wait = rho / (2.0 * (1.0 - rho)) / burstiness * prefill_s(server, input_tokens, cached_tokens=cached_tokens)
     ttft = r.ttft_s + wait
     e2e = r.e2e_latency_s + wait
     return BenchmarkResult(**{**r.as_dict(), "scenario": "open_loop", "ttft_s": ttft, "e2e_latency_s": e2e,

@@ -434,3 +434,21 @@ def test_a_chips_overrides_are_the_starting_terms_on_that_chip():
     assert cal.engine.time.interconnect_efficiency == pytest.approx(chip.interconnect_efficiency)
     assert "mi300x" not in cal.engine.hardware
     assert any("mi300x overrides are folded" in n for n in cal.notes)
+
+
+def test_a_rate_runs_burstiness_is_its_arrival_process(tmp_path):
+    """``vllm bench serve --burstiness`` (gamma-shaped gaps) is carried to the point and priced:
+    at shape 4 the mean prefill queue is a quarter of Poisson's, so TTFT is shorter; a file
+    without the key is Poisson (vLLM's default); a burstiness that is not a positive number is
+    refused with the file and the key."""
+    from capplan.errors import InputError
+
+    even = read_file(_bench(tmp_path, None, "even.json", request_rate=8.0, burstiness=4.0))
+    plain = read_file(_bench(tmp_path, None, "plain.json", request_rate=8.0))
+    assert even.rows[0].fields["burstiness"] == 4.0 and plain.rows[0].fields["burstiness"] == 1.0
+    assert not any("burstiness" in n for n in even.notes)
+    settings = CalibrateSettings(hardware="h100-sxm", terms=())
+    ttft = lambda f: next(p.before for p in calibrate([f], settings).points if p.metric == "ttft_ms")  # noqa: E731
+    assert ttft(tmp_path / "even.json") < ttft(tmp_path / "plain.json")
+    with pytest.raises(InputError, match=r"bad\.json: burstiness 0: expected a number > 0"):
+        read_file(_bench(tmp_path, None, "bad.json", request_rate=8.0, burstiness=0))

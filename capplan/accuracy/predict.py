@@ -18,6 +18,7 @@ source and what it assumes. Models with an architecturally identical preset are 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -137,6 +138,14 @@ LAYOUT_KEYS = ("ep", "dp", "redundant_experts", "two_batch_overlap", "expert_dty
                "max_num_batched_tokens", "max_num_seqs")
 """Feature settings passed to :func:`capplan.benchmark.server_for`."""
 
+SATURATED = "arrivals exceed what the instance can serve"
+"""How an unsupported latency row predicted saturated begins (``capplan accuracy`` counts them)."""
+
+SCHEDULER_COLUMNS = ("max_num_seqs", "max_num_batched_tokens")
+"""Corpus columns (vLLM's engine-argument names) holding the scheduler limits a serving row's
+server ran with, where its source states them; a row without them runs the engine profile's
+defaults. Unlike a feature setting, a stated limit keeps the row in its family's fit."""
+
 
 FIT_FEATURES = {None, "fp8", "int4"}
 """Features of the rows the engine families' time terms are fitted on (``refit``): the feature
@@ -198,6 +207,9 @@ def serving_setup(row: "CorpusRow", family: str) -> tuple[dict[str, Any], list[s
     for k in LAYOUT_KEYS:
         if k in fs and k not in ("ep", "dp"):
             settings[k] = fs[k]
+    for k in SCHEDULER_COLUMNS:  # the server's stated limits; the engine profile's defaults otherwise
+        if k not in settings and (v := _opt_int(row, k)) is not None:
+            settings[k] = v
     kv = fs.get("kv_dtype") or dtype_of(row.get("kv_dtype"))
     if kv is None:
         kv = "fp8" if (family == "trtllm" and w in ("fp8", "nvfp4")) else ("fp16" if w == "fp16" else "bf16")
@@ -220,6 +232,8 @@ class PreparedServing:
     assumed: list[str]
     cached_tokens: float = 0.0
     """Prompt positions every request finds in the prefix cache (:func:`cached_prefix`)."""
+    burstiness: float = 1.0
+    """Gamma shape of an open-loop run's gaps between arrivals (:func:`arrival_burstiness`)."""
 
     def evaluate(self, engine: "EngineProfile | None" = None) -> float:
         """The predicted value, with ``engine``'s time terms if given (memory as prepared)."""
@@ -232,10 +246,12 @@ class PreparedServing:
             t = engine.time_on(server.pricer.hw.name)
             server = replace(server, pricer=server.pricer.with_inputs(server.pricer.inp.model_copy(update={"engine": engine})),
                              chunked_prefill=t.chunked_prefill, request_overhead_s=t.request_overhead_s)
-        extra = {"cached_tokens": self.cached_tokens} if self.scenario != "static_batch" else {}
+        extra: dict[str, float] = {"cached_tokens": self.cached_tokens} if self.scenario != "static_batch" else {}
+        if self.scenario == "open_loop":
+            extra["burstiness"] = self.burstiness
         r = getattr(benchmark, self.scenario)(server, *self.args, **extra)
         if r.limited_by == "saturated" and self.row.metric in LATENCY_METRICS:
-            raise Unsupported("arrivals exceed what the instance can serve: latency grows with the run's length")
+            raise Unsupported(f"{SATURATED}: latency grows with the run's length")
         return _metric(self.row.metric, r, self.instances, self.divisor)
 
 
@@ -246,6 +262,22 @@ def cached_prefix(row: "CorpusRow", assumed: list[str]) -> float:
     if cached > 0:
         assumed.append(f"the first {cached:.0f} prompt tokens a prefix-cache hit (the shared system prompt, whole KV blocks)")
     return cached
+
+
+def arrival_burstiness(row: "CorpusRow", assumed: list[str]) -> float:
+    """The gamma shape of an open-loop row's gaps between arrivals (``burstiness``, as in ``vllm
+    bench serve --burstiness``: ``inf`` a constant rate, as inference-perf sends); a row that
+    does not state it is taken as Poisson (1, the ``vllm bench serve`` default), noted in
+    ``assumed``."""
+    b = row.number("burstiness")
+    if b is None:
+        assumed.append("Poisson arrivals (burstiness 1; the arrival process is not stated)")
+        return 1.0
+    if not b > 0:
+        raise Unsupported(f"burstiness {b}: must be > 0")
+    if b == math.inf:
+        assumed.append("arrivals at a constant rate (burstiness inf)")
+    return b
 
 
 def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> PreparedServing:
@@ -296,11 +328,13 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
             call, args = "offline", (round(P), round(O))
         else:
             call, args = "open_loop", (rate, round(P), round(O))
+            burstiness = arrival_burstiness(row, assumed)
     else:
         raise Unsupported(f"scenario {scenario} is not modelled")
     _metric(row.metric, None, 1.0, 1.0, check_only=True)
     instances, divisor = _instances(row, settings["tp"], hw)
-    return PreparedServing(row, server, call, args, instances, divisor, assumed, cached)
+    return PreparedServing(row, server, call, args, instances, divisor, assumed, cached,
+                           burstiness if call == "open_loop" else 1.0)
 
 
 def _instances(row: "CorpusRow", tp: int, hw: Any) -> tuple[float, float]:
@@ -355,7 +389,7 @@ def predict_percentile(row: "CorpusRow", engine: "EngineProfile | None") -> Pred
         instances = max(1.0, (row.number("num_gpus") or settings["tp"]) / settings["tp"])
         q = benchmark.open_loop_latency(server, rate / instances, round(P), round(O), (99.0,), cached_prefix(row, assumed))
         if q.saturated:
-            raise Unsupported("arrivals exceed what the instance can serve: latency grows with the run's length")
+            raise Unsupported(f"{SATURATED}: latency grows with the run's length")
         value = {"ttft_ms": q.ttft_s.at(99.0), "e2e_latency_s": q.e2e_s.at(99.0)}.get(row.metric, q.tpot_s.at(99.0))
         assert value is not None
         value = value if row.metric == "e2e_latency_s" else value * 1e3
@@ -363,7 +397,10 @@ def predict_percentile(row: "CorpusRow", engine: "EngineProfile | None") -> Pred
         return Prediction(None, str(exc), name)
     except CapplanError as exc:
         return Prediction(None, f"capplan refused the setup: {exc}", name)
-    return Prediction(value, "", name, assumed + ["fixed input/output lengths, Poisson arrivals (queueing model)"])
+    arrivals = "Poisson arrivals (queueing model)"
+    if row.number("burstiness") == math.inf:
+        arrivals = "Poisson arrivals for a constant-rate run (queueing model; docs/accuracy.md, Arrivals)"
+    return Prediction(value, "", name, assumed + [f"fixed input/output lengths, {arrivals}"])
 
 
 def predict_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prediction:

@@ -566,5 +566,9 @@ if __name__ == "__main__":
                             "FAMILY:TERM[,TERM...], e.g. --terms vllm:request_overhead_s")
     elif sys.argv[1:2] == ["--hardware"]:
         _narrow_fit_command("--hardware", fit_hardware_override, "FAMILY:CHIP, e.g. --hardware vllm:mi300x")
+    elif sys.argv[1:2] in (["-h"], ["--help"]):
+        print(__doc__)
+    elif sys.argv[1:]:
+        sys.exit(f"{sys.argv[1]}: unknown argument (--unit, --terms, --hardware, --help; none: refit every profile)")
     else:
         refit()

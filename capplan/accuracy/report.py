@@ -130,7 +130,17 @@ class AccuracyReport:
                 "by_moe": {k: v.as_dict() for k, v in self.groups(lambda r: "moe" if r.moe else "dense").items()},
             },
             "unsupported": len([r for r in self.rows if r.predicted is None]),
+            "saturated": self.saturated(),
         }
+
+    def saturated(self) -> dict[str, Any]:
+        """Latency rows the model finds saturated (latency without bound) though the source
+        measured a figure: misses the error summaries leave out, counted apart (``n``,
+        ``held_out``, ``ids``)."""
+        from capplan.accuracy.predict import SATURATED
+
+        rows = [r for r in self.rows if r.predicted is None and r.unsupported.startswith(SATURATED)]
+        return {"n": len(rows), "held_out": sum(r.held_out for r in rows), "ids": [r.id for r in rows]}
 
 
 def signed_error(predicted: float, measured: float, is_time: bool) -> float:

@@ -156,7 +156,7 @@ def read_vllm_bench(path: Path, label: str, data: dict[str, Any]) -> FileData:
     """A ``vllm bench serve`` result (``vllm/benchmarks/serve.py``; ``benchmark_serving.py``).
 
     Concurrency is ``max_concurrency`` (null: unbounded); arrivals ``request_rate`` (``"inf"``:
-    all at once) and ``burstiness`` (1: Poisson). Lengths are the means of the per-request
+    all at once) and ``burstiness`` (gamma shape of the gaps: 1, the default, Poisson). Lengths are the means of the per-request
     ``input_lens`` / ``output_lens`` of a detailed file, else ``total_input_tokens / completed``.
     Measured: ``mean_ttft_ms``, ``mean_tpot_ms`` (``mean_itl_ms`` when absent),
     ``output_throughput``.
@@ -184,8 +184,9 @@ def read_vllm_bench(path: Path, label: str, data: dict[str, Any]) -> FileData:
         setup.update(scenario="request_rate", request_rate=rate)
         point = f"rate{rate:g}"
         burst = _number(data.get("burstiness"))
-        if burst is not None and burst != 1.0:
-            notes.append(f"{label}: burstiness {burst:g} (gamma arrivals) is priced as Poisson arrivals (burstiness 1)")
+        if data.get("burstiness") is not None and not (burst is not None and burst > 0):
+            raise InputError(f"{path}: burstiness {data.get('burstiness')!r}: expected a number > 0")
+        setup["burstiness"] = 1.0 if burst is None else burst  # vllm bench serve's default: Poisson
         if conc is not None:
             notes.append(f"{label}: max_concurrency {conc} with a finite request rate: priced by the arrival rate alone")
     elif conc is not None:
@@ -265,8 +266,8 @@ def read_guidellm(path: Path, label: str, data: dict[str, Any]) -> FileData:
             rate = _positive(path, f"benchmarks[{i}].config.strategy.rate", strategy.get("rate"))
             setup.update(scenario="request_rate", request_rate=rate)
             point = f"{i}-rate{rate:g}"
-            if kind == "constant":
-                notes.append(f"{label}:{point}: constant-rate arrivals are priced as Poisson arrivals")
+            if kind in ("constant", "poisson"):
+                setup["burstiness"] = math.inf if kind == "constant" else 1.0
         elif kind == "throughput":
             setup.update(scenario="request_rate", request_rate=math.inf)
             point = f"{i}-throughput"

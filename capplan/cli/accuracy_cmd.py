@@ -60,7 +60,7 @@ def accuracy(
         float | None, typer.Option("--max-signed-error", help="Fail when |median signed error| exceeds this fraction.", min=0)
     ] = None,
     max_error: Annotated[
-        float | None, typer.Option("--max-error", help="Fail when any row's absolute error exceeds this fraction.", min=0)
+        float | None, typer.Option("--max-error", help="Fail when any row's absolute error exceeds this fraction, or a latency row is predicted saturated.", min=0)
     ] = None,
     format: FormatOpt = Format.table,
     output: OutputOpt = None,
@@ -138,6 +138,10 @@ def render(con, report: "AccuracyReport", by: str, show_rows: bool) -> None:  # 
     add("all rows", report.summary(), "bold")
     add("held-out rows", report.summary(lambda r: r.held_out), "bold")
     con.print(t)
+    sat = report.saturated()
+    if sat["n"]:
+        con.print(f"{sat['n']} latency rows ({sat['held_out']} held out) are predicted saturated though the run measured a figure: "
+                  "misses the errors above leave out (--format csv: 'arrivals exceed what the instance can serve').")
     n_un = sum(1 for r in report.rows if r.predicted is None)
     if n_un:
         con.print(f"{n_un} of {len(report.rows)} rows are not predicted (a model, dtype or layout capplan does not express); "
@@ -155,6 +159,10 @@ def _gate(report: "AccuracyReport", median: float | None, signed: float | None, 
         failed.append(f"median signed error {s.median_signed_error:+.1%} outside +/-{signed:.1%}")
     if worst is not None and s.max_abs_error is not None and s.max_abs_error > worst:
         failed.append(f"largest absolute error {s.max_abs_error:.1%} > {worst:.1%}")
+    sat = report.saturated()
+    n_sat = sat["held_out"] if held.n else sat["n"]
+    if worst is not None and n_sat:
+        failed.append(f"{n_sat} latency rows predicted saturated (an unbounded error)")
     if failed:
         typer.echo(f"accuracy gate failed on the {which} rows: " + "; ".join(failed), err=True)
         raise typer.Exit(1)

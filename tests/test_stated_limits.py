@@ -1,0 +1,159 @@
+"""Serving rows priced with what their sources state: the server's scheduler limits
+(``max_num_seqs``, ``max_num_batched_tokens``) and the arrival process (``burstiness``); the
+mean prefill queue at a constant rate; and latency rows predicted saturated, counted as misses."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import replace
+
+import pytest
+from typer.testing import CliRunner
+
+from capplan import benchmark as B
+from capplan.engine import default_engine
+from capplan.errors import InputError
+from capplan.hardware import load_hardware
+from capplan.modelspec import load_model_spec
+
+
+@pytest.fixture(scope="module")
+def server() -> B.Server:
+    return B.server_for(load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm"), engine=default_engine())
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    from capplan.accuracy.corpus import load_corpus
+
+    return {r.id: r for r in load_corpus()}
+
+
+def test_poisson_arrivals_are_the_default(server):
+    """``burstiness`` 1 is Poisson, the M/D/1 queue the open loop always had: the same result."""
+    assert B.open_loop(server, 6.0, 1000, 200, burstiness=1.0) == B.open_loop(server, 6.0, 1000, 200)
+
+
+def test_the_prefill_queue_follows_kingman(server):
+    """Kingman's mean wait for fixed-length prefills scales with the gaps' squared coefficient of
+    variation, ``1 / burstiness``: a constant rate (``inf``) waits for no earlier prefill, gamma
+    shape 2 half of Poisson's ``rho / (2 (1 - rho))`` prefills, which is the whole difference in
+    TTFT (the batch and the decode steps do not change)."""
+    rate, P, O = 20.0, 1000, 200
+    poisson = B.open_loop(server, rate, P, O)
+    even = B.open_loop(server, rate, P, O, burstiness=math.inf)
+    shape2 = B.open_loop(server, rate, P, O, burstiness=2.0)
+    rho = rate / B.offline(server, P, O).requests_per_s
+    wait = rho / (2.0 * (1.0 - rho)) * B.prefill_s(server, P)
+    assert wait > 0.0
+    assert poisson.ttft_s - even.ttft_s == pytest.approx(wait, rel=1e-9)
+    assert poisson.ttft_s - shape2.ttft_s == pytest.approx(wait / 2.0, rel=1e-9)
+    assert even.concurrency == poisson.concurrency and even.itl_s == poisson.itl_s
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, math.nan])
+def test_a_burstiness_that_is_not_positive_is_refused(server, bad):
+    with pytest.raises(InputError, match="burstiness"):
+        B.open_loop(server, 6.0, 1000, 200, burstiness=bad)
+
+
+def test_stated_limits_match_the_notes(corpus):
+    """The scheduler-limit columns hold exactly what each row's notes quote (the inference-sim
+    study's ``max_num_seqs 128`` and its per-run ``max_num_batched_tokens``; the ROCm dev-docker
+    tables' "Max Num Seqs" and ``--max-num-batched-tokens``), and no row states one without them."""
+    pats = {"max_num_seqs": r"(?:max_num_seqs|Max Num Seqs) (\d+)",
+            "max_num_batched_tokens": r"(?:max_num_batched_tokens|--max-num-batched-tokens) (\d+)"}
+    stated = 0
+    for r in corpus.values():
+        if r.kind != "serving":
+            continue
+        for col, pat in pats.items():
+            found = set(re.findall(pat, r.get("notes") or ""))
+            assert len(found) <= 1, r.id
+            want = float(found.pop()) if found else None
+            assert r.number(col) == want, (r.id, col)
+            stated += want is not None
+    assert stated == 2 * 430 + 2 * 8
+
+
+def test_the_inference_sim_runs_arrive_at_a_constant_rate(corpus):
+    """inference-perf sends at a constant rate (validation/sources/serving_vllm.md): every
+    inference-sim open-loop row says ``burstiness`` inf; rows whose notes say Poisson say 1."""
+    for r in corpus.values():
+        if r.get("scenario") != "request_rate" or r.kind != "serving":
+            continue
+        if (r.source or "").startswith("inference-sim"):
+            assert r.number("burstiness") == math.inf, r.id
+        elif "poisson" in (r.get("notes") or "").lower():
+            assert r.number("burstiness") == 1.0, r.id
+
+
+def test_a_rows_stated_limits_build_its_server(corpus):
+    """An inference-sim row's server runs the study's 128 sequences and its run's token budget
+    (2,048 here), not the engine profile's defaults for an H100 (1,024 and 8,192)."""
+    from capplan.accuracy.predict import prepare_serving
+    from capplan.accuracy.report import default_engines
+
+    engine = default_engines()["vllm"]
+    row = corpus["vllm0151-isimtrain-h100x1-llama2-7b-tp1-codegen-r5-ttft"]
+    assert (row.number("max_num_seqs"), row.number("max_num_batched_tokens")) == (128, 2048)
+    s = prepare_serving(row, engine).server
+    assert (s.max_num_seqs, s.max_num_batched_tokens) == (128, 2048)
+    bare = replace(row, fields={k: v for k, v in row.fields.items() if k not in ("max_num_seqs", "max_num_batched_tokens")})
+    d = prepare_serving(bare, engine).server
+    assert (d.max_num_seqs, d.max_num_batched_tokens) == (1024, 8192)
+
+
+def test_a_constant_rate_rows_mean_ttft_has_no_prefill_queue(corpus):
+    """The same inference-sim row predicted as a constant-rate run and, without its
+    ``burstiness``, as Poisson (said in its assumptions): the constant rate's TTFT is shorter by
+    the M/D/1 prefill queue, and the end-to-end latency by the same wait."""
+    from capplan.accuracy.predict import predict_serving
+    from capplan.accuracy.report import default_engines
+
+    engine = default_engines()["vllm"]
+    row = corpus["vllm0151-isimtrain-h100x1-llama2-7b-tp1-codegen-r5-ttft"]
+    even = predict_serving(row, engine)
+    poisson = predict_serving(replace(row, fields={k: v for k, v in row.fields.items() if k != "burstiness"}), engine)
+    assert even.value < poisson.value
+    assert any("constant rate" in a for a in even.assumed)
+    assert any("Poisson arrivals (burstiness 1; the arrival process is not stated)" in a for a in poisson.assumed)
+
+
+def test_saturated_latency_rows_are_counted_and_fail_the_worst_error_gate():
+    """A latency row the model finds saturated has no error to summarise: the report counts it
+    apart (``saturated``), the table says so, and ``--max-error`` fails on it, as on any row
+    beyond the bound."""
+    from capplan.accuracy.predict import SATURATED
+    from capplan.accuracy.report import AccuracyReport, RowResult
+    from capplan.cli import accuracy_cmd
+
+    def row(i: str, held: bool, predicted: float | None, why: str = "") -> RowResult:
+        err = None if predicted is None else predicted / 100.0 - 1.0
+        return RowResult(i, "s", "serving", "ttft_ms", "ms", "h100-sxm", "m", "vllm-0.15", predicted, 100.0, err,
+                         None if err is None else abs(err), held, "c", why)
+
+    report = AccuracyReport([row("a", True, 101.0), row("b", True, None, f"{SATURATED}: latency grows with the run's length"),
+                             row("c", False, None, "weight dtype not stated")], {})
+    assert report.saturated() == {"n": 1, "held_out": 1, "ids": ["b"]}
+    assert report.as_dict()["saturated"]["n"] == 1
+    accuracy_cmd._gate(report, 0.5, None, None)  # the median of the predicted rows passes
+    import typer
+
+    with pytest.raises(typer.Exit):
+        accuracy_cmd._gate(report, None, None, 0.5)
+
+
+def test_the_shipped_report_counts_its_saturated_rows():
+    """``capplan accuracy``'s table names the saturated latency rows and the JSON lists them."""
+    import json
+
+    from capplan.cli.app import app
+
+    out = CliRunner().invoke(app, ["accuracy", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    sat = json.loads(out.output)["saturated"]
+    assert sat["n"] == len(sat["ids"]) > 0
+    table = CliRunner().invoke(app, ["accuracy"], env={"COLUMNS": "200"})
+    assert f"{sat['n']} latency rows ({sat['held_out']} held out) are predicted saturated" in table.output
