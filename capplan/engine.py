@@ -70,7 +70,14 @@ class MemoryTerms(BaseModel):
     large_gpu_excludes: list[str] = ["a100"]
     """... unless their profile name contains one of these strings."""
     sampler_bytes_per_seq_vocab: float = Field(default=38.6, ge=0)
-    """Peak of the sampler warm-up per (sequence x vocabulary entry) [bytes]."""
+    """Peak of the sampler warm-up per (sequence x vocabulary entry) [bytes], when it runs the
+    PyTorch top-k/top-p path (vLLM sorts every row)."""
+    flashinfer_sampler_bytes_per_seq_vocab: float | None = Field(default=None, ge=0)
+    """The same peak when the warm-up runs FlashInfer's top-k/top-p kernels [bytes]; ``None``: not
+    measured for this engine version (a FlashInfer sampler is then refused, not guessed)."""
+    sampler: Literal["pytorch", "flashinfer"] = "pytorch"
+    """The top-k/top-p path the engine's start-up warm-up takes when the user does not say (vLLM up
+    to 0.11.0 takes FlashInfer's whenever FlashInfer is installed; which depends on the install)."""
     activation_bytes_per_element: float = Field(default=2.0, gt=0)
     """Bytes per activation element in the forward profiling pass [bytes]."""
     non_torch_gib_single: float = Field(default=0.15, ge=0)

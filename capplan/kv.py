@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from capplan.errors import DoesNotFitError, InputError
 from pydantic import BaseModel, ConfigDict, Field
@@ -151,6 +151,10 @@ class KVInputs(Options, BaseModel):
     max_num_seqs: int | None = Field(default=None, ge=1, le=MAX_SEQUENCES)
     """Scheduler's max running sequences, sizes the sampler peak; default vLLM's for the GPU
     class (1024 on >= 70 GiB non-A100 GPUs, else 256)."""
+    sampler: Literal["pytorch", "flashinfer"] | None = None
+    """Top-k/top-p path of the sampler warm-up (vLLM logs "Using FlashInfer for top-p & top-k
+    sampling" or "Falling back to the PyTorch-native implementation"); default the engine
+    profile's."""
     usable_mem_gib: float | None = Field(default=None, gt=0, le=MAX_MEM_GIB)
     """Total device memory as the framework sees it [GiB]; default: the hardware profile's."""
     weights_gib: float | None = Field(default=None, ge=0, le=MAX_MEM_GIB)
@@ -595,7 +599,8 @@ def weights_bytes_per_gpu(
 
 
 def activation_bytes_per_gpu(
-    spec: "ModelSpec", max_batched_tokens: int, max_num_seqs: int, tp: int = 1, defaults: MemoryTerms = DEFAULTS
+    spec: "ModelSpec", max_batched_tokens: int, max_num_seqs: int, tp: int = 1, defaults: MemoryTerms = DEFAULTS,
+    sampler: str | None = None,
 ) -> float:
     """Default model of the start-up profiling's activation peak on one GPU [bytes].
 
@@ -605,6 +610,9 @@ def activation_bytes_per_gpu(
 
         forward = T x (3 d + mlp / tp) x 2,   mlp = 3 d_ff (dense) or 3 k d_e + 3 S d_s (MoE)
         sampler = 38.6 x max_num_seqs x V
+
+    (38.6 bytes per entry: the PyTorch top-k/top-p path; ``sampler`` ``"flashinfer"`` takes the
+    profile's ``flashinfer_sampler_bytes_per_seq_vocab``, ``None`` the profile's ``sampler``.)
 
     Examples
     --------
@@ -630,8 +638,23 @@ def activation_bytes_per_gpu(
     else:
         mlp = 3 * spec.intermediate_size
     forward = max_batched_tokens * (3 * d + mlp / tp) * defaults.activation_bytes_per_element
-    sampler = defaults.sampler_bytes_per_seq_vocab * max_num_seqs * spec.vocab_size
+    sampler = sampler_bytes_per_entry(defaults, sampler) * max_num_seqs * spec.vocab_size
     return max(forward, sampler)
+
+
+def sampler_bytes_per_entry(defaults: MemoryTerms, sampler: str | None = None) -> float:
+    """Peak bytes per (sequence x vocabulary entry) of the sampler warm-up on ``sampler``'s path
+    (``None``: the profile's default path); a FlashInfer path the profile has not measured is an
+    :class:`~capplan.errors.InputError`."""
+    path = sampler or defaults.sampler
+    if path == "pytorch":
+        return defaults.sampler_bytes_per_seq_vocab
+    if path == "flashinfer":
+        if defaults.flashinfer_sampler_bytes_per_seq_vocab is None:
+            raise InputError("sampler flashinfer: the engine profile has no memory.flashinfer_sampler_bytes_per_seq_vocab "
+                             "(its FlashInfer sampler peak is not measured); use sampler pytorch or an engine profile that has it")
+        return defaults.flashinfer_sampler_bytes_per_seq_vocab
+    raise InputError(f"sampler {path!r}: one of pytorch, flashinfer")
 
 
 def runtime_overhead_bytes(hw: "HardwareProfile", tp: int, pp: int, defaults: MemoryTerms = DEFAULTS) -> float:
@@ -754,10 +777,14 @@ def _kv_fixed(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> _KVFix
     mbt = inp.max_batched_tokens if inp.max_batched_tokens is not None else default_max_num_batched_tokens(hw, terms)
     seqs = inp.max_num_seqs if inp.max_num_seqs is not None else default_max_num_seqs(hw, terms)
     util = inp.gpu_mem_util if inp.gpu_mem_util is not None else terms.gpu_memory_utilization
+    if inp.activation_gib is None and (inp.sampler or terms.sampler) == "flashinfer" and terms.flashinfer_sampler_bytes_per_seq_vocab is None:
+        raise InputError(f"sampler flashinfer: engine profile {engine.name} has no memory.flashinfer_sampler_bytes_per_seq_vocab "
+                         "(its FlashInfer sampler peak is not measured); use --sampler pytorch, --activation-gib, or "
+                         "--engine vllm-0.10 (vLLM <= 0.11.0)")
     act = (
         inp.activation_gib * GIB
         if inp.activation_gib is not None
-        else activation_bytes_per_gpu(spec, mbt, seqs, inp.tp, terms)
+        else activation_bytes_per_gpu(spec, mbt, seqs, inp.tp, terms, inp.sampler)
     )
     over = (
         inp.runtime_overhead_gib * GIB

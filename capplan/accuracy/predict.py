@@ -582,12 +582,17 @@ def prepare_kv(row: "CorpusRow", engine: "EngineProfile | None") -> PreparedKV:
         raise Unsupported("data-parallel ranks are not modelled")
     if row.metric not in ("kv_cache_tokens", "available_kv_gib"):
         raise Unsupported(f"metric {row.metric} is not predicted")
+    sampler = row.get("sampler")  # the top-k/top-p path the log names
+    if sampler not in (None, "pytorch", "flashinfer"):
+        raise Unsupported(f"sampler {sampler} is not modelled")
+    if sampler is None:
+        assumed.append(f"the sampler warm-up on the engine profile's {(engine.memory.sampler if engine else 'pytorch')} path (the log does not say)")
     inp = KVInputs(
         tp=_int(row, "tp", 1), pp=_int(row, "pp", 1), weight_dtype=w, kv_dtype=kvd, engine=engine,
         gpu_mem_util=row.number("gpu_memory_utilization"), usable_mem_gib=row.number("total_mem_gib_logged"),
         max_num_seqs=_opt_int(row, "max_num_seqs"), max_batched_tokens=_opt_int(row, "max_num_batched_tokens"),
         block_size=_int(row, "block_size", engine.memory.block_size if engine else 16),
-        context=_int(row, "max_model_len", 8192),
+        context=_int(row, "max_model_len", 8192), sampler=sampler,
     )
     fs = feature_settings().get(row.id.split(":")[0], {})  # a start-up log's rows: <log id>:<metric>
     draft = None

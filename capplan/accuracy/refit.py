@@ -17,7 +17,8 @@ fits one kernel class's efficiency on every engine's rows (:func:`fit_unit_effic
 into every bundled profile), ``--hardware
 FAMILY:CHIP`` fits one chip's overrides for one engine family (:func:`fit_hardware_override`),
 and ``--terms FAMILY:TERM[,TERM...]`` refits some of a family's time terms, the others kept
-(:func:`fit_family_terms`). The bundled profiles' last narrow fits, in order, are listed in
+(:func:`fit_family_terms`), and ``--memory PROFILE`` refits one vLLM profile's memory terms on its
+start-up logs (:func:`fit_profile_memory`). The bundled profiles' last narrow fits, in order, are listed in
 ``docs/accuracy.md`` (how the profiles were fitted).
 """
 
@@ -137,6 +138,14 @@ _VLLM_SOURCES = {
     "time.chunked_prefill": "vLLM V1 schedules prompt chunks beside decodes within max_num_batched_tokens (chunked prefill always on in V1)",
 }
 
+VLLM_010_SAMPLER_SOURCE = (
+    "vLLM V1 up to 0.11.0 runs FlashInfer's top-k/top-p sampler whenever FlashInfer is importable "
+    f"(VLLM_USE_FLASHINFER_SAMPLER unset means on; {KV_SOURCES} section 2), but a pip install has no FlashInfer: PR #21959 "
+    "(2025-07-30) made flashinfer-python the optional extra vllm[flashinfer] until PR #26443 (2025-10-08) made it a "
+    "default dependency again; vLLM's Docker image installs it. The default is the pip install's PyTorch path; a log "
+    "that says 'Using FlashInfer for top-p & top-k sampling' takes the FlashInfer term.")
+"""Why the vllm-0.10 profile's sampler warm-up defaults to the PyTorch path."""
+
 SGLANG_CUDA_GRAPH_MAX_BS = 160
 SGLANG_CUDA_GRAPH_SOURCE = (
     "SGLang ServerArgs.__post_init__ (PR #2268, merged 2024-11-29): cuda_graph_max_bs defaults to 160 on GPUs of 25 GB "
@@ -148,9 +157,10 @@ SGLANG_CUDA_GRAPH_SOURCE = (
 PROFILES: list[ProfileSpec] = [
     ProfileSpec(
         "vllm-0.10", "vllm", "0.9-0.11.0", "vLLM V1 0.9 to 0.11.0: FlashInfer sampling, NCCL initialised inside the profiled budget up to 0.10.2.",
-        "vllm", memory={"gpu_memory_utilization": 0.9},
-        sources={**_VLLM_SOURCES, "memory.gpu_memory_utilization": f"default 0.9 up to 0.19 ({KV_SOURCES} section 1)"},
-        fit_memory=MEMORY_TERMS,
+        "vllm", memory={"gpu_memory_utilization": 0.9, "sampler": "pytorch"},
+        sources={**_VLLM_SOURCES, "memory.gpu_memory_utilization": f"default 0.9 up to 0.19 ({KV_SOURCES} section 1)",
+                 "memory.sampler": VLLM_010_SAMPLER_SOURCE},
+        fit_memory=[*MEMORY_TERMS, "flashinfer_sampler_bytes_per_seq_vocab"],
     ),
     ProfileSpec(
         "vllm-0.15", "vllm", "0.11.1-0.16", "vLLM V1 0.11.1 to 0.16: the sampler warm-up sorts whole rows in PyTorch; NCCL outside the budget.",
@@ -221,11 +231,16 @@ def fit_memory_terms(engine: Any, prepared: list[Any], terms: list[str]) -> tupl
     import numpy as np
     from scipy.optimize import least_squares
 
-    bounds = {"sampler_bytes_per_seq_vocab": (0.0, 80.0), "non_torch_gib_single": (0.0, 2.0),
-              "non_torch_gib_nvlink": (0.0, 4.0), "non_torch_gib_pcie": (0.0, 4.0)}
-    # a term no row constrains (no TP > 1 row, no PCIe row) keeps its value
+    bounds = {"sampler_bytes_per_seq_vocab": (0.0, 80.0), "flashinfer_sampler_bytes_per_seq_vocab": (0.0, 80.0),
+              "non_torch_gib_single": (0.0, 2.0), "non_torch_gib_nvlink": (0.0, 4.0), "non_torch_gib_pcie": (0.0, 4.0)}
+    # a term no row constrains (no TP > 1 row, no PCIe row, no row on that sampler path) keeps its value
+    paths = {(p.inputs.sampler or engine.memory.sampler) for p in prepared}
     usable = []
     for t in terms:
+        if t == "sampler_bytes_per_seq_vocab" and "pytorch" not in paths:
+            continue
+        if t == "flashinfer_sampler_bytes_per_seq_vocab" and "flashinfer" not in paths:
+            continue
         if t == "non_torch_gib_nvlink" and not any(p.inputs.tp > 1 and p.hw.intra_node_bandwidth_gbps >= 100 for p in prepared):
             continue
         if t == "non_torch_gib_pcie" and not any(p.inputs.tp > 1 and p.hw.intra_node_bandwidth_gbps < 100 for p in prepared):
@@ -238,7 +253,8 @@ def fit_memory_terms(engine: Any, prepared: list[Any], terms: list[str]) -> tupl
         return engine, {}
     lo = np.array([bounds[t][0] for t in usable])
     hi = np.array([bounds[t][1] for t in usable])
-    x0 = np.clip([getattr(engine.memory, t) for t in usable], lo, hi)
+    x0 = np.clip([getattr(engine.memory, t) if getattr(engine.memory, t) is not None else engine.memory.sampler_bytes_per_seq_vocab
+                  for t in usable], lo, hi)
     meas = np.array([p.row.measured for p in prepared])
 
     def make(x: Any) -> Any:
@@ -532,6 +548,52 @@ def fit_family_terms(family: str, terms: list[str], folder: Path | None = None, 
     return _narrow_fit(family, terms, None, folder, write)
 
 
+def fit_profile_memory(name: str, folder: Path | None = None, write: bool = True) -> dict[str, Any]:
+    """Refit one bundled vLLM profile's memory terms (its :class:`ProfileSpec` ``fit_memory``) on
+    the start-up logs of the versions it reproduces, its time terms kept: after a change to the
+    memory model or to the logs' stated settings (e.g. the sampler path a log names).
+
+    The rows are the KV rows ``validation/split.yaml`` does not hold out whose version the profile
+    covers (:func:`~capplan.accuracy.report.kv_profile_name`); the profile's fixed memory terms
+    (``ProfileSpec.memory``) and their sources are set first. The fitted values, with their
+    ``fitted_on`` row ids, are written into the profile (``write``).
+
+    Returns
+    -------
+    dict
+        ``terms`` (fitted values), ``rows`` (ids), ``before`` / ``after`` (mean absolute error
+        on the rows).
+    """
+    from capplan.accuracy.corpus import load_corpus
+    from capplan.accuracy.report import kv_profile_name
+    from capplan.engine import load_engine
+
+    spec = next((p for p in PROFILES if p.name == name), None)
+    if spec is None or not spec.fit_memory:
+        raise ValueError(f"no bundled profile {name!r} with fitted memory terms "
+                         f"({', '.join(p.name for p in PROFILES if p.fit_memory)})")
+    engine = load_engine(name)
+    memory = engine.memory.model_copy(update=spec.memory)
+    if "flashinfer_sampler_bytes_per_seq_vocab" in spec.fit_memory and memory.flashinfer_sampler_bytes_per_seq_vocab is None:
+        # not fitted yet: start from the PyTorch path's value (the two paths priced alike)
+        memory = memory.model_copy(update={"flashinfer_sampler_bytes_per_seq_vocab": memory.sampler_bytes_per_seq_vocab})
+    engine = engine.model_copy(update={"memory": memory, "sources": {**engine.sources, **spec.sources}})
+    rows = [r for r in load_corpus(folder) if r.kind == "kv" and not r.held_out and kv_profile_name(r) == name]
+    prepared = _prepare(rows, engine, "kv")
+    if not prepared:
+        raise ValueError(f"no start-up log row of {name!r}")
+
+    def mean_error(e: Any) -> float:
+        return sum(abs(p.evaluate(e) / p.row.measured - 1.0) for p in prepared) / len(prepared)
+
+    fitted, values = fit_memory_terms(engine, prepared, spec.fit_memory)
+    ids = [p.row.id for p in prepared]
+    fitted = fitted.model_copy(update={"fitted_on": {**fitted.fitted_on, **{f"memory.{t}": ids for t in values}}})
+    if write:
+        write_profile(fitted)
+    return {"terms": values, "rows": ids, "before": mean_error(engine), "after": mean_error(fitted)}
+
+
 def _narrow_fit_command(flag: str, run: Any, example: str) -> None:
     """``--terms`` / ``--hardware FAMILY:ARG``: run ``run(family, arg)`` and print its fit in one
     line, or exit with a one-line message (a missing argument, an unknown family, chip or term)."""
@@ -566,9 +628,16 @@ if __name__ == "__main__":
                             "FAMILY:TERM[,TERM...], e.g. --terms vllm:request_overhead_s")
     elif sys.argv[1:2] == ["--hardware"]:
         _narrow_fit_command("--hardware", fit_hardware_override, "FAMILY:CHIP, e.g. --hardware vllm:mi300x")
+    elif sys.argv[1:2] == ["--memory"]:
+        try:
+            out = fit_profile_memory(sys.argv[2] if len(sys.argv) > 2 else "")
+        except ValueError as exc:
+            sys.exit(f"--memory: {exc}")
+        print(f"{sys.argv[2]}: {out['terms']} fitted on {len(out['rows'])} rows; "
+              f"mean |error| {out['before']:.2%} -> {out['after']:.2%}")
     elif sys.argv[1:2] in (["-h"], ["--help"]):
         print(__doc__)
     elif sys.argv[1:]:
-        sys.exit(f"{sys.argv[1]}: unknown argument (--unit, --terms, --hardware, --help; none: refit every profile)")
+        sys.exit(f"{sys.argv[1]}: unknown argument (--unit, --terms, --hardware, --memory, --help; none: refit every profile)")
     else:
         refit()

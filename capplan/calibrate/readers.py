@@ -425,8 +425,10 @@ def read_vllm_log(path: Path, label: str, text: str) -> FileData:
     args`` dict (``gpu_memory_utilization``, ``max_num_seqs``, ``max_num_batched_tokens``,
     ``tensor_parallel_size``, ``max_model_len``, ``block_size``, ``kv_cache_dtype``), the engine
     config line (``dtype=``, ``quantization=``, ``kv_cache_dtype=``, ``tensor_parallel_size=``,
-    ``max_seq_len=``), ``Chunked prefill is enabled with max_num_batched_tokens=N``, and
-    ``Model loading took X GiB`` (the weights per GPU). Hard-wrapped lines are joined first.
+    ``max_seq_len=``), ``Chunked prefill is enabled with max_num_batched_tokens=N``,
+    ``Model loading took X GiB`` (the weights per GPU), and the sampler's top-k/top-p path
+    (``Using FlashInfer for top-p & top-k sampling`` or ``Falling back to the PyTorch-native
+    implementation``). Hard-wrapped lines are joined first.
     """
     t = _unwrap(text)
     notes: list[str] = []
@@ -467,6 +469,10 @@ def read_vllm_log(path: Path, label: str, text: str) -> FileData:
         "kv_cache_tokens": _number(kv_tokens.replace(",", "")) if kv_tokens else None,
         "model_named": arg("model") or arg("model_tag") or _grab(r"model='([^']+)'", t),
     }
+    if "Using FlashInfer for top-p & top-k sampling" in t:
+        settings["sampler"] = "flashinfer"
+    elif "Falling back to the PyTorch-native implementation of top-p & top-k sampling" in t:
+        settings["sampler"] = "pytorch"
     blocks = _number(_grab(r"num_gpu_blocks is: (\d+)", t))
     if settings["block_size"] is None and blocks and settings["kv_cache_tokens"]:
         settings["block_size"] = settings["kv_cache_tokens"] / blocks

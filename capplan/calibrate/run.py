@@ -337,6 +337,16 @@ def _apply_log(prepared: Any, log: dict[str, Any]) -> Any:
     return replace(prepared, server=replace(s, **update)) if update else prepared
 
 
+def _sampler_peak_counts(prepared: Any, base: "EngineProfile", path: str) -> bool:
+    """Whether a start-up log's KV budget moves with its sampler term (the sampler warm-up, not the
+    forward pass, sets its activation peak at the base profile's value)."""
+    from capplan.calibrate.terms import SAMPLER_TERMS
+
+    term = SAMPLER_TERMS[path]
+    more = base.model_copy(update={"memory": base.memory.model_copy(update={term: getattr(base.memory, term) + 1.0})})
+    return prepared.evaluate(more) != prepared.evaluate(base)
+
+
 def _layout(row: "CorpusRow") -> str:
     from capplan.hardware import load_hardware
 
@@ -489,7 +499,14 @@ def _calibrate_once(files: list["FileData"], rows_by_file: list[list["CorpusRow"
     logs: dict[str, Any] = {}
     for p in kv_prepared:
         logs.setdefault(p.row.fields["file"], p)
-    kv_logs = [(file, int(p.row.fields["tp"]), _layout(p.row)) for file, p in logs.items()]
+    paths = {file: p.inputs.sampler or base.memory.sampler for file, p in logs.items()}
+    if "flashinfer" in paths.values() and base.memory.flashinfer_sampler_bytes_per_seq_vocab is None:
+        base = base.model_copy(update={"memory": base.memory.model_copy(
+            update={"flashinfer_sampler_bytes_per_seq_vocab": base.memory.sampler_bytes_per_seq_vocab})})
+        notes.append(f"{base.name} has no FlashInfer sampler term: the logs that run FlashInfer's sampler start from its "
+                     "PyTorch sampler's bytes per entry")
+    kv_logs = [(file, int(p.row.fields["tp"]), _layout(p.row), paths[file], _sampler_peak_counts(p, base, paths[file]))
+               for file, p in logs.items()]
 
     time_rows = [r for r in rows if r.kind in ("serving", "step")]
     overrides = _log_overrides(files, rows_by_file)

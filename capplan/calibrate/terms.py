@@ -13,8 +13,11 @@ trades one term against another and the result means nothing. The rules, by kind
   measurements at tensor-parallel size 2 or more, ``moe_gemm_efficiency`` a mixture-of-experts
   model; none is fitted unless named in ``--terms``;
 * a vLLM start-up log constrains one memory number (what the engine keeps besides weights,
-  activations and KV): ``sampler_bytes_per_seq_vocab``; each further log adds one term
-  (``non_torch_gib_single`` / ``_nvlink`` / ``_pcie`` for its parallel layout).
+  activations and KV): ``sampler_bytes_per_seq_vocab`` (``flashinfer_sampler_bytes_per_seq_vocab``
+  when the log's sampler runs FlashInfer's top-k/top-p kernels; logs on both paths fit both), or,
+  when the forward pass and not the sampler sets the log's activation peak, its layout's
+  non-torch term; each further log adds one term (``non_torch_gib_single`` / ``_nvlink`` /
+  ``_pcie`` for its parallel layout).
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from capplan.errors import InputError
 TIME_TERMS: tuple[str, ...] = tuple(BOUNDS)
 """Every fittable time term (:data:`capplan.accuracy.fit.BOUNDS`)."""
 
-MEMORY_TERMS: tuple[str, ...] = ("sampler_bytes_per_seq_vocab", "non_torch_gib_single", "non_torch_gib_nvlink", "non_torch_gib_pcie")
+MEMORY_TERMS: tuple[str, ...] = ("sampler_bytes_per_seq_vocab", "flashinfer_sampler_bytes_per_seq_vocab", "non_torch_gib_single",
+                                 "non_torch_gib_nvlink", "non_torch_gib_pcie")
 """Fittable memory terms (:func:`capplan.accuracy.refit.fit_memory_terms`), in the order one
 start-up log after another constrains them."""
 
@@ -63,6 +67,9 @@ class DataShape:
     """Parallel layouts of the logs: ``single``, ``nvlink`` or ``pcie``."""
     time_points: int
     """Time points in all."""
+    log_samplers: frozenset[str] = frozenset({"pytorch"})
+    """Sampler warm-up paths (``pytorch`` or ``flashinfer``) of the logs whose activation peak the
+    sampler sets (a log whose forward pass peaks higher does not constrain its sampler term)."""
 
 
 def _setting(fields: dict[str, Any]) -> tuple:
@@ -79,7 +86,8 @@ def _batch(fields: dict[str, Any]) -> Any:
 
 
 def data_shape(time_rows: Sequence[Any], kv_logs: Sequence[Any], moe_models: set[str]) -> DataShape:
-    """Summarise time points (corpus rows) and start-up logs (``(file, tp, layout)`` tuples)."""
+    """Summarise time points (corpus rows) and start-up logs (``(file, tp, layout[, sampler[,
+    sampler sets the peak]])`` tuples; a log without a sampler path runs PyTorch's)."""
     decode = [r for r in time_rows if r.metric in DECODE_METRICS]
     prefill = [r for r in time_rows if r.metric in PREFILL_METRICS]
     return DataShape(
@@ -90,7 +98,8 @@ def data_shape(time_rows: Sequence[Any], kv_logs: Sequence[Any], moe_models: set
         tps=frozenset(int(r.fields.get("tp") or 1) for r in time_rows),
         moe=any(r.fields.get("model") in moe_models for r in time_rows),
         logs=len(kv_logs),
-        log_layouts=frozenset(layout for _, _, layout in kv_logs),
+        log_layouts=frozenset(log[2] for log in kv_logs),
+        log_samplers=frozenset(log[3] if len(log) > 3 else "pytorch" for log in kv_logs if len(log) < 5 or log[4]),
         time_points=len(time_rows),
     )
 
@@ -112,10 +121,15 @@ def default_terms(shape: DataShape) -> tuple[list[str], list[str]]:
     return time[: shape.time_points], memory
 
 
+SAMPLER_TERMS = {"pytorch": "sampler_bytes_per_seq_vocab", "flashinfer": "flashinfer_sampler_bytes_per_seq_vocab"}
+"""The memory term of each sampler warm-up path."""
+
+
 def _memory_defaults(shape: DataShape) -> list[str]:
     if not shape.logs:
         return []
-    out = ["sampler_bytes_per_seq_vocab"]
+    # a log constrains its sampler term where the sampler sets its peak, else its layout's non-torch term
+    out = [SAMPLER_TERMS[path] for path in ("pytorch", "flashinfer") if path in shape.log_samplers]
     for layout in ("single", "nvlink", "pcie"):
         if layout in shape.log_layouts:
             out.append(f"non_torch_gib_{layout}")
@@ -171,6 +185,10 @@ def check_terms(terms: Sequence[str], shape: DataShape) -> tuple[list[str], list
     for t in memory:
         if not shape.logs:
             raise InputError(f"no vLLM start-up log among the files: cannot fit {t} (give the server's start-up log, {without})")
+        path = next((p for p, term in SAMPLER_TERMS.items() if term == t), None)
+        if path and path not in shape.log_samplers:
+            raise InputError(f"no start-up log whose peak the {'FlashInfer' if path == 'flashinfer' else 'PyTorch'} sampler sets: "
+                             f"cannot fit {t} ({drop})")
         layout = t.rsplit("_", 1)[-1] if t.startswith("non_torch") else None
         if layout and layout not in shape.log_layouts:
             what = "one GPU" if layout == "single" else f"tensor-parallel size 2 or more over {'NVLink' if layout == 'nvlink' else 'PCIe'}"

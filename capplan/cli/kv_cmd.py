@@ -108,6 +108,12 @@ def kv(
         float | None, typer.Option("--runtime-overhead-gib", help=_kv_help("runtime_overhead_gib"))
     ] = None,
     graph_gib: Annotated[float | None, typer.Option("--graph-gib", help=_kv_help("graph_gib"))] = None,
+    sampler: Annotated[
+        str | None,
+        typer.Option("--sampler", help="Top-k/top-p path of the engine's sampler warm-up, which sizes its memory peak: pytorch, or "
+                     "flashinfer (vLLM <= 0.11.0 with FlashInfer installed, or VLLM_USE_FLASHINFER_SAMPLER=1); default the "
+                     "engine profile's."),
+    ] = None,
     workload: Annotated[
         str | None, typer.Option("--workload", "-w", help="Workload file or name: report its concurrency.")
     ] = None,
@@ -173,6 +179,7 @@ def kv(
                 activation_gib=activation_gib,
                 runtime_overhead_gib=runtime_overhead_gib,
                 graph_gib=graph_gib,
+                sampler=sampler,
                 engine=engine_profile,
                 **layout_options(ep, dp, expert_dtype, redundant_experts, kv_scale),
             ))
