@@ -74,10 +74,14 @@ class Server:
     kv_capacity_tokens: int
     """KV cache capacity of the instance [tokens]."""
     chunked_prefill: bool = True
-    """Prompts are split into chunks that share steps with decodes (vLLM V1); otherwise a
-    prompt is prefilled whole in one step."""
+    """Prompts are split into chunks of the token budget (vLLM V1, SGLang); otherwise a prompt is
+    prefilled whole in one step."""
     request_overhead_s: float = 0.0
     """Fixed time per request outside engine steps, added to TTFT [s]."""
+    mixed_prefill: bool = True
+    """A step that carries prompt positions also advances the decoding batch (vLLM V1,
+    TensorRT-LLM's in-flight batching); ``False``: a step holds prompts or decodes, and the
+    decodes wait for the prompt steps (SGLang without ``--enable-mixed-chunk``, vLLM's V0)."""
 
 
 @dataclass(frozen=True)
@@ -179,6 +183,10 @@ def _closed_loop_arrays(server: Server, concurrency: Any, input_tokens: float, o
 
     # speculative decoding with chunked prefill: steps counted in output tokens (see _Steps._speculative)
     spec = server.pricer if isinstance(server.pricer, SpeculativePricer) and server.chunked_prefill else None
+    mixed = server.mixed_prefill
+    if spec is not None and not mixed:
+        raise InputError("speculative decoding with prompt steps apart from decodes (engine profile time.mixed_prefill: "
+                         "false) is not modelled")
     decode_steps = O - 1.0
     own_steps = np.zeros_like(c)
     b = np.maximum(c - 1.0, 0.0)
@@ -215,6 +223,14 @@ def _closed_loop_arrays(server: Server, concurrency: Any, input_tokens: float, o
                       sequences=np.maximum(E * tokens / P, 1.0), window_attention_pairs=E * pairs_w, window_kv_read_tokens=0.0 * tokens)
         alone = np.asarray(spec.step(new_tokens=np.maximum(E * tokens, 1.0), **prompt).step_time_s, float)
         t_m = np.where(b > 0, spec.step_with_decodes(np.maximum(b, 1.0), ctx, new_tokens=E * tokens, **prompt), alone) / E
+        t_p = t_m
+    elif not mixed:  # a prompt step holds prompts only; the decodes run in their own step after it
+        t_p = np.asarray(server.pricer.step(
+            new_tokens=np.maximum(tokens, 1.0), logits_tokens=tokens / P, attention_pairs=pairs,
+            kv_read_tokens=C * tokens / P, sequences=np.maximum(tokens / P, 1.0),
+            window_attention_pairs=pairs_w, window_kv_read_tokens=min(C, W - 1) * tokens / P,
+        ).step_time_s, dtype=float)
+        t_m = np.where(b > 0, t_p + t_d, t_p)  # a prompt step and the decode step that follows it
     else:
         t_m = np.asarray(server.pricer.step(
             new_tokens=b + tokens, logits_tokens=b + tokens / P, attention_pairs=b * (ctx + 1) + pairs,
@@ -222,18 +238,27 @@ def _closed_loop_arrays(server: Server, concurrency: Any, input_tokens: float, o
             window_attention_pairs=b * min(ctx + 1, W) + pairs_w,
             window_kv_read_tokens=b * min(ctx, W - 1) + min(C, W - 1) * tokens / P,
         ).step_time_s, dtype=float)
+        t_p = t_m
     mixed_share = np.minimum(1.0, n_mixed / window)
     step = np.where(b > 0, mixed_share * t_m + (1.0 - mixed_share) * t_d, t_m)
     # a new request finds the other clients' prefills under way: the engine spends a share rho of
     # its time on them, and the wait is an M/D/1 queue's, rho / (2 (1 - rho)) own prefills
-    rho = np.clip((c - 1.0) / np.maximum(c, 1.0) * mixed_share * t_m / np.maximum(step, 1e-12), 0.0, 0.95)
-    queue = np.where(one_at_a_time, rho / (2.0 * (1.0 - rho)) * k * t_m, 0.0)
-    ttft = (window - decode_steps) * t_m + queue + server.request_overhead_s
+    rho = np.clip((c - 1.0) / np.maximum(c, 1.0) * mixed_share * t_p / np.maximum(step, 1e-12), 0.0, 0.95)
+    queue = np.where(one_at_a_time, rho / (2.0 * (1.0 - rho)) * k * t_p, 0.0)
+    # its own prompt steps (one at a time: prompt steps back to back when they hold no decodes)
+    own = np.where(one_at_a_time, t_p, t_m)
+    ttft = (window - decode_steps) * own + queue + server.request_overhead_s
     e2e = ttft + decode_steps * step
     # a request that arrives while the engine runs a step waits for that step to end: the mean
-    # residual of a renewal process, E[T^2] / (2 E[T]) (see step_wait_s for how often)
-    second = np.where(b > 0, mixed_share * t_m**2 + (1.0 - mixed_share) * t_d**2, t_m**2)
-    residual = second / (2.0 * np.maximum(step, 1e-12))
+    # residual of a renewal process, E[T^2] / (2 E[T]) (see step_wait_s for how often); without
+    # mixing, each prompt step and the decode step after it are two steps
+    if mixed:
+        second = np.where(b > 0, mixed_share * t_m**2 + (1.0 - mixed_share) * t_d**2, t_m**2)
+        residual = second / (2.0 * np.maximum(step, 1e-12))
+    else:
+        steps_per_decode = np.where(b > 0, 1.0 + mixed_share, 1.0)
+        second = np.where(b > 0, mixed_share * t_p**2 + t_d**2, t_p**2) / steps_per_decode
+        residual = second / (2.0 * np.maximum(step / steps_per_decode, 1e-12))
     return {"c": c, "b": b, "ttft": ttft, "itl": step, "e2e": e2e, "step_residual": residual}
 
 
@@ -250,7 +275,9 @@ def _chunk_budget(server: Server, spec: Any, M: float, b: Any, c: Any, P: float)
     (a verify step forwards ``n`` positions of each decoding sequence and yields ``E`` tokens)."""
     if spec is not None:
         return np.maximum(M - b * spec.positions_per_sequence, 1.0) / spec.tokens_per_step
-    return np.maximum(M - b, 1.0) if server.chunked_prefill else np.full_like(c, max(P, M))
+    if not server.chunked_prefill:
+        return np.full_like(c, max(P, M))
+    return np.maximum(M - b, 1.0) if server.mixed_prefill else np.full_like(c, M)
 
 
 ARRIVALS = ("clients", "poisson", "queued")
@@ -380,7 +407,7 @@ def server_for(
     pricer = StepPricer(spec, hw, RooflineInputs(tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine, **layout))
     t = engine.time_on(hw.name) if engine is not None else None
     return Server(pricer, kv.max_num_seqs, kv.max_batched_tokens, kv.kv_capacity_tokens,
-                  t.chunked_prefill if t else True, t.request_overhead_s if t else 0.0)
+                  t.chunked_prefill if t else True, t.request_overhead_s if t else 0.0, t.mixed_prefill if t else True)
 
 
 def _check(**values: float) -> None:
@@ -553,18 +580,23 @@ class _Steps:
     def __init__(self, server: Server, mix: _Mix, b: float) -> None:
         p = server.pricer
         self.chunked = server.chunked_prefill
+        self.mixed = server.mixed_prefill
+        """Whether a step with prompt positions also advances the decoding batch."""
         M = float(server.max_num_batched_tokens)
         from capplan.speculative import SpeculativePricer
 
         if isinstance(p, SpeculativePricer) and self.chunked:
+            if not self.mixed:
+                raise InputError("speculative decoding with prompt steps apart from decodes (engine profile "
+                                 "time.mixed_prefill: false) is not modelled")
             self._speculative(p, M, mix, b)
             return
-        self.budget = max(M - b, 1.0) if self.chunked else M
+        self.budget = max(M - b, 1.0) if self.chunked and self.mixed else M
         x = np.linspace(0.0, self.budget, FINE_GRID)
         prompts = x / mix.mean_new
         W = p.window
         ctx = mix.decode_ctx
-        dec = b if self.chunked else 0.0
+        dec = b if self.mixed else 0.0
         pairs_w_tok = min(mix.pairs_per_token, W) if math.isfinite(W) else mix.pairs_per_token
         t = p.step(
             new_tokens=np.maximum(dec + x, 1.0), logits_tokens=dec + prompts,
@@ -759,7 +791,7 @@ class _Operating:
         self.b = b
         self.steps = _Steps(server, mix, b)
         self.chain = _Chain(self.steps, mix, rate, burstiness)
-        if server.chunked_prefill:
+        if server.mixed_prefill:
             self.advance_s = self.chain.mean_step_s  # every step advances the decoding batch
         else:  # only decode steps do; prompt steps stall it
             self.advance_s = self.chain.mean_step_s / max(self.chain.pi[0], 1e-9)
@@ -1016,7 +1048,7 @@ def queueing_latency(
         rate_per_s=rate, burstiness=burstiness, capacity_per_s=cap, limited_by=why,
         utilisation=rate / cap if cap is not None else None, saturated=False,
         decode_batch=op.b, batch_limit=limit, step_s=op.advance_s, prefill_step_share=chain.prefill_share,
-        prefill_time_share=_prefill_time_share(chain, steps, server.chunked_prefill),
+        prefill_time_share=_prefill_time_share(chain, steps, server.mixed_prefill),
         ttft_s=lat(ttft), tpot_s=lat(tpot[ok_d]) if ok_d.any() else Latency(0.0, {k: 0.0 for k in names}), itl_s=itl, e2e_s=lat(e2e),
         requests_per_s=rate, output_tokens_per_s=rate * m.mean_out, input_tokens_per_s=rate * m.mean_prompt,
     )
@@ -1033,12 +1065,14 @@ def open_loop_latency(server: Server, rate: float, input_tokens: float, output_t
     return queueing_latency(server, rate, RequestMix.fixed(input_tokens, output_tokens, cached_tokens), 1.0, percentiles, capacity=False)
 
 
-def _prefill_time_share(chain: _Chain, steps: _Steps, chunked: bool) -> float:
-    """Share of step time spent on prompts (see :attr:`QueueingResult.prefill_time_share`)."""
+def _prefill_time_share(chain: _Chain, steps: _Steps, mixed: bool) -> float:
+    """Share of step time spent on prompts (see :attr:`QueueingResult.prefill_time_share`): with
+    prompts mixed into decode steps, the steps' excess over a decode step; otherwise the prompt
+    steps' time."""
     total = chain.mean_step_s
     if total <= 0:
         return 0.0
-    if chunked:
+    if mixed:
         return float(min(max(1.0 - steps.decode_s / total, 0.0), 1.0))
     return float((chain.pi[1:] * chain.step_tau[1:]).sum() / total)
 

@@ -169,8 +169,12 @@ class TimeTerms(BaseModel):
     allreduce_latency_us: float = Field(default=10.0, ge=0)
     """Fixed latency of one all-reduce [microseconds]."""
     chunked_prefill: bool = True
-    """Prompts are split into chunks of the token budget that share steps with decodes (vLLM V1,
-    SGLang); ``false``: a prompt is prefilled whole in one step."""
+    """Prompts are split into chunks of the token budget (vLLM V1, SGLang); ``false``: a prompt is
+    prefilled whole in one step, which holds no decodes."""
+    mixed_prefill: bool = True
+    """Prompt chunks share a step with the running decodes (vLLM V1; SGLang with
+    ``--enable-mixed-chunk``); ``false``: a step holds either prompt chunks (up to the whole token
+    budget) or decodes, and the decodes wait while prompts are prefilled (SGLang's default)."""
     moe_load_imbalance: float = Field(default=1.0, ge=1, le=16)
     """Ratio [>= 1] of the busiest GPU's routed-expert tokens to the mean across an expert-parallel
     group (``ep > 1``), after the engine's expert load balancer (EPLB): the step waits for the

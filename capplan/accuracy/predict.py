@@ -245,7 +245,8 @@ class PreparedServing:
         if engine is not None:
             t = engine.time_on(server.pricer.hw.name)
             server = replace(server, pricer=server.pricer.with_inputs(server.pricer.inp.model_copy(update={"engine": engine})),
-                             chunked_prefill=t.chunked_prefill, request_overhead_s=t.request_overhead_s)
+                             chunked_prefill=t.chunked_prefill, request_overhead_s=t.request_overhead_s,
+                             mixed_prefill=t.mixed_prefill)
         extra: dict[str, float] = {"cached_tokens": self.cached_tokens} if self.scenario != "static_batch" else {}
         if self.scenario == "open_loop":
             extra["burstiness"] = self.burstiness

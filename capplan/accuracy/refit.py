@@ -146,6 +146,13 @@ VLLM_010_SAMPLER_SOURCE = (
     "that says 'Using FlashInfer for top-p & top-k sampling' takes the FlashInfer term.")
 """Why the vllm-0.10 profile's sampler warm-up defaults to the PyTorch path."""
 
+SGLANG_MIXED_CHUNK_SOURCE = (
+    "SGLang ServerArgs enable_mixed_chunk: bool = False (python/sglang/srt/server_args.py, every release from 0.3 on; "
+    "'--enable-mixed-chunk: Enabling mixing prefill and decode in a batch when using chunked prefill'): by default the "
+    "scheduler runs a prefill batch of waiting prompts (up to chunked_prefill_size) whenever it can form one, and the "
+    "running requests' decode batch waits for it.")
+"""Why the sglang profile's prompt steps hold no decodes."""
+
 SGLANG_CUDA_GRAPH_MAX_BS = 160
 SGLANG_CUDA_GRAPH_SOURCE = (
     "SGLang ServerArgs.__post_init__ (PR #2268, merged 2024-11-29): cuda_graph_max_bs defaults to 160 on GPUs of 25 GB "
@@ -186,8 +193,8 @@ PROFILES: list[ProfileSpec] = [
         "sglang", "sglang", "0.3-0.5", "SGLang: static memory fraction for weights and KV, chunked prefill.",
         "sglang", memory={"budget_rule": "static_fraction", "gpu_memory_utilization": 0.88, "block_size": 1,
                           "max_num_seqs": {"large": 1024, "small": 256}, "max_num_batched_tokens": {"large": 8192, "small": 2048}},
-        time={"cuda_graph_max_batch": SGLANG_CUDA_GRAPH_MAX_BS},
-        sources={"time.cuda_graph_max_batch": SGLANG_CUDA_GRAPH_SOURCE,
+        time={"cuda_graph_max_batch": SGLANG_CUDA_GRAPH_MAX_BS, "mixed_prefill": False},
+        sources={"time.cuda_graph_max_batch": SGLANG_CUDA_GRAPH_SOURCE, "time.mixed_prefill": SGLANG_MIXED_CHUNK_SOURCE,
                  "memory.budget_rule": f"rest = free after weights - total x (1 - mem_fraction_static) (ModelRunner.profile_max_num_token; {KV_SOURCES} section 6)",
                  "memory.gpu_memory_utilization": f"mem_fraction_static 0.88 at TP 1 in releases up to v0.4.x ({KV_SOURCES} section 6)",
                  "memory.block_size": "SGLang's token granularity is the page size, 1 by default",

@@ -260,12 +260,17 @@ Where the model is still wrong, and why:
   constant-rate queueing model makes those tails optimistic (median error 20.7% -> 16.2%, but
   signed +0.7% -> +14.8%), since their spread comes from sources the model lacks (prompt and
   output lengths, step-to-step noise), which Poisson arrivals stand in for.
-- **The CUDA-graph cliff.** SGLang's late-2024 releases capture decode graphs up to 160
-  sequences (`cuda_graph_max_batch`); a larger batch pays the eager per-layer cost. With it the
-  DataCrunch runs of Llama-3.3-70B on 4 x H200 at 16 requests/s are predicted saturated, as their
-  measured throughput shows. At 8 requests/s (and the 405B runs at 4-8) the arrivals balance both
-  below the cliff and above it, and the runs sat above it (ITL 71 ms against the predicted 23 ms,
-  end-to-end latency 3-4.5x); the model takes the lower state.
+- **The CUDA-graph cliff and SGLang's prompt steps.** SGLang's late-2024 releases capture decode
+  graphs up to 160 sequences (`cuda_graph_max_batch`); a larger batch pays the eager per-layer
+  cost. And SGLang does not mix prompts into decode steps unless `--enable-mixed-chunk` is given
+  (`mixed_prefill: false`): a prompt step holds prompts only and the running decodes wait for it,
+  which lengthens the inter-token latency under load and pushes the batch towards the cliff. With
+  both, the DataCrunch runs of Llama-3.3-70B on 4 x H200 at 16 requests/s (and the 405B runs at
+  8) are predicted saturated, as their measured throughput shows, and the 405B random-length run
+  at 4 requests/s settles above the cliff as it did (its latency error +278% -> +19%). At 8
+  requests/s the 70B run (and the 405B ShareGPT run) still balance both below and above the cliff
+  in the model, and the runs sat above it (the 70B's ITL 71 ms against the predicted 27 ms); the
+  model takes the lower state.
 - **Host and gateway overheads outside the engine.** Some third-party runs go through a gateway
   or the chat endpoint (GPUStack: ~60 ms TTFT for a 230-token prompt on one H100, where vLLM's
   own benchmarks measure ~15-25 ms); one `request_overhead_s` per engine cannot fit both.

@@ -648,7 +648,8 @@ def render_serving(result: Any) -> None:
     ))
     con.print(
         f"Per replica: KV {st['kv_capacity_tokens']:,} tokens, max {st['max_num_seqs']:,} sequences, "
-        f"{st['max_num_batched_tokens']:,} tokens per step, {'chunked prefill' if st['chunked_prefill'] else 'whole-prompt prefill'}, "
+        f"{st['max_num_batched_tokens']:,} tokens per step, {'chunked prefill' if st['chunked_prefill'] else 'whole-prompt prefill'}"
+        f"{'' if st.get('mixed_prefill', True) else ' in steps apart from decodes'}, "
         f"request overhead {st['request_overhead_s'] * 1e3:,.1f} ms."
     )
     keys = ["mean", *[f"p{p:g}" for p in result.percentiles]]

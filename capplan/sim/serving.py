@@ -23,8 +23,10 @@ simulated on its own, step by step, as vLLM's V1 scheduler runs it:
   (``serving.prefix_hit_rate``) prefills only the rest (all but the prompt's last position can
   be reused); the prefix's KV is held once per replica.
 
-Without chunked prefill (an engine profile with ``chunked_prefill: false``) a step carries
-whole prompts only, and no decodes (vLLM's V0 scheduler).
+Without chunked prefill (an engine profile with ``chunked_prefill: false``) prompts are
+prefilled whole, one or more to a step. An engine that does not mix prompts into decode steps
+(``mixed_prefill: false``: SGLang's default, vLLM's V0 scheduler) runs a step of prompt chunks
+(up to the whole token budget) whenever prompts wait, and the decoding batch waits for it.
 
 Sliding-window layers are priced with the batch's summed context capped at ``batch x window``
 (exact when every context is on the same side of the window).
@@ -207,9 +209,11 @@ class ServingEngine:
     kv_capacity_tokens: int
     """KV capacity of the replica [positions]."""
     chunked_prefill: bool
-    """Prompts are split into chunks that share steps with decodes."""
+    """Prompts are split into chunks of the token budget."""
     request_overhead_s: float
     """Host time per request outside engine steps, added to TTFT [s]."""
+    mixed_prefill: bool = True
+    """A step with prompt chunks also advances the decoding batch."""
 
 
 def serving_engine(server: "Server") -> ServingEngine:
@@ -224,6 +228,7 @@ def serving_engine(server: "Server") -> ServingEngine:
         kv_capacity_tokens=server.kv_capacity_tokens,
         chunked_prefill=server.chunked_prefill,
         request_overhead_s=server.request_overhead_s,
+        mixed_prefill=server.mixed_prefill,
     )
 
 
@@ -296,6 +301,7 @@ def simulate_replica(engine: ServingEngine, arrival_s: np.ndarray, prompt: np.nd
     budget_total = engine.max_batched_tokens
     max_seqs = engine.max_num_seqs
     chunked = engine.chunked_prefill
+    mixed = engine.mixed_prefill
     overhead = engine.request_overhead_s
     W = co.window
     windowed = W < 1e18 and (co.c_pair_w > 0 or co.m_read_w > 0)
@@ -350,7 +356,7 @@ def simulate_replica(engine: ServingEngine, arrival_s: np.ndarray, prompt: np.nd
             recomputed += ctx
         nrun = b + len(prefilling)
         admit = bool(waiting) and nrun < max_seqs and waiting[0][1] <= cap - kv_used - b - reserve
-        budget = (budget_total - b) if chunked else budget_total
+        budget = (budget_total - b) if mixed else budget_total
         if not (prefilling or admit) or budget <= 0:
             if b == 0:
                 t = arr[i]  # idle until the next arrival
@@ -429,7 +435,7 @@ def simulate_replica(engine: ServingEngine, arrival_s: np.ndarray, prompt: np.nd
                 if windowed:
                     pairs_wc += causal_pairs_one(done, nchunk, W)
                     read_wc += done if done < Wl else Wl
-            decoders = b if chunked else 0  # without chunking a prompt step holds no decodes
+            decoders = b if mixed else 0  # without mixing a prompt step holds no decodes
             if decoders:
                 ctx_sum = off_sum + b * step
                 new += b
@@ -442,7 +448,7 @@ def simulate_replica(engine: ServingEngine, arrival_s: np.ndarray, prompt: np.nd
             dt = step_time(new, logits, pairs, pairs_wc, read, read_wc, decoders + len(chunks))
             t += dt
             busy += dt
-            seq_s += b * dt  # decoding sequences resident (stalled by a prompt step without chunking)
+            seq_s += b * dt  # decoding sequences resident (stalled by a prompt step without mixing)
             if decoders:
                 itl.append(dt)
                 itl_w.append(b)
@@ -714,7 +720,7 @@ def simulate_serving(
     }
     setup = {
         "kv_capacity_tokens": eng.kv_capacity_tokens, "max_num_seqs": eng.max_num_seqs, "max_num_batched_tokens": eng.max_batched_tokens,
-        "chunked_prefill": eng.chunked_prefill, "request_overhead_s": eng.request_overhead_s,
+        "chunked_prefill": eng.chunked_prefill, "mixed_prefill": eng.mixed_prefill, "request_overhead_s": eng.request_overhead_s,
     }
     return ServingSimResult(
         workload=workload.name, model=spec.name, hardware=hw.name, engine_profile=engine.name, calibration=engine.calibration,

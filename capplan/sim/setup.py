@@ -268,6 +268,11 @@ def engine_setup(
         "for the framework's per-update time",
         "the trainer is busy for the weight push after each update",
     ]
+    if not (terms.chunked_prefill and terms.mixed_prefill):
+        how = "prefills whole prompts" if not terms.chunked_prefill else "runs prompt chunks in steps apart from decodes"
+        notes.append(f"engine profile {engine.name} {how}; the rollout scheduler runs vLLM V1's schedule (prompt chunks "
+                     "beside the decodes of a step), so the rollout's prefill interference is a mixing engine's "
+                     "(capplan simulate's serving mode and the serving plan take the profile's schedule)")
     return setup, report, notes
 
 
@@ -325,7 +330,7 @@ def _offload(
 
     terms = rinp.profile().time_on(hw.name)
     server = Server(step_pricer(spec, hw, rinp), kv.max_num_seqs, kv.max_batched_tokens, capacity_tokens,
-                    terms.chunked_prefill, terms.request_overhead_s)
+                    terms.chunked_prefill, terms.request_overhead_s, terms.mixed_prefill)
     tier = offload_tier(server, gib)
     costs = OffloadCosts(capacity_tokens=tier.capacity_tokens, load_s_per_token=tier.load_s_per_token,
                          prefill_s_per_token=prefill_s_per_token(coeffs, kv.max_batched_tokens),
