@@ -39,7 +39,10 @@ requests already queued, which are admitted at a step's end; a Poisson arrival o
 finds the whole batch ``b``). When the clients' prefills do not
 fit one per step between a request's decodes, steps carry several prompts' tokens up to the
 budget (saturated). A prompt prefix in the prefix cache (``cached_tokens``) is attended to but
-not prefilled: ``P`` above counts the rest.
+not prefilled: ``P`` above counts the rest. An engine that does not mix prompts into decode
+steps (``Server.mixed_prefill`` false, SGLang's default) runs a prompt step alone, on the whole
+budget ``M``, and the decodes wait: ``t_m`` is a prompt step plus the decode step after it, and a
+request's own prompt steps (and the prefill queue) are priced as prompt steps alone.
 
 All times are seconds; throughputs are per engine instance (``tp`` GPUs).
 """
