@@ -67,3 +67,43 @@ def test_the_limit_must_be_a_positive_batch():
 
     with pytest.raises(ValidationError):
         load_engine("sglang").time.model_validate({"cuda_graph_max_batch": 0})
+
+
+def test_the_simulators_step_prices_take_the_limit():
+    """The simulators price steps from affine coefficients probed from the roofline
+    (:func:`capplan.sim.stepcost.step_coefficients`): with the sglang profile's limit of 160 they
+    carry the graphless cost as a jump at 161 sequences (80 layers x ``eager_s_per_layer`` for
+    Llama-3.1-70B), so a step on either side prices as the roofline does."""
+    from capplan.engine import load_engine
+    from capplan.hardware import load_hardware
+    from capplan.modelspec import load_model_spec
+    from capplan.roofline import RooflineInputs, engine_step
+    from capplan.sim.stepcost import step_coefficients
+
+    spec, hw = load_model_spec("llama-3.1-70b"), load_hardware("h200")
+    engine = load_engine("sglang")
+    inp = RooflineInputs(tp=4, engine=engine)
+    co = step_coefficients(spec, hw, inp)
+    assert co.graph_max_seqs == 160
+    assert co.graphless_s == pytest.approx(80 * engine.time.eager_s_per_layer, rel=1e-9)
+    for seqs in (160.0, 161.0):
+        ref = engine_step(spec, hw, inp, new_tokens=seqs, logits_tokens=seqs, attention_pairs=seqs * 1001,
+                          kv_read_tokens=seqs * 1000, sequences=seqs)
+        got = co.step_time(seqs, seqs, seqs * 1001, 0.0, seqs * 1000, 0.0, seqs)
+        assert got == pytest.approx(float(ref.step_time_s), rel=1e-9)
+
+
+def test_the_serving_simulator_runs_an_engine_with_the_limit():
+    """``capplan simulate`` on a serving workload with ``--engine sglang`` runs every request (it once
+    stopped on the coefficients' self-check, which did not know the limit)."""
+    from typer.testing import CliRunner
+
+    from capplan.cli.app import app
+
+    r = CliRunner().invoke(app, ["simulate", "chat-serving", "-H", "h100-sxm", "--engine", "sglang", "--requests", "4000",
+                                 "-f", "json"])
+    assert r.exit_code == 0, r.output
+    import json
+
+    summary = json.loads(r.stdout)["summary"]
+    assert summary["requests"] == 4000 and summary["mean_decode_batch"] > 0

@@ -55,7 +55,7 @@ class ReplicaScheduler:
         "kv_capacity_bytes", "held_bytes", "held_limit", "max_batched_tokens", "max_num_seqs", "static_batching",
         "inflight_updates", "weight_sync_s", "decode_compute_base", "decode_compute_per_sequence", "decode_memory_base",
         "decode_memory_per_sequence", "decode_fixed_base", "decode_fixed_per_sequence", "window_terms", "sliding", "step_constants", "a2a_switch",
-        "k_a2a",
+        "k_a2a", "graph_max_seqs", "graphless_s",
         # engine features: speculative decoding and the CPU KV tier (capplan.sim.speculative)
         "spec", "spec_tokens", "budget_per_decoder", "offload", "tier", "tier_used", "pending_load_s",
         # shared with the rest of the simulation
@@ -128,6 +128,9 @@ class ReplicaScheduler:
         )
         """The coefficients :meth:`StepCoefficients.step_time` reads, in one tuple for its inline copy."""
         self.a2a_switch = coeffs.a2a_switch
+        self.graph_max_seqs = coeffs.graph_max_seqs
+        """Largest step the engine runs in a CUDA graph [sequences]; above it a step pays ``graphless_s``."""
+        self.graphless_s = coeffs.graphless_s
         """Positions above which the expert-parallel all-to-all costs ``k_a2a`` more per position (never, without it)."""
         self.k_a2a = coeffs.k_a2a
         self.spec = setup.spec
@@ -601,6 +604,8 @@ class ReplicaScheduler:
         fixed = self.decode_fixed_base + self.decode_fixed_per_sequence * decoding_f
         if self.k_a2a and decoding > self.a2a_switch:  # (it adds exactly 0.0 without expert parallelism)
             fixed += self.k_a2a * decoding
+        if decoding > self.graph_max_seqs:  # a step without a CUDA graph
+            fixed += self.graphless_s
         self.run_line = line = (compute_0, compute_growth, memory_0, memory_growth, fixed)
         self.busy = True
         self.run_steps = steps
@@ -835,6 +840,8 @@ class ReplicaScheduler:
             f += k_head + k_logit * logits_f
         if self.k_a2a and new > self.a2a_switch:
             f += self.k_a2a * new
+        if seqs > self.graph_max_seqs:
+            f += self.graphless_s
         step_s = (c if c > m else m) + f
         if self.spec is not None and decoding:
             step_s = self._spec_step_price(step_s)

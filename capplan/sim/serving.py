@@ -320,6 +320,7 @@ def simulate_replica(engine: ServingEngine, arrival_s: np.ndarray, prompt: np.nd
     d_c0, d_cs = co.decode_compute_base, co.decode_compute_per_sequence
     d_m0, d_ms = co.decode_memory_base, co.decode_memory_per_sequence
     d_f0, d_fs = co.decode_fixed_base, co.decode_fixed_per_sequence
+    graph_max, graphless = co.graph_max_seqs, co.graphless_s
     c_pair, c_pair_w, m_read, m_read_w = co.c_pair, co.c_pair_w, co.m_read, co.m_read_w
     routed, q = co.m_routed, co.q
     a2a_switch = co.a2a_switch
@@ -383,6 +384,8 @@ def simulate_replica(engine: ServingEngine, arrival_s: np.ndarray, prompt: np.nd
             compute_g = c_pair * b + c_pair_w * grow_w
             memory_g = m_read * b + m_read_w * grow_w
             fixed = d_f0 + d_fs * b
+            if b > graph_max:  # a step without a CUDA graph
+                fixed += graphless
             if b > a2a_switch:
                 fixed += co.k_a2a * b
             line = (compute_0, compute_g, memory_0, memory_g, fixed)

@@ -103,6 +103,12 @@ class StepCoefficients:
     k_a2a: float = 0.0
     """Communication time per forwarded position added above ``a2a_switch`` [s/position]
     (normal minus low-latency all-to-all; 0 without expert parallelism)."""
+    graph_max_seqs: float = NO_WINDOW
+    """Largest step (in sequences) the engine runs in a CUDA graph (the engine profile's
+    ``cuda_graph_max_batch``; :data:`NO_WINDOW`: every step)."""
+    graphless_s: float = 0.0
+    """Host time a step with more sequences than ``graph_max_seqs`` adds [s] (``eager_s_per_layer``
+    x layers)."""
 
     # A decode step of ``B`` sequences: every sequence forwards one position and one logit, so
     # the terms that scale with B fold into one coefficient each (the attention and KV-read
@@ -165,6 +171,8 @@ class StepCoefficients:
             f += self.k_head + self.k_logit * logits
         if new > self.a2a_switch:
             f += self.k_a2a * new
+        if seqs > self.graph_max_seqs:
+            f += self.graphless_s
         return f
 
     def step_time(
@@ -226,7 +234,12 @@ def step_coefficients(spec: "ModelSpec", hw: "HardwareProfile", inp: "RooflineIn
     c2, m2, k2, _ = probe(new=2.0)
     c_new = c2 - c1
     c_0 = c1 - c_new
-    h_seq = (probe(seqs=big)[3] - ov) / big
+    # host time: per sequence below the CUDA-graph limit, and the step above it runs without a graph
+    terms = inp.profile().time_on(hw.name)
+    graph_max = float(terms.cuda_graph_max_batch) if terms.cuda_graph_max_batch and not terms.enforce_eager else NO_WINDOW
+    seq_probe = graph_max if graph_max < big else big
+    h_seq = (probe(seqs=seq_probe)[3] - ov) / seq_probe
+    graphless = probe(seqs=graph_max + 1.0)[3] - ov - h_seq * (graph_max + 1.0) if graph_max < NO_WINDOW else 0.0
     # compute: homogeneous linear in its terms
     c_logit = (probe(logits=big)[0] - c1) / big
     c_pair = (probe(pairs=big)[0] - c1) / big
@@ -271,14 +284,17 @@ def step_coefficients(spec: "ModelSpec", hw: "HardwareProfile", inp: "RooflineIn
         m_seq=m_seq, m_routed=m_routed, q=q,
         k_0=k_0, k_new=k_new, k_head=k_head, k_logit=k_logit, overhead=ov, window=window, c_0=c_0, h_seq=h_seq,
         **({"a2a_switch": a2a_switch, "k_a2a": k_a2a} if k_a2a else {}),
+        **({"graph_max_seqs": graph_max, "graphless_s": graphless} if graph_max < NO_WINDOW else {}),
     )
-    # guard against a change in engine_step that would break the affine form
-    for new in (700.0, 37.0) if inp.ep > 1 else (700.0,):
+    # guard against a change in engine_step that would break the affine form (and, with a
+    # CUDA-graph limit, a step on either side of it)
+    seq_checks = (38.0, graph_max + 3.0) if graph_max < NO_WINDOW else (38.0,)
+    for new, seqs in [(n, s) for n in ((700.0, 37.0) if inp.ep > 1 else (700.0,)) for s in seq_checks]:
         check = engine_step(
             spec, hw, inp, new_tokens=new, logits_tokens=37.0, attention_pairs=4.1e6, kv_read_tokens=9.3e5,
-            sequences=38.0, window_attention_pairs=1.2e6, window_kv_read_tokens=2.2e5,
+            sequences=seqs, window_attention_pairs=1.2e6, window_kv_read_tokens=2.2e5,
         )
-        got = coeffs.step_time(new, 37.0, 4.1e6, 1.2e6, 9.3e5, 2.2e5, 38.0)
+        got = coeffs.step_time(new, 37.0, 4.1e6, 1.2e6, 9.3e5, 2.2e5, seqs)
         if not math.isclose(got, float(check.step_time_s), rel_tol=1e-6):
             raise AssertionError(f"step coefficients disagree with engine_step: {got} vs {float(check.step_time_s)}")
     return coeffs
