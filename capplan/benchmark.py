@@ -187,9 +187,6 @@ def _closed_loop_arrays(server: Server, concurrency: Any, input_tokens: float, o
     # speculative decoding with chunked prefill: steps counted in output tokens (see _Steps._speculative)
     spec = server.pricer if isinstance(server.pricer, SpeculativePricer) and server.chunked_prefill else None
     mixed = server.mixed_prefill
-    if spec is not None and not mixed:
-        raise InputError("speculative decoding with prompt steps apart from decodes (engine profile time.mixed_prefill: "
-                         "false) is not modelled")
     decode_steps = O - 1.0
     own_steps = np.zeros_like(c)
     b = np.maximum(c - 1.0, 0.0)
@@ -225,8 +222,12 @@ def _closed_loop_arrays(server: Server, concurrency: Any, input_tokens: float, o
         prompt = dict(logits_tokens=E * tokens / P, attention_pairs=E * pairs, kv_read_tokens=0.0 * tokens,
                       sequences=np.maximum(E * tokens / P, 1.0), window_attention_pairs=E * pairs_w, window_kv_read_tokens=0.0 * tokens)
         alone = np.asarray(spec.step(new_tokens=np.maximum(E * tokens, 1.0), **prompt).step_time_s, float)
-        t_m = np.where(b > 0, spec.step_with_decodes(np.maximum(b, 1.0), ctx, new_tokens=E * tokens, **prompt), alone) / E
-        t_p = t_m
+        if mixed:
+            t_m = np.where(b > 0, spec.step_with_decodes(np.maximum(b, 1.0), ctx, new_tokens=E * tokens, **prompt), alone) / E
+            t_p = t_m
+        else:  # a prompt step alone, then the verify step (t_d: already per output token)
+            t_p = alone / E
+            t_m = np.where(b > 0, t_p + t_d, t_p)
     elif not mixed:  # a prompt step holds prompts only; the decodes run in their own step after it
         t_p = np.asarray(server.pricer.step(
             new_tokens=np.maximum(tokens, 1.0), logits_tokens=tokens / P, attention_pairs=pairs,
@@ -277,6 +278,8 @@ def _chunk_budget(server: Server, spec: Any, M: float, b: Any, c: Any, P: float)
     budget), whole prompts without chunked prefill; speculatively, ``(M - b n) / E`` per output token
     (a verify step forwards ``n`` positions of each decoding sequence and yields ``E`` tokens)."""
     if spec is not None:
+        if not server.mixed_prefill:
+            return np.full_like(c, M / spec.tokens_per_step)
         return np.maximum(M - b * spec.positions_per_sequence, 1.0) / spec.tokens_per_step
     if not server.chunked_prefill:
         return np.full_like(c, max(P, M))
@@ -589,9 +592,6 @@ class _Steps:
         from capplan.speculative import SpeculativePricer
 
         if isinstance(p, SpeculativePricer) and self.chunked:
-            if not self.mixed:
-                raise InputError("speculative decoding with prompt steps apart from decodes (engine profile "
-                                 "time.mixed_prefill: false) is not modelled")
             self._speculative(p, M, mix, b)
             return
         self.budget = max(M - b, 1.0) if self.chunked and self.mixed else M
@@ -617,9 +617,10 @@ class _Steps:
         """The steps of a replica decoding speculatively (:class:`capplan.speculative.SpeculativePricer`),
         counted in output tokens: a verify step of ``b`` sequences (``n`` positions each) and ``X``
         prompt positions yields ``E`` tokens per sequence, so the model's step is ``1/E`` of it
-        and carries ``X / E`` prompt positions, at most ``(M - b n) / E``."""
+        and carries ``X / E`` prompt positions, at most ``(M - b n) / E``; an engine that does not
+        mix runs the prompt positions alone, up to ``M / E``, and the verify steps apart."""
         n, E = p.positions_per_sequence, p.tokens_per_step
-        self.budget = max(M - b * n, 1.0) / E
+        self.budget = (max(M - b * n, 1.0) if self.mixed else M) / E
         x = np.linspace(0.0, self.budget, FINE_GRID)
         X = x * E  # prompt positions of the verify step
         prompts = X / mix.mean_new
@@ -630,9 +631,9 @@ class _Steps:
             sequences=np.maximum(prompts, 1.0), window_attention_pairs=X * pairs_w_tok,
             window_kv_read_tokens=prompts * min(mix.cached_mean, W - 1),
         )
-        if b > 0:
+        if b > 0 and self.mixed:
             t = p.step_with_decodes(b, mix.decode_ctx, new_tokens=X, **prompt_work) / E
-        else:  # nothing decodes: prompt steps alone, counted in the same units
+        else:  # nothing decodes, or prompt steps hold no decodes: prompt steps alone, counted in the same units
             t = np.asarray(p.step(new_tokens=np.maximum(X, 1.0), **prompt_work).step_time_s, float) / E
         self.decode_s = float(p.decode(max(b, 1.0), mix.decode_ctx).step_time_s)
         t[0] = self.decode_s

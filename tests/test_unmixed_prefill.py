@@ -101,14 +101,19 @@ def test_queueing_model_matches_the_simulator_unmixed(unmixed, utilisation):
         assert q.ttft_s.at(p) == pytest.approx(float(np.percentile(sim, p)), rel=0.15), p
 
 
-def test_speculative_decoding_without_mixing_is_refused():
-    """Speculative decoding's verify steps are only modelled mixed with prompt chunks: an unmixed
-    engine with a drafter is refused by name, not priced as a mixing one."""
-    from capplan.errors import InputError
+def test_speculative_decoding_without_mixing():
+    """SGLang runs EAGLE unmixed: a prompt step alone, then the verify steps. Per output token the
+    prompt steps stall the verify steps, so at 16 clients the unmixed engine is slower per token
+    than the mixing one; alone on the replica (one client, one output token) nothing is mixed and
+    the two agree. The queueing model prices it too (the batch solves Little's law)."""
     from capplan.speculative import SpecInputs, SpeculativePricer
 
     spec, hw = load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm")
     s = B.server_for(spec, hw, engine=default_engine())
     pricer = SpeculativePricer.build(spec, hw, s.pricer.inp, SpecInputs(method="eagle3", num_speculative_tokens=3, acceptance_rate=0.7))
-    with pytest.raises(InputError, match="mixed_prefill"):
-        B.closed_loop(replace(s, pricer=pricer, mixed_prefill=False), 8, 1000, 200)
+    mixed, unmixed = replace(s, pricer=pricer), replace(s, pricer=pricer, mixed_prefill=False)
+    assert B.closed_loop(unmixed, 16, 1000, 200).itl_s > B.closed_loop(mixed, 16, 1000, 200).itl_s
+    assert B.closed_loop(unmixed, 1, 1000, 1).ttft_s == pytest.approx(B.closed_loop(mixed, 1, 1000, 1).ttft_s, rel=1e-9)
+    mix = serving_mix(load_workload("chat-serving"), 500)
+    q = B.queueing_latency(unmixed, 5.0, mix, 1.0, (50.0, 99.0))
+    assert q.ttft_s.at(99.0) >= q.ttft_s.at(50.0) > 0
