@@ -170,11 +170,13 @@ class TimeTerms(BaseModel):
     """Fixed latency of one all-reduce [microseconds]."""
     chunked_prefill: bool = True
     """Prompts are split into chunks of the token budget (vLLM V1, SGLang); ``false``: a prompt is
-    prefilled whole in one step, which holds no decodes."""
+    prefilled whole in one step (TensorRT-LLM without ``enable_chunked_context``; ``mixed_prefill``
+    says whether that step also advances the decodes)."""
     mixed_prefill: bool = True
-    """Prompt chunks share a step with the running decodes (vLLM V1; SGLang with
-    ``--enable-mixed-chunk``); ``false``: a step holds either prompt chunks (up to the whole token
-    budget) or decodes, and the decodes wait while prompts are prefilled (SGLang's default)."""
+    """Prompt positions share a step with the running decodes (vLLM V1, TensorRT-LLM's in-flight
+    batching; SGLang with ``--enable-mixed-chunk``); ``false``: a step holds either prompt chunks
+    (up to the whole token budget) or decodes, and the decodes wait while prompts are prefilled
+    (SGLang's default)."""
     moe_load_imbalance: float = Field(default=1.0, ge=1, le=16)
     """Ratio [>= 1] of the busiest GPU's routed-expert tokens to the mean across an expert-parallel
     group (``ep > 1``), after the engine's expert load balancer (EPLB): the step waits for the
