@@ -20,6 +20,16 @@ Four scenarios cover how published serving numbers are measured:
   the means that the engine profiles' time terms were fitted through, and
   :func:`open_loop_latency` gives its percentiles.
 
+**A bistable engine.** Steps that jump in price with the batch (past the engine's largest CUDA
+graph, ``time.cuda_graph_max_batch``) can let the arrivals balance completions twice: at a batch
+below the jump and at one above it, with an unstable balance between (at the jump, one more
+request in flight slows every step, so many more stay in flight). Both open-loop models take
+the upper balance: a burst of arrivals that carries the batch past the jump tips the engine
+there, and it does not come back while the arrivals hold. This is the pessimistic reading, and
+the one the published runs show: DataCrunch's SGLang runs of Llama-3.3-70B on 4 x H200 at 8
+requests/s and of Llama-3.1-405B on 8 x H200 at 4 and 8 requests/s, which balance both ways in
+the model, all ran above the jump (the 70B's ITL 71 ms; 72 ms above, 27 ms below).
+
 The closed-loop model, in steady state with ``c`` requests in the engine, prompts of ``P`` and
 outputs of ``O`` tokens, and a scheduler token budget ``M``: each request spends ``k`` steps
 prefilling (``ceil(P / (M - b))`` chunks beside ``b`` decoding sequences) and ``O - 1`` decoding.
@@ -59,6 +69,10 @@ from capplan.errors import InputError
 
 if TYPE_CHECKING:
     from capplan.roofline import StepPricer
+
+BALANCE_GRID = 256
+"""Points of the log grid on which :func:`open_loop` brackets the concurrencies where arrivals
+balance completions (fine enough to see both balances of a bistable engine)."""
 
 DECODE_POINTS = 8
 """Contexts at which a run of decode steps is priced (midpoint rule over the generation)."""
@@ -363,10 +377,20 @@ def open_loop(server: Server, rate: float, input_tokens: int, output_tokens: int
     top = offline(server, input_tokens, output_tokens, cached_tokens)
     if rate >= top.requests_per_s:
         return BenchmarkResult(**{**top.as_dict(), "scenario": "open_loop", "limited_by": "saturated"})
-    # the concurrency where arrivals balance completions, c = rate x E2E(c): on a log grid, then
-    # refined once on a finer grid between the bracketing points (vectorised)
+    # the concurrency where arrivals balance completions, c = rate x E2E(c): the highest stable
+    # balance (the gap rate x E2E - c falls through zero), bracketed on a log grid, then refined
+    # twice on finer grids between the bracketing points (vectorised). An engine whose steps jump
+    # with the batch (a CUDA-graph limit) can balance twice, below the jump and above it; it is
+    # taken above (module notes: a bistable engine)
     lo, hi = 1e-4, top.concurrency
-    for _ in range(3):
+    grid = np.geomspace(lo, hi, BALANCE_GRID)
+    gap = rate * _closed_loop_arrays(server, grid, input_tokens, output_tokens, cached_tokens)["e2e"] - grid
+    falls = np.nonzero((gap[:-1] > 0) & (gap[1:] <= 0))[0]
+    if falls.size:
+        lo, hi = grid[falls[-1]], grid[falls[-1] + 1]
+    else:  # balanced from the smallest concurrency on
+        lo, hi = grid[0] / 2, grid[0]
+    for _ in range(2):
         grid = np.geomspace(lo, hi, 48)
         gap = rate * _closed_loop_arrays(server, grid, input_tokens, output_tokens, cached_tokens)["e2e"] - grid
         above = np.nonzero(gap <= 0)[0]
@@ -808,7 +832,10 @@ def _operating_point(
 
     The right side grows with ``b``; the smallest root is found by Newton steps on
     ``f(b) = F(b) - b`` from below (``f > 0`` there), with the slope ``g = F'(b)`` (the loop gain)
-    from a finite difference.
+    from a finite difference. When steps jump past the engine's CUDA-graph limit
+    (:func:`graph_limit`) and the arrivals outrun the engine just above it, a second root lies
+    above the jump (a bistable engine, module notes) and the batch is taken there: the same
+    Newton steps from the first batch above the limit.
 
     Returns the operating point (``None`` when no batch below ``b_cap`` balances the arrivals)
     and the loop gain ``g`` at it.
@@ -847,7 +874,23 @@ def _operating_point(
                 b, Fb, op = b_new, b_next_F, op_next
                 break
         b, Fb, op = b_new, b_next_F, op_next
+    limit = graph_limit(server)
+    if b < limit + 1.0 < b_cap:
+        above = limit + 1.0
+        Fa, _ = F(above)
+        if Fa > above:  # past the CUDA-graph jump the arrivals outrun the engine: it settles above it
+            return _operating_point(server, mix, rate, burstiness, b_cap, guess=above)
     return op, float(min(max(gain, 0.0), 0.999))
+
+
+def graph_limit(server: Server) -> float:
+    """The largest decode batch the engine runs in a CUDA graph (``time.cuda_graph_max_batch``;
+    ``inf`` when every batch is captured or the engine runs eagerly anyway)."""
+    pricer = getattr(server.pricer, "target", server.pricer)  # a speculative replica's target
+    terms = pricer.inp.profile().time_on(pricer.hw.name)
+    if terms.cuda_graph_max_batch is None or terms.enforce_eager:
+        return math.inf
+    return float(terms.cuda_graph_max_batch)
 
 
 def _batch_limit(server: Server, mix: _Mix) -> tuple[float, str]:

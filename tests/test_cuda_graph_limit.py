@@ -107,3 +107,27 @@ def test_the_serving_simulator_runs_an_engine_with_the_limit():
 
     summary = json.loads(r.stdout)["summary"]
     assert summary["requests"] == 4000 and summary["mean_decode_batch"] > 0
+
+
+def test_a_bistable_engine_settles_above_the_jump():
+    """Llama-3.3-70B on 4 x H200 under the sglang profile, 510-token prompts and 508-token answers
+    at 8 requests/s (DataCrunch's run): the arrivals balance completions at a batch of ~108 (ITL
+    ~27 ms) and again at ~290 (ITL ~72 ms), with an unstable balance at the CUDA-graph limit of
+    160 between. Both open-loop models take the upper balance (the run measured ITL 70.8 ms); at
+    4 requests/s there is one balance, below the limit, and they take it."""
+    import numpy as np
+
+    from capplan import benchmark as B
+    from capplan.benchmark import RequestMix
+
+    s = B.server_for(LLAMA70, H200, tp=4, engine=load_engine("sglang"))
+    grid = np.geomspace(1.0, 1024.0, 600)
+    gap = 8.0 * B._closed_loop_arrays(s, grid, 510, 508)["e2e"] - grid
+    crossings = np.nonzero(np.diff(np.sign(gap)))[0]
+    assert len(crossings) == 3 and grid[crossings[0]] < 160 < grid[crossings[2]]
+    high = B.open_loop(s, 8.0, 510, 508)
+    assert high.decode_batch > 160 and high.itl_s * 1e3 == pytest.approx(71.6, rel=0.05)
+    assert B.open_loop(s, 4.0, 510, 508).decode_batch < 160
+    q = B.queueing_latency(s, 8.0, RequestMix.fixed(510, 508), 1.0, (50.0,), capacity=False)
+    assert q.decode_batch > 160
+    assert B.queueing_latency(s, 4.0, RequestMix.fixed(510, 508), 1.0, (50.0,), capacity=False).decode_batch < 160

@@ -266,11 +266,12 @@ Where the model is still wrong, and why:
   (`mixed_prefill: false`): a prompt step holds prompts only and the running decodes wait for it,
   which lengthens the inter-token latency under load and pushes the batch towards the cliff. With
   both, the DataCrunch runs of Llama-3.3-70B on 4 x H200 at 16 requests/s (and the 405B runs at
-  8) are predicted saturated, as their measured throughput shows, and the 405B random-length run
-  at 4 requests/s settles above the cliff as it did (its latency error +278% -> +19%). At 8
-  requests/s the 70B run (and the 405B ShareGPT run) still balance both below and above the cliff
-  in the model, and the runs sat above it (the 70B's ITL 71 ms against the predicted 27 ms); the
-  model takes the lower state.
+  8) are predicted saturated, as their measured throughput shows. The 70B run at 8 requests/s
+  and the 405B runs at 4 (random lengths) and 8 (ShareGPT) balance the arrivals both below the
+  cliff and above it in the model; the open-loop models take the upper balance (a burst past the
+  cliff tips the engine there), as the runs show: the 70B's ITL 70.8 ms measured, 71.6 ms
+  predicted (27 ms below the cliff), its end-to-end latency +281% -> +42%; the 405B runs' ITL
+  -25% (pessimistic) where the lower balance gave +72% and +104%.
 - **Host and gateway overheads outside the engine.** Some third-party runs go through a gateway
   or the chat endpoint (GPUStack: ~60 ms TTFT for a 230-token prompt on one H100, where vLLM's
   own benchmarks measure ~15-25 ms); one `request_overhead_s` per engine cannot fit both.
