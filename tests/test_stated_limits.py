@@ -157,3 +157,23 @@ def test_the_shipped_report_counts_its_saturated_rows():
     assert sat["n"] == len(sat["ids"]) > 0
     table = CliRunner().invoke(app, ["accuracy"], env={"COLUMNS": "200"})
     assert f"{sat['n']} latency rows ({sat['held_out']} held out) are predicted saturated" in table.output
+
+
+@pytest.mark.parametrize("column, value, ok", [
+    ("burstiness", "inf", True), ("burstiness", "0.5", True), ("burstiness", "fast", False), ("burstiness", "0", False),
+    ("max_num_seqs", "128", True), ("max_num_seqs", "12.5", False), ("max_num_batched_tokens", "-1", False),
+    ("sampler", "flashinfer", True), ("sampler", "triton", False), ("cached_prefix_tokens", "nan", False),
+])
+def test_a_setting_column_outside_what_it_allows_is_refused(tmp_path, column, value, ok):
+    """A user's corpus with a setting the model reads: a value it cannot read is a one-line error
+    naming the file, the line, the column and what it allows (it would otherwise be taken as not
+    stated, and priced with the default)."""
+    from capplan.accuracy.corpus import SETTING_COLUMNS, load_corpus
+
+    (tmp_path / "serving.csv").write_text(
+        f"id,source,citation,metric,unit,measured,{column}\nr1,s,c,ttft_ms,ms,20,{value}\n", encoding="utf-8")
+    if ok:
+        assert load_corpus(tmp_path)[0].get(column) == value
+    else:
+        with pytest.raises(InputError, match=re.escape(f"serving.csv:2: {column} '{value}': expected {SETTING_COLUMNS[column]}")):
+            load_corpus(tmp_path)

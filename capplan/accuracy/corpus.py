@@ -118,13 +118,48 @@ def load_split(folder: Path | None = None) -> dict[str, Any]:
     return data
 
 
+SETTING_COLUMNS: dict[str, str] = {
+    "max_num_seqs": "a whole number >= 1",
+    "max_num_batched_tokens": "a whole number >= 1",
+    "burstiness": "a number > 0, or inf (a constant rate)",
+    "cached_prefix_tokens": "a number >= 0",
+    "sampler": "pytorch or flashinfer",
+}
+"""Optional setting columns and what each allows (:func:`_check_settings`): a value outside it
+would otherwise be read as not stated."""
+
+
+def _check_settings(path: Path, line: int, fields: dict[str, Any]) -> None:
+    """Refuse a setting column's value that :data:`SETTING_COLUMNS` does not allow."""
+    for col, allowed in SETTING_COLUMNS.items():
+        raw = fields.get(col)
+        if raw is None:
+            continue
+        if col == "sampler":
+            ok = raw in ("pytorch", "flashinfer")
+        else:
+            try:
+                x = float(raw)
+            except ValueError:
+                x = math.nan
+            if col in ("max_num_seqs", "max_num_batched_tokens"):
+                ok = math.isfinite(x) and x >= 1 and x == int(x)
+            elif col == "burstiness":
+                ok = x > 0
+            else:
+                ok = math.isfinite(x) and x >= 0
+        if not ok:
+            raise InputError(f"{path}:{line}: {col} {raw!r}: expected {allowed}")
+
+
 def load_corpus(folder: str | Path | None = None, kinds: set[str] | None = None) -> list[CorpusRow]:
     """Every row of every corpus CSV in ``folder`` (default: the shipped corpus).
 
     Raises
     ------
     InputError
-        A file without the required columns, a duplicated id or a non-numeric ``measured``.
+        A file without the required columns, a duplicated id, a non-numeric ``measured`` or a
+        setting column's value that :data:`SETTING_COLUMNS` does not allow.
     """
     import csv
 
@@ -158,6 +193,7 @@ def load_corpus(folder: str | Path | None = None, kinds: set[str] | None = None)
                         raise InputError(f"{path}:{line}: {metric} {raw!r} is not a number") from None
                     fields = {k: (None if v in ("", NOT_STATED, None) else v) for k, v in rec.items()
                               if k not in ("id", "source", "citation", "metric", "unit", "measured")}
+                    _check_settings(path, line, fields)
                     rows.append(CorpusRow(
                         id=rid, kind=kind, source=rec["source"], citation=rec["citation"], metric=metric, unit=unit,
                         measured=measured, held_out=_held_out(rid, rec["source"], split),
