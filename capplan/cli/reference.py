@@ -256,10 +256,16 @@ Where the model is still wrong, and why:
 - **Arrivals.** Means of an open-loop run take the arrival process the corpus states
   (`burstiness`: inference-perf sends at a constant rate, `vllm bench serve` and
   `sglang.bench_serving` Poisson): the mean prefill queue follows Kingman's formula, none at a
-  constant rate. Percentile rows keep Poisson arrivals even for constant-rate runs: a
-  constant-rate queueing model makes those tails optimistic (median error 20.7% -> 16.2%, but
-  signed +0.7% -> +14.8%), since their spread comes from sources the model lacks (prompt and
-  output lengths, step-to-step noise), which Poisson arrivals stand in for.
+  constant rate. Percentile rows keep Poisson arrivals even for constant-rate runs: near-constant
+  arrivals (gamma shape 50) in the queueing model make those tails optimistic (p99 rows' median
+  error 13.9% -> 15.7%, signed +5.8% -> +14.2%), since their spread comes from sources the model
+  lacks (prompt and output lengths, step-to-step noise), which Poisson arrivals stand in for.
+- **Triton runs that did not keep their offered rate.** TensorRT-LLM 0.14's online table (Triton
+  backend, 500 requests a run) reports achieved rates below the offered ones (the 70B at QPS 32:
+  14 requests/s), and at QPS INF about 240 requests in flight for the 8B on one H100 (39 requests/s
+  x 6.1 s by Little's law) where the engine's KV holds 1,500: the client and the frontend, not the
+  engine, set the load. The model takes the offered rate and the engine's limits, so those rows
+  are 2-4x off (latency pessimistic at QPS 32, throughput optimistic at INF).
 - **The CUDA-graph cliff and SGLang's prompt steps.** SGLang's late-2024 releases capture decode
   graphs up to 160 sequences (`cuda_graph_max_batch`); a larger batch pays the eager per-layer
   cost. And SGLang does not mix prompts into decode steps unless `--enable-mixed-chunk` is given
