@@ -98,3 +98,14 @@ def test_vllm_010_logs_within_two_percent():
     mine = [r for r in report.rows if r.engine_profile == "vllm-0.10" and r.predicted is not None]
     assert len(mine) >= 12
     assert max(abs(r.signed_error) for r in mine) < 0.02
+
+
+def test_the_kv_table_says_which_sampler_path_sized_the_peak():
+    """The table's header names the sampler path the activation peak was sized with (the given
+    one, else the engine profile's default), and leaves it out when ``--activation-gib`` gives
+    the peak."""
+    base = ["kv", "-m", "qwen2-7b", "-H", "a100-80gb", "--engine", "vllm-0.10"]
+    wide = {"COLUMNS": "200"}
+    assert "sampler warm-up pytorch." in CliRunner().invoke(app, base, env=wide).output
+    assert "sampler warm-up flashinfer." in CliRunner().invoke(app, base + ["--sampler", "flashinfer"], env=wide).output
+    assert "sampler warm-up" not in CliRunner().invoke(app, base + ["--activation-gib", "1.0"], env=wide).output

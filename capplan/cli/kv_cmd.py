@@ -234,14 +234,16 @@ def kv(
         emit(to_csv(header, [[d[k] for k in header] for d in docs]), output, force)
         return
     con = console() if output is None else file_console()
-    render(con, rows, conc)
+    # the sampler path sizes the activation peak unless it is given
+    path = None if activation_gib is not None else (sampler or (engine_profile.memory.sampler if engine_profile else None))
+    render(con, rows, conc, path)
     if any(features):
         render_features(con, rows, features)
     if output is not None:
         emit(con.file.getvalue(), output, force)  # type: ignore[attr-defined]
 
 
-def render(con, rows, conc) -> None:  # noqa: ANN001
+def render(con, rows, conc, sampler: str | None = None) -> None:  # noqa: ANN001
     from rich.table import Table
 
     escape = safe
@@ -249,7 +251,7 @@ def render(con, rows, conc) -> None:  # noqa: ANN001
     con.print(
         f"{escape(r0.model)} on {escape(r0.hardware)}: kv {r0.kv_dtype}, weights {r0.weight_dtype}, pp {r0.pp}, "
         f"block {r0.block_size} tokens, gpu_mem_util {r0.gpu_mem_util:g}, max batched tokens {r0.max_batched_tokens:,}, "
-        f"max seqs {r0.max_num_seqs:,}. GiB = 2^30 bytes."
+        f"max seqs {r0.max_num_seqs:,}{f', sampler warm-up {sampler}' if sampler else ''}. GiB = 2^30 bytes."
     )
     con.print(
         f"Engine profile {escape(r0.engine_profile)} ({escape(r0.calibration)})."
