@@ -109,3 +109,18 @@ def test_the_kv_table_says_which_sampler_path_sized_the_peak():
     assert "sampler warm-up pytorch." in CliRunner().invoke(app, base, env=wide).output
     assert "sampler warm-up flashinfer." in CliRunner().invoke(app, base + ["--sampler", "flashinfer"], env=wide).output
     assert "sampler warm-up" not in CliRunner().invoke(app, base + ["--activation-gib", "1.0"], env=wide).output
+
+
+def test_the_memory_refit_fits_one_term_per_sampler_path():
+    """``python -m capplan.accuracy.refit --memory vllm-0.10`` (nothing written here): both sampler
+    terms are fitted, on the fit rows only, and the fit reproduces the bundled profile's values
+    (it is how they were made); a profile without fitted memory terms is refused by name."""
+    from capplan.accuracy.refit import fit_profile_memory
+
+    out = fit_profile_memory("vllm-0.10", write=False)
+    m = load_engine("vllm-0.10").memory
+    assert out["terms"]["sampler_bytes_per_seq_vocab"] == pytest.approx(m.sampler_bytes_per_seq_vocab, rel=1e-3)
+    assert out["terms"]["flashinfer_sampler_bytes_per_seq_vocab"] == pytest.approx(m.flashinfer_sampler_bytes_per_seq_vocab, rel=1e-3)
+    assert out["after"] < 0.005 and len(out["rows"]) >= 12
+    with pytest.raises(ValueError, match="no bundled profile 'vllm-latest' with fitted memory terms"):
+        fit_profile_memory("vllm-latest", write=False)
