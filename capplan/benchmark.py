@@ -436,8 +436,7 @@ def server_for(
                                        **{k: v for k, v in layout.items() if k in memory_keys}))
     pricer = StepPricer(spec, hw, RooflineInputs(tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine, **layout))
     t = engine.time_on(hw.name) if engine is not None else None
-    return Server(pricer, kv.max_num_seqs, kv.max_batched_tokens, kv.kv_capacity_tokens,
-                  t.chunked_prefill if t else True, t.request_overhead_s if t else 0.0, t.mixed_prefill if t else True)
+    return Server(pricer, kv.max_num_seqs, kv.max_batched_tokens, kv.kv_capacity_tokens, **(t.schedule() if t else {}))
 
 
 def _check(**values: float) -> None:
@@ -887,10 +886,7 @@ def graph_limit(server: Server) -> float:
     """The largest decode batch the engine runs in a CUDA graph (``time.cuda_graph_max_batch``;
     ``inf`` when every batch is captured or the engine runs eagerly anyway)."""
     pricer = getattr(server.pricer, "target", server.pricer)  # a speculative replica's target
-    terms = pricer.inp.profile().time_on(pricer.hw.name)
-    if terms.cuda_graph_max_batch is None or terms.enforce_eager:
-        return math.inf
-    return float(terms.cuda_graph_max_batch)
+    return pricer.inp.profile().time_on(pricer.hw.name).graph_limit
 
 
 def _batch_limit(server: Server, mix: _Mix) -> tuple[float, str]:

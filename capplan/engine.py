@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -92,10 +92,32 @@ class MemoryTerms(BaseModel):
     """CUDA-graph memory charged to the KV budget [GiB]; 0 when graphs are captured after the KV
     cache is allocated (inside the headroom the utilisation leaves)."""
 
+    def sampler_path(self, given: str | None = None) -> str:
+        """The sampler warm-up's top-k/top-p path: ``given``, else the profile's default."""
+        return given or self.sampler
+
+    def sampler_bytes(self, given: str | None = None, profile: str = "the engine profile") -> float:
+        """Peak bytes per (sequence x vocabulary entry) of the sampler warm-up on its path
+        (:data:`SAMPLER_TERMS`); a path the profile has not measured raises
+        :class:`~capplan.errors.InputError` naming ``profile``."""
+        from capplan.errors import InputError
+
+        path = self.sampler_path(given)
+        if path not in SAMPLER_TERMS:
+            raise InputError(f"sampler {path!r}: one of {', '.join(SAMPLER_TERMS)}")
+        value = getattr(self, SAMPLER_TERMS[path])
+        if value is None:
+            raise InputError(f"sampler {path}: {profile} has no memory.{SAMPLER_TERMS[path]} (its {path} sampler peak is "
+                             "not measured); use --sampler pytorch, --activation-gib, or --engine vllm-0.10 (vLLM <= 0.11.0)")
+        return float(value)
+
     def is_large(self, hw_name: str, mem_total_gib: float) -> bool:
         """Whether a GPU takes the ``large`` defaults."""
         return mem_total_gib >= self.large_gpu_min_gib and not any(x in hw_name.lower() for x in self.large_gpu_excludes)
 
+
+SAMPLER_TERMS = {"pytorch": "sampler_bytes_per_seq_vocab", "flashinfer": "flashinfer_sampler_bytes_per_seq_vocab"}
+"""The memory term of each sampler warm-up path (:meth:`MemoryTerms.sampler_bytes`)."""
 
 EAGER_S_PER_LAYER = 0.00034
 """Host time per decoder layer that eager mode adds to a step [s]: vllm-project/vllm-omni issue
@@ -200,6 +222,19 @@ class TimeTerms(BaseModel):
     """Fraction [0-1] of the network bandwidth that a disaggregated deployment's prefill-to-decode
     KV transfer reaches. Default: Mooncake Transfer Engine, "up to ... 190 GB/s of bandwidth in
     ... 8x400 Gbps RoCE networks" for 40 GB (kvcache-ai/Mooncake README), 190 of 400 GB/s."""
+
+    @property
+    def graph_limit(self) -> float:
+        """Largest step (in sequences) run in a CUDA graph: ``cuda_graph_max_batch``, or ``inf``
+        when every step is captured or steps run eagerly anyway."""
+        if self.cuda_graph_max_batch is None or self.enforce_eager:
+            return float("inf")
+        return float(self.cuda_graph_max_batch)
+
+    def schedule(self) -> dict[str, Any]:
+        """The scheduler behaviour a :class:`capplan.benchmark.Server` takes from these terms."""
+        return {"chunked_prefill": self.chunked_prefill, "request_overhead_s": self.request_overhead_s,
+                "mixed_prefill": self.mixed_prefill}
 
 
 class TimeOverrides(BaseModel):

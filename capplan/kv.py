@@ -600,7 +600,7 @@ def weights_bytes_per_gpu(
 
 def activation_bytes_per_gpu(
     spec: "ModelSpec", max_batched_tokens: int, max_num_seqs: int, tp: int = 1, defaults: MemoryTerms = DEFAULTS,
-    sampler: str | None = None,
+    sampler: str | None = None, profile: str = "the engine profile",
 ) -> float:
     """Default model of the start-up profiling's activation peak on one GPU [bytes].
 
@@ -612,7 +612,8 @@ def activation_bytes_per_gpu(
         sampler = 38.6 x max_num_seqs x V
 
     (38.6 bytes per entry: the PyTorch top-k/top-p path; ``sampler`` ``"flashinfer"`` takes the
-    profile's ``flashinfer_sampler_bytes_per_seq_vocab``, ``None`` the profile's ``sampler``.)
+    profile's ``flashinfer_sampler_bytes_per_seq_vocab``, ``None`` the profile's ``sampler``:
+    :meth:`capplan.engine.MemoryTerms.sampler_bytes`, whose error names ``profile``.)
 
     Examples
     --------
@@ -638,23 +639,8 @@ def activation_bytes_per_gpu(
     else:
         mlp = 3 * spec.intermediate_size
     forward = max_batched_tokens * (3 * d + mlp / tp) * defaults.activation_bytes_per_element
-    sampler = sampler_bytes_per_entry(defaults, sampler) * max_num_seqs * spec.vocab_size
+    sampler = defaults.sampler_bytes(sampler, profile) * max_num_seqs * spec.vocab_size
     return max(forward, sampler)
-
-
-def sampler_bytes_per_entry(defaults: MemoryTerms, sampler: str | None = None) -> float:
-    """Peak bytes per (sequence x vocabulary entry) of the sampler warm-up on ``sampler``'s path
-    (``None``: the profile's default path); a FlashInfer path the profile has not measured is an
-    :class:`~capplan.errors.InputError`."""
-    path = sampler or defaults.sampler
-    if path == "pytorch":
-        return defaults.sampler_bytes_per_seq_vocab
-    if path == "flashinfer":
-        if defaults.flashinfer_sampler_bytes_per_seq_vocab is None:
-            raise InputError("sampler flashinfer: the engine profile has no memory.flashinfer_sampler_bytes_per_seq_vocab "
-                             "(its FlashInfer sampler peak is not measured); use sampler pytorch or an engine profile that has it")
-        return defaults.flashinfer_sampler_bytes_per_seq_vocab
-    raise InputError(f"sampler {path!r}: one of pytorch, flashinfer")
 
 
 def runtime_overhead_bytes(hw: "HardwareProfile", tp: int, pp: int, defaults: MemoryTerms = DEFAULTS) -> float:
@@ -777,14 +763,10 @@ def _kv_fixed(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> _KVFix
     mbt = inp.max_batched_tokens if inp.max_batched_tokens is not None else default_max_num_batched_tokens(hw, terms)
     seqs = inp.max_num_seqs if inp.max_num_seqs is not None else default_max_num_seqs(hw, terms)
     util = inp.gpu_mem_util if inp.gpu_mem_util is not None else terms.gpu_memory_utilization
-    if inp.activation_gib is None and (inp.sampler or terms.sampler) == "flashinfer" and terms.flashinfer_sampler_bytes_per_seq_vocab is None:
-        raise InputError(f"sampler flashinfer: engine profile {engine.name} has no memory.flashinfer_sampler_bytes_per_seq_vocab "
-                         "(its FlashInfer sampler peak is not measured); use --sampler pytorch, --activation-gib, or "
-                         "--engine vllm-0.10 (vLLM <= 0.11.0)")
     act = (
         inp.activation_gib * GIB
         if inp.activation_gib is not None
-        else activation_bytes_per_gpu(spec, mbt, seqs, inp.tp, terms, inp.sampler)
+        else activation_bytes_per_gpu(spec, mbt, seqs, inp.tp, terms, inp.sampler, f"engine profile {engine.name}")
     )
     over = (
         inp.runtime_overhead_gib * GIB

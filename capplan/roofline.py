@@ -453,7 +453,7 @@ def _hw_terms(hw: "HardwareProfile", inp: RooflineInputs) -> dict[str, float]:
         "overhead_s": float(r.step_overhead_s),  # type: ignore[arg-type]
         "eager_s_per_layer": terms.eager_s_per_layer if terms.enforce_eager else 0.0,
         # a step with more sequences than the largest captured CUDA graph runs eagerly
-        "graph_max_seqs": float(terms.cuda_graph_max_batch) if terms.cuda_graph_max_batch and not terms.enforce_eager else _INF,
+        "graph_max_seqs": terms.graph_limit,
         "graphless_s_per_layer": terms.eager_s_per_layer,
         "attention_rel": attention / ce,
         "gemm_half_tokens": terms.gemm_half_tokens,

@@ -245,8 +245,7 @@ class PreparedServing:
         if engine is not None:
             t = engine.time_on(server.pricer.hw.name)
             server = replace(server, pricer=server.pricer.with_inputs(server.pricer.inp.model_copy(update={"engine": engine})),
-                             chunked_prefill=t.chunked_prefill, request_overhead_s=t.request_overhead_s,
-                             mixed_prefill=t.mixed_prefill)
+                             **t.schedule())
         extra: dict[str, float] = {"cached_tokens": self.cached_tokens} if self.scenario != "static_batch" else {}
         if self.scenario == "open_loop":
             extra["burstiness"] = self.burstiness
@@ -274,9 +273,7 @@ def arrival_burstiness(row: "CorpusRow", assumed: list[str]) -> float:
     if b is None:
         assumed.append("Poisson arrivals (burstiness 1; the arrival process is not stated)")
         return 1.0
-    if not b > 0:
-        raise Unsupported(f"burstiness {b}: must be > 0")
-    if b == math.inf:
+    if b == math.inf:  # (load_corpus and the calibrate readers allow only b > 0)
         assumed.append("arrivals at a constant rate (burstiness inf)")
     return b
 
@@ -560,6 +557,7 @@ def vllm_version(text: str | None) -> tuple[int, int, int] | None:
 
 def prepare_kv(row: "CorpusRow", engine: "EngineProfile | None") -> PreparedKV:
     """Resolve a KV row's model, hardware and logged settings (raises :class:`Unsupported`)."""
+    from capplan.engine import MemoryTerms
     from capplan.kv import KVInputs
 
     if row.excluded:
@@ -587,7 +585,8 @@ def prepare_kv(row: "CorpusRow", engine: "EngineProfile | None") -> PreparedKV:
     if sampler not in (None, "pytorch", "flashinfer"):
         raise Unsupported(f"sampler {sampler} is not modelled")
     if sampler is None:
-        assumed.append(f"the sampler warm-up on the engine profile's {(engine.memory.sampler if engine else 'pytorch')} path (the log does not say)")
+        path = (engine.memory if engine else MemoryTerms()).sampler_path()
+        assumed.append(f"the sampler warm-up on the engine profile's {path} path (the log does not say)")
     inp = KVInputs(
         tp=_int(row, "tp", 1), pp=_int(row, "pp", 1), weight_dtype=w, kv_dtype=kvd, engine=engine,
         gpu_mem_util=row.number("gpu_memory_utilization"), usable_mem_gib=row.number("total_mem_gib_logged"),

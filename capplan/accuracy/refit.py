@@ -233,20 +233,31 @@ def _prepare(rows: list[Any], engine: Any, kind: str) -> list[Any]:
     return out
 
 
+def with_sampler_paths(engine: Any, paths: set[str]) -> Any:
+    """``engine`` with a term for every sampler path in ``paths``: a path the profile has not
+    measured starts from the PyTorch path's bytes per entry (the two priced alike until fitted)."""
+    from capplan.engine import SAMPLER_TERMS
+
+    m = engine.memory
+    missing = {SAMPLER_TERMS[p]: m.sampler_bytes_per_seq_vocab for p in paths if getattr(m, SAMPLER_TERMS[p]) is None}
+    return engine.model_copy(update={"memory": m.model_copy(update=missing)}) if missing else engine
+
+
 def fit_memory_terms(engine: Any, prepared: list[Any], terms: list[str]) -> tuple[Any, dict[str, float]]:
     """Fit memory ``terms`` to KV rows by bounded least squares on log ratios."""
     import numpy as np
     from scipy.optimize import least_squares
 
+    from capplan.engine import SAMPLER_TERMS
+
     bounds = {"sampler_bytes_per_seq_vocab": (0.0, 80.0), "flashinfer_sampler_bytes_per_seq_vocab": (0.0, 80.0),
               "non_torch_gib_single": (0.0, 2.0), "non_torch_gib_nvlink": (0.0, 4.0), "non_torch_gib_pcie": (0.0, 4.0)}
     # a term no row constrains (no TP > 1 row, no PCIe row, no row on that sampler path) keeps its value
-    paths = {(p.inputs.sampler or engine.memory.sampler) for p in prepared}
+    paths = {engine.memory.sampler_path(p.inputs.sampler) for p in prepared}
+    engine = with_sampler_paths(engine, paths)
     usable = []
     for t in terms:
-        if t == "sampler_bytes_per_seq_vocab" and "pytorch" not in paths:
-            continue
-        if t == "flashinfer_sampler_bytes_per_seq_vocab" and "flashinfer" not in paths:
+        if t in SAMPLER_TERMS.values() and not any(SAMPLER_TERMS[p] == t for p in paths):
             continue
         if t == "non_torch_gib_nvlink" and not any(p.inputs.tp > 1 and p.hw.intra_node_bandwidth_gbps >= 100 for p in prepared):
             continue
@@ -260,8 +271,7 @@ def fit_memory_terms(engine: Any, prepared: list[Any], terms: list[str]) -> tupl
         return engine, {}
     lo = np.array([bounds[t][0] for t in usable])
     hi = np.array([bounds[t][1] for t in usable])
-    x0 = np.clip([getattr(engine.memory, t) if getattr(engine.memory, t) is not None else engine.memory.sampler_bytes_per_seq_vocab
-                  for t in usable], lo, hi)
+    x0 = np.clip([getattr(engine.memory, t) for t in usable], lo, hi)
     meas = np.array([p.row.measured for p in prepared])
 
     def make(x: Any) -> Any:
@@ -580,15 +590,13 @@ def fit_profile_memory(name: str, folder: Path | None = None, write: bool = True
         raise ValueError(f"no bundled profile {name!r} with fitted memory terms "
                          f"({', '.join(p.name for p in PROFILES if p.fit_memory)})")
     engine = load_engine(name)
-    memory = engine.memory.model_copy(update=spec.memory)
-    if "flashinfer_sampler_bytes_per_seq_vocab" in spec.fit_memory and memory.flashinfer_sampler_bytes_per_seq_vocab is None:
-        # not fitted yet: start from the PyTorch path's value (the two paths priced alike)
-        memory = memory.model_copy(update={"flashinfer_sampler_bytes_per_seq_vocab": memory.sampler_bytes_per_seq_vocab})
-    engine = engine.model_copy(update={"memory": memory, "sources": {**engine.sources, **spec.sources}})
+    engine = engine.model_copy(update={"memory": engine.memory.model_copy(update=spec.memory),
+                                       "sources": {**engine.sources, **spec.sources}})
     rows = [r for r in load_corpus(folder) if r.kind == "kv" and not r.held_out and kv_profile_name(r) == name]
     prepared = _prepare(rows, engine, "kv")
     if not prepared:
         raise ValueError(f"no start-up log row of {name!r}")
+    engine = with_sampler_paths(engine, {engine.memory.sampler_path(p.inputs.sampler) for p in prepared})
 
     def mean_error(e: Any) -> float:
         return sum(abs(p.evaluate(e) / p.row.measured - 1.0) for p in prepared) / len(prepared)

@@ -340,7 +340,7 @@ def _apply_log(prepared: Any, log: dict[str, Any]) -> Any:
 def _sampler_peak_counts(prepared: Any, base: "EngineProfile", path: str) -> bool:
     """Whether a start-up log's KV budget moves with its sampler term (the sampler warm-up, not the
     forward pass, sets its activation peak at the base profile's value)."""
-    from capplan.calibrate.terms import SAMPLER_TERMS
+    from capplan.engine import SAMPLER_TERMS
 
     term = SAMPLER_TERMS[path]
     more = base.model_copy(update={"memory": base.memory.model_copy(update={term: getattr(base.memory, term) + 1.0})})
@@ -468,7 +468,7 @@ def _calibrate_once(files: list["FileData"], rows_by_file: list[list["CorpusRow"
                     base: "EngineProfile", settings: CalibrateSettings, unknown_as_waves: bool) -> Calibration:
     from capplan.accuracy.fit import fit_time_terms, with_time_terms
     from capplan.accuracy.predict import Unsupported, prepare_kv
-    from capplan.accuracy.refit import fit_memory_terms
+    from capplan.accuracy.refit import fit_memory_terms, with_sampler_paths
     from capplan.calibrate.terms import check_terms, data_shape, default_terms
     from capplan.hardware import load_hardware
     from capplan.modelspec import load_model_spec
@@ -499,10 +499,10 @@ def _calibrate_once(files: list["FileData"], rows_by_file: list[list["CorpusRow"
     logs: dict[str, Any] = {}
     for p in kv_prepared:
         logs.setdefault(p.row.fields["file"], p)
-    paths = {file: p.inputs.sampler or base.memory.sampler for file, p in logs.items()}
-    if "flashinfer" in paths.values() and base.memory.flashinfer_sampler_bytes_per_seq_vocab is None:
-        base = base.model_copy(update={"memory": base.memory.model_copy(
-            update={"flashinfer_sampler_bytes_per_seq_vocab": base.memory.sampler_bytes_per_seq_vocab})})
+    paths = {file: base.memory.sampler_path(p.inputs.sampler) for file, p in logs.items()}
+    seeded = with_sampler_paths(base, set(paths.values()))
+    if seeded is not base:
+        base = seeded
         notes.append(f"{base.name} has no FlashInfer sampler term: the logs that run FlashInfer's sampler start from its "
                      "PyTorch sampler's bytes per entry")
     kv_logs = [(file, int(p.row.fields["tp"]), _layout(p.row), paths[file], _sampler_peak_counts(p, base, paths[file]))

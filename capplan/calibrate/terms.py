@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from capplan.accuracy.fit import BOUNDS
+from capplan.engine import SAMPLER_TERMS
 from capplan.errors import InputError
 
 TIME_TERMS: tuple[str, ...] = tuple(BOUNDS)
@@ -65,11 +66,11 @@ class DataShape:
     """Start-up logs (KV memory points, counted once per log)."""
     log_layouts: frozenset[str]
     """Parallel layouts of the logs: ``single``, ``nvlink`` or ``pcie``."""
-    time_points: int
-    """Time points in all."""
-    log_samplers: frozenset[str] = frozenset({"pytorch"})
+    log_samplers: frozenset[str]
     """Sampler warm-up paths (``pytorch`` or ``flashinfer``) of the logs whose activation peak the
     sampler sets (a log whose forward pass peaks higher does not constrain its sampler term)."""
+    time_points: int
+    """Time points in all."""
 
 
 def _setting(fields: dict[str, Any]) -> tuple:
@@ -86,8 +87,8 @@ def _batch(fields: dict[str, Any]) -> Any:
 
 
 def data_shape(time_rows: Sequence[Any], kv_logs: Sequence[Any], moe_models: set[str]) -> DataShape:
-    """Summarise time points (corpus rows) and start-up logs (``(file, tp, layout[, sampler[,
-    sampler sets the peak]])`` tuples; a log without a sampler path runs PyTorch's)."""
+    """Summarise time points (corpus rows) and start-up logs (``(file, tp, layout, sampler path,
+    whether the sampler sets the log's activation peak)`` tuples)."""
     decode = [r for r in time_rows if r.metric in DECODE_METRICS]
     prefill = [r for r in time_rows if r.metric in PREFILL_METRICS]
     return DataShape(
@@ -98,8 +99,8 @@ def data_shape(time_rows: Sequence[Any], kv_logs: Sequence[Any], moe_models: set
         tps=frozenset(int(r.fields.get("tp") or 1) for r in time_rows),
         moe=any(r.fields.get("model") in moe_models for r in time_rows),
         logs=len(kv_logs),
-        log_layouts=frozenset(log[2] for log in kv_logs),
-        log_samplers=frozenset(log[3] if len(log) > 3 else "pytorch" for log in kv_logs if len(log) < 5 or log[4]),
+        log_layouts=frozenset(layout for _, _, layout, _, _ in kv_logs),
+        log_samplers=frozenset(path for _, _, _, path, sets_peak in kv_logs if sets_peak),
         time_points=len(time_rows),
     )
 
@@ -119,10 +120,6 @@ def default_terms(shape: DataShape) -> tuple[list[str], list[str]]:
             time.append("request_overhead_s")
     memory = _memory_defaults(shape)
     return time[: shape.time_points], memory
-
-
-SAMPLER_TERMS = {"pytorch": "sampler_bytes_per_seq_vocab", "flashinfer": "flashinfer_sampler_bytes_per_seq_vocab"}
-"""The memory term of each sampler warm-up path."""
 
 
 def _memory_defaults(shape: DataShape) -> list[str]:

@@ -235,7 +235,7 @@ def kv(
         return
     con = console() if output is None else file_console()
     # the sampler path sizes the activation peak unless it is given
-    path = None if activation_gib is not None else (sampler or (engine_profile.memory.sampler if engine_profile else None))
+    path = None if activation_gib is not None else engine_profile.memory.sampler_path(sampler)
     render(con, rows, conc, path)
     if any(features):
         render_features(con, rows, features)

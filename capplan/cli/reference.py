@@ -119,7 +119,6 @@ def accuracy_markdown() -> str:
     """``docs/accuracy.md``: the error tables of ``capplan accuracy`` on the shipped corpus, the
     rows outside a factor of 2, and which rows fitted which engine-profile term."""
     from capplan.accuracy import run_accuracy
-    from capplan.accuracy.predict import SATURATED
     from capplan.accuracy.report import default_engines
     from capplan.engine import list_engines, load_engine
 
@@ -141,7 +140,7 @@ def accuracy_markdown() -> str:
         if r.predicted is None:
             reason = r.unsupported.split(":")[0].split("'")[0].strip()
             unsupported[reason] = unsupported.get(reason, 0) + 1
-    saturated = [r for r in report.rows if r.predicted is None and r.unsupported.startswith(SATURATED)]
+    saturated = report.saturated()
     fits = []
     for name in list_engines():
         eng = load_engine(name)
@@ -165,8 +164,8 @@ def accuracy_markdown() -> str:
         unsupported="\n".join(f"| {k} | {v} |" for k, v in sorted(unsupported.items(), key=lambda kv: -kv[1])),
         n_unsupported=sum(unsupported.values()),
         n_rows=len(report.rows),
-        n_saturated=len(saturated),
-        n_saturated_held=sum(r.held_out for r in saturated),
+        n_saturated=saturated["n"],
+        n_saturated_held=saturated["held_out"],
         fits="\n".join(fits),
     )
     return text

@@ -165,8 +165,7 @@ def replica_server(setup: "ReplicaSetup", engine: Any) -> "Server":
     replica, kv = setup.replica, setup.kv
     t = (engine or default_engine()).time_on(replica.hw.name)
     pricer: Any = replica.speculative or step_pricer(replica.spec, replica.hw, replica.roofline_inputs)
-    return Server(pricer, kv.max_num_seqs, kv.max_batched_tokens, kv.kv_capacity_tokens, t.chunked_prefill, t.request_overhead_s,
-                  t.mixed_prefill)
+    return Server(pricer, kv.max_num_seqs, kv.max_batched_tokens, kv.kv_capacity_tokens, **t.schedule())
 
 
 def rollout_pools(setup: "ReplicaSetup", work: "StepWork", inputs: "PlanInputs") -> dict[str, Any]:

@@ -394,7 +394,7 @@ def _offload_tier(replica: Replica, kv: "KVResult", engine: "EngineProfile | Non
 
     t = (engine or default_engine()).time_on(replica.hw.name)
     server = Server(step_pricer(replica.spec, replica.hw, replica.roofline_inputs), kv.max_num_seqs, kv.max_batched_tokens,
-                    kv.kv_capacity_tokens, t.chunked_prefill, t.request_overhead_s, t.mixed_prefill)
+                    kv.kv_capacity_tokens, **t.schedule())
     return offload_tier(server, gib)
 
 

@@ -330,7 +330,7 @@ def _offload(
 
     terms = rinp.profile().time_on(hw.name)
     server = Server(step_pricer(spec, hw, rinp), kv.max_num_seqs, kv.max_batched_tokens, capacity_tokens,
-                    terms.chunked_prefill, terms.request_overhead_s, terms.mixed_prefill)
+                    **terms.schedule())
     tier = offload_tier(server, gib)
     costs = OffloadCosts(capacity_tokens=tier.capacity_tokens, load_s_per_token=tier.load_s_per_token,
                          prefill_s_per_token=prefill_s_per_token(coeffs, kv.max_batched_tokens),

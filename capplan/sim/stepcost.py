@@ -236,7 +236,7 @@ def step_coefficients(spec: "ModelSpec", hw: "HardwareProfile", inp: "RooflineIn
     c_0 = c1 - c_new
     # host time: per sequence below the CUDA-graph limit, and the step above it runs without a graph
     terms = inp.profile().time_on(hw.name)
-    graph_max = float(terms.cuda_graph_max_batch) if terms.cuda_graph_max_batch and not terms.enforce_eager else NO_WINDOW
+    graph_max = min(terms.graph_limit, NO_WINDOW)
     seq_probe = graph_max if graph_max < big else big
     h_seq = (probe(seqs=seq_probe)[3] - ov) / seq_probe
     graphless = probe(seqs=graph_max + 1.0)[3] - ov - h_seq * (graph_max + 1.0) if graph_max < NO_WINDOW else 0.0
