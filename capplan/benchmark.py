@@ -899,19 +899,56 @@ def _batch_limit(server: Server, mix: _Mix) -> tuple[float, str]:
 
 
 def _sustainable(
-    server: Server, mix: _Mix, rate: float, burstiness: float, guess: float | None = None
+    server: Server, mix: _Mix, rate: float, burstiness: float, guess: float | None = None, headroom: bool = True
 ) -> tuple[bool, str, _Operating | None, float]:
-    """Whether ``rate`` is sustainable, and if not what stops it (see :func:`serving_capacity`)."""
+    """Whether ``rate`` is sustainable, and if not what stops it (see :func:`serving_capacity`).
+
+    ``headroom=False`` (a measured run's rate, not a plan's) lets a ``max_num_seqs`` limit be
+    touched: the mean batch must stay below it, and the requests that find every slot taken wait
+    (:func:`_slot_wait`). A KV-capacity limit keeps the headroom either way: past it the engine
+    preempts and recomputes, which the model does not price."""
     limit, limit_name = _batch_limit(server, mix)
     op, gain = _operating_point(server, mix, rate, burstiness, 4.0 * limit + 64.0, guess)
     if op is None:
         return False, limit_name, None, 1.0
     if op.chain.tail > TAIL_MASS:
         return False, "prefill compute", op, gain
-    peak = (1.0 + (1.0 / burstiness - 1.0) * mix.kappa) * op.b / (1.0 - gain)
-    if op.b + HEADROOM_SIGMAS * math.sqrt(max(peak, 0.0)) > limit:
+    sigmas = 0.0 if not headroom and limit_name == "max_num_seqs" else HEADROOM_SIGMAS
+    if op.b + sigmas * math.sqrt(max(_batch_variance(mix, op.b, burstiness, gain), 0.0)) > limit:
         return False, limit_name, op, gain
     return True, "", op, gain
+
+
+def _batch_variance(mix: _Mix, b: float, burstiness: float, gain: float) -> float:
+    """Variance of the decode batch around its mean ``b`` [sequences^2]: an infinite-server
+    queue's, ``z b`` with Whitt's peakedness ``z = 1 + (c_a^2 - 1) kappa`` (``c_a^2 = 1 /
+    burstiness``), amplified by the loop gain ``g`` of step times growing with the batch,
+    ``/ (1 - g)`` (the linear-noise approximation of a birth-death process)."""
+    return (1.0 + (1.0 / burstiness - 1.0) * mix.kappa) * b / (1.0 - gain)
+
+
+def _slot_wait(b: float, variance: float, limit: float, residency_s: float, wait_scale: float) -> tuple[float, float]:
+    """The wait of an arrival for a free slot when the batch may reach its limit.
+
+    The requests in the engine form a many-server queue with ``limit`` slots, each held for
+    ``residency_s``. In the Halfin-Whitt regime (a normal batch of mean ``b`` and the given
+    variance, ``beta = (limit - b) / sigma``) an arrival waits with probability
+    ``1 / (1 + beta Phi(beta) / phi(beta))`` (Halfin and Whitt 1981), and a waiting arrival's wait
+    is exponential with mean ``wait_scale x residency_s / (limit - b)``: the M/M/c wait
+    (``wait_scale`` 1) scaled by the heavy-traffic factor ``(c_a^2 + c_s^2) / 2`` of the arrival
+    and residency variability and by the loop gain's ``1 / (1 - g)``.
+
+    Returns the probability of waiting and the mean wait of one that waits [s]; ``(0, 0)`` when
+    the batch limit is out of reach."""
+    if not math.isfinite(limit) or b <= 0 or variance <= 0 or limit <= b:
+        return 0.0, 0.0
+    beta = (limit - b) / math.sqrt(variance)
+    if beta > 8.0:  # below 1e-14
+        return 0.0, 0.0
+    phi = math.exp(-0.5 * beta * beta) / math.sqrt(2.0 * math.pi)
+    big_phi = 0.5 * (1.0 + math.erf(beta / math.sqrt(2.0)))
+    p_wait = 1.0 / (1.0 + beta * big_phi / phi)
+    return p_wait, wait_scale * residency_s / (limit - b)
 
 
 def serving_capacity(server: Server, mix: RequestMix, burstiness: float = 1.0) -> tuple[float, str]:
@@ -959,7 +996,7 @@ def serving_capacity(server: Server, mix: RequestMix, burstiness: float = 1.0) -
 
 def queueing_latency(
     server: Server, rate: float, mix: RequestMix, burstiness: float = 1.0, percentiles: tuple[float, ...] = (50.0, 90.0, 99.0),
-    capacity: tuple[float, str] | bool | None = True,
+    capacity: tuple[float, str] | bool | None = True, headroom: bool = True,
 ) -> QueueingResult:
     """Latency distribution of one replica under open-loop arrivals at ``rate`` (the queueing model).
 
@@ -979,6 +1016,10 @@ def queueing_latency(
     capacity : (float, str) or bool
         :func:`serving_capacity` of the same inputs if already known; ``True`` (default) to
         compute it, ``False`` to skip it (faster: only whether ``rate`` itself is sustainable).
+    headroom : bool
+        ``True`` (a plan): a rate counts as sustainable only with the decode batch
+        :data:`HEADROOM_SIGMAS` below the batch limit. ``False`` (a measured run's rate): a
+        ``max_num_seqs`` limit may be touched as long as the mean batch stays below it.
 
     Notes
     -----
@@ -998,7 +1039,9 @@ def queueing_latency(
     after it in the same step (they are prefilled together). With no decoding sequence and no
     backlog (probability ``exp(-b)``), the replica is idle and starts the prompt at once. The
     percentiles are read from :data:`TAGGED_REQUESTS` arrivals drawn from this stationary state
-    with a fixed seed; the engine's ``request_overhead_s`` is added.
+    with a fixed seed; the engine's ``request_overhead_s`` is added, and so is the wait for a free
+    slot of an arrival that finds the batch at its limit (:func:`_slot_wait`: the Halfin-Whitt
+    many-server queue, negligible at the plan's headroom).
 
     **TPOT and ITL.** ITL is the step time a token waits: the chain's step times, each step
     weighted once. A request's TPOT is the mean over its ``O - 1`` steps: the mean step time, plus
@@ -1015,7 +1058,7 @@ def queueing_latency(
         cap, why = capacity
     limit, _ = _batch_limit(server, m)
     names = [pct_name(p) for p in percentiles]
-    ok, reason, op, gain = _sustainable(server, m, rate, burstiness)
+    ok, reason, op, gain = _sustainable(server, m, rate, burstiness, headroom=headroom)
     if cap is None and not ok:
         why = reason
     if op is None or (cap is not None and rate > cap) or (cap is None and not ok):
@@ -1061,7 +1104,7 @@ def queueing_latency(
     # steps over a decode-only step (correlated steps, so over O - 1 steps the variance shrinks
     # by the integrated autocorrelation time; skewed, so a gamma)
     d = m.O[pick] - 1.0
-    peak = (1.0 + (1.0 / burstiness - 1.0) * m.kappa) * op.b / (1.0 - gain)
+    peak = _batch_variance(m, op.b, burstiness, gain)
     h = max(0.02 * op.b, 0.05)
     up = _Operating(server, m, rate, burstiness, op.b + h)
     slope = (up.advance_s - op.advance_s) / h
@@ -1076,6 +1119,14 @@ def queueing_latency(
     drift = slope * math.sqrt(peak * 2.0 / 3.0) * rng.standard_normal(N)
     tpot = np.maximum(op.advance_s + drift + noise, 0.5 * steps.decode_s)
     tpot = np.where(d > 0, tpot, 0.0)
+    # a request that finds every slot of the batch limit taken waits for one (drawn last, so a
+    # limit out of reach leaves the other draws as they were)
+    residency = ttft.mean() + (d * tpot).mean()
+    cs2 = float(np.var(m.O) / m.mean_out**2)  # the residency's spread, from the output lengths'
+    scale = (1.0 / burstiness + cs2) / 2.0 / (1.0 - gain)
+    p_wait, mean_wait = _slot_wait(op.b, peak, limit, float(residency), scale)
+    if p_wait > 0:
+        ttft = ttft + np.where(rng.random(N) < p_wait, rng.exponential(mean_wait, N), 0.0)
     e2e = ttft + d * tpot
     ok_d = d > 0
 
@@ -1103,9 +1154,12 @@ def open_loop_latency(server: Server, rate: float, input_tokens: float, output_t
     from the queueing model (:func:`queueing_latency`, the capacity search skipped).
 
     :func:`open_loop` gives the means a published benchmark reports; this gives its percentiles.
+    A measured run's batch may touch ``max_num_seqs`` (no plan headroom, ``headroom=False``): the
+    requests that find every slot taken wait for one.
     """
     _check(rate=rate, input_tokens=input_tokens, output_tokens=output_tokens)
-    return queueing_latency(server, rate, RequestMix.fixed(input_tokens, output_tokens, cached_tokens), 1.0, percentiles, capacity=False)
+    return queueing_latency(server, rate, RequestMix.fixed(input_tokens, output_tokens, cached_tokens), 1.0, percentiles,
+                            capacity=False, headroom=False)
 
 
 def _prefill_time_share(chain: _Chain, steps: _Steps, mixed: bool) -> float:

@@ -247,11 +247,17 @@ Where the model is still wrong, and why:
   end-to-end latency grow without bound, and a model a few percent slow at a large batch finds
   the instance saturated where the run kept up. The inference-sim servers ran with `max_num_seqs`
   128 (corpus column, stated by the study); at 20 requests/s Llama-2-70B on 4 x H100 held ~112
-  requests (Little's law on its measured latency) where the model needs more than 128, and the
-  queueing model's 3-sigma headroom finds the Mixtral, Llama-2-7B and CodeLlama-34B runs' tails
-  unsustainable under Poisson arrivals. Latency rows predicted saturated are misses, not in the
-  error figures above: {n_saturated} rows ({n_saturated_held} held out), listed under "Rows not
-  predicted". `capplan simulate` models the queue itself.
+  requests (Little's law on its measured latency) where the model needs more than 128. A
+  percentile row's batch may touch `max_num_seqs` (no plan headroom: the requests that find every
+  slot taken wait for one, `docs/serving.md`, "A batch at its limit"). That prices the Mixtral,
+  Llama-2-7B and CodeLlama-34B runs at 20 requests/s, whose tails the plan's 3-sigma headroom
+  called unsustainable: Mixtral's end-to-end p99 within 10% in all five runs, its TTFT p99
+  within 2x of the two runs that measured ~250 ms but 4x the three replicates of the same setup
+  that measured ~76 ms. Llama-2-7B's and CodeLlama-34B's decode is ~25% slow at that batch in
+  the model (their mean end-to-end latency -25%), which puts the batch near its limit and their
+  TTFT p99 at seconds where the runs measured 73 ms. Latency rows predicted saturated are
+  misses, not in the error figures above: {n_saturated} rows ({n_saturated_held} held out),
+  listed under "Rows not predicted". `capplan simulate` models the queue itself.
 - **Arrivals.** Means of an open-loop run take the arrival process the corpus states
   (`burstiness`: inference-perf sends at a constant rate, `vllm bench serve` and
   `sglang.bench_serving` Poisson): the mean prefill queue follows Kingman's formula, none at a
