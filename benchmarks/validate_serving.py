@@ -6,6 +6,10 @@ Llama-3.1-8B with the default engine profile) and each utilisation (the request 
 replica's capacity, :func:`capplan.benchmark.serving_capacity`), it prints the model's
 (:func:`capplan.benchmark.queueing_latency`) and the simulator's
 (:func:`capplan.sim.serving.simulate_replica`) p50 and p99 TTFT and TPOT, and the model's error.
+
+``--slot-limit`` instead runs the case ``docs/serving.md`` quotes under "A batch at its limit":
+``max_num_seqs`` 32, 500/200-token requests, Poisson arrivals at rates where the batch touches
+the limit, the model without the plan's headroom (``headroom=False``, a measured run's rate).
 """
 
 from __future__ import annotations
@@ -23,6 +27,28 @@ from capplan.sim.serving import serving_engine, simulate_replica
 from capplan.workload import load_workload
 
 UTILISATIONS = (0.1, 0.3, 0.5, 0.7, 0.85, 0.95)
+SLOT_RATES = (14.0, 16.0, 18.0, 19.0, 20.0)
+"""Requests per second of the ``--slot-limit`` case (the simulator saturates at 20)."""
+
+
+def compare_slot_limit(requests: int) -> None:
+    """Print the model's and the simulator's TTFT with the batch at ``max_num_seqs`` 32."""
+    server = B.server_for(load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm"), engine=default_engine(), max_num_seqs=32)
+    eng = serving_engine(server)
+    print(f"max_num_seqs 32, 500/200 tokens: TTFT mean and p99 [ms], model vs simulator ({requests:,} requests per point)")
+    print("  rate  batch | mean model    sim    err | p99 model     sim    err")
+    for rate in SLOT_RATES:
+        q = B.queueing_latency(server, rate, B.RequestMix.fixed(500, 200), 1.0, (99.0,), capacity=False, headroom=False)
+        arrivals = np.cumsum(np.random.default_rng(int(rate)).exponential(1.0 / rate, requests))
+        run = simulate_replica(eng, arrivals, np.full(requests, 500), np.full(requests, 200), np.zeros(requests, np.int64))
+        ttft = run.ttft_s[requests // 10:]
+        sim_mean, sim_p99 = float(ttft.mean()) * 1e3, float(np.percentile(ttft, 99)) * 1e3
+        if q.saturated:
+            print(f"  {rate:4.1f}      - | saturated {sim_mean:9.1f}        | saturated {sim_p99:9.1f}")
+            continue
+        mean, p99 = q.ttft_s.mean * 1e3, q.ttft_s.at(99.0) * 1e3
+        print(f"  {rate:4.1f} {q.decode_batch:6.1f} | {mean:9.1f} {sim_mean:7.1f} {mean / sim_mean - 1:+6.1%} | "
+              f"{p99:9.1f} {sim_p99:7.1f} {p99 / sim_p99 - 1:+6.1%}")
 
 
 def compare(workload: str, requests: int, seed: int = 0) -> list[dict[str, float]]:
@@ -58,7 +84,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=100_000)
     parser.add_argument("--plot", default=None, help="Write the figure here (.png/.svg; needs matplotlib).")
+    parser.add_argument("--slot-limit", action="store_true", help="Only the max_num_seqs 32 case of docs/serving.md.")
     args = parser.parse_args(argv)
+    if args.slot_limit:
+        compare_slot_limit(args.requests)
+        return
     results = {}
     for name in ("chat-serving", "rag-serving"):
         rows = compare(name, args.requests)
