@@ -99,6 +99,15 @@ class Server:
     """A step that carries prompt positions also advances the decoding batch (vLLM V1,
     TensorRT-LLM's in-flight batching); ``False``: a step holds prompts or decodes, and the
     decodes wait for the prompt steps (SGLang without ``--enable-mixed-chunk``, vLLM's V0)."""
+    capacity_scheduler_policy: str = "max_utilization"
+    """``max_utilization``: a request holds the KV it has written (vLLM, SGLang);
+    ``guaranteed_no_evict``: it reserves its prompt and whole output when admitted (TensorRT-LLM's
+    default), so the KV holds fewer requests (``EngineProfile`` ``time.capacity_scheduler_policy``)."""
+
+    @property
+    def reserves_output(self) -> bool:
+        """An admitted request reserves the KV of its whole output (``guaranteed_no_evict``)."""
+        return self.capacity_scheduler_policy == "guaranteed_no_evict"
 
 
 @dataclass(frozen=True)
@@ -343,9 +352,10 @@ def max_concurrency(server: Server, input_tokens: int, output_tokens: int) -> tu
     """Requests an offline run keeps in the engine, and what limits it.
 
     ``min(max_num_seqs, KV capacity / (P + O / 2))``: in steady state a request holds its prompt
-    and, on average, half its output.
+    and, on average, half its output; ``KV capacity / (P + O)`` when an admitted request reserves
+    its whole output (``guaranteed_no_evict``).
     """
-    by_kv = server.kv_capacity_tokens / (input_tokens + output_tokens / 2.0)
+    by_kv = server.kv_capacity_tokens / (input_tokens + output_tokens / (1.0 if server.reserves_output else 2.0))
     if by_kv < server.max_num_seqs:
         return max(by_kv, 1.0), "kv capacity"
     return float(server.max_num_seqs), "max_num_seqs"
@@ -589,6 +599,8 @@ class _Mix:
         # the context of a decoding sequence, weighted by the steps it decodes
         self.decode_ctx = float((d * (P + d / 2.0)).sum() / w) if w > 0 else float(P.mean())
         self.kv_per_seq = float((d * (self.new + d / 2.0)).sum() / w) if w > 0 else self.mean_new
+        # the same with the whole output reserved at admission (guaranteed_no_evict)
+        self.kv_reserved_per_seq = float((d * (self.new + self.O)).sum() / w) if w > 0 else self.mean_new + self.mean_out
         self.pairs_per_token = float(np.mean(causal_pairs(self.C, self.new))) / self.mean_new
         self.cached_mean = float(self.C.mean())
         self.shared = float(mix.shared_prefix_tokens) if float(self.C.max()) > 0 else 0.0
@@ -891,8 +903,10 @@ def graph_limit(server: Server) -> float:
 
 def _batch_limit(server: Server, mix: _Mix) -> tuple[float, str]:
     """Decoding sequences the replica can hold: ``max_num_seqs`` or KV capacity over the KV a
-    decoding request holds on average (its new prompt positions and half its output)."""
-    by_kv = max(server.kv_capacity_tokens * (1.0 - KV_WATERMARK) - mix.shared, 0.0) / max(mix.kv_per_seq, 1.0)
+    decoding request holds on average (its new prompt positions and half its output; its whole
+    output when admission reserves it, ``guaranteed_no_evict``)."""
+    per_seq = mix.kv_reserved_per_seq if server.reserves_output else mix.kv_per_seq
+    by_kv = max(server.kv_capacity_tokens * (1.0 - KV_WATERMARK) - mix.shared, 0.0) / max(per_seq, 1.0)
     if by_kv < server.max_num_seqs:
         return max(by_kv, 1.0), "kv capacity"
     return float(server.max_num_seqs), "max_num_seqs"
@@ -905,15 +919,17 @@ def _sustainable(
 
     ``headroom=False`` (a measured run's rate, not a plan's) lets a ``max_num_seqs`` limit be
     touched: the mean batch must stay below it, and the requests that find every slot taken wait
-    (:func:`_slot_wait`). A KV-capacity limit keeps the headroom either way: past it the engine
-    preempts and recomputes, which the model does not price."""
+    (:func:`_slot_wait`). So may a KV limit whose admission reserves the whole output
+    (``guaranteed_no_evict``: a request waits, none is preempted); another KV limit keeps the
+    headroom either way: past it the engine preempts and recomputes, which the model does not price."""
     limit, limit_name = _batch_limit(server, mix)
     op, gain = _operating_point(server, mix, rate, burstiness, 4.0 * limit + 64.0, guess)
     if op is None:
         return False, limit_name, None, 1.0
     if op.chain.tail > TAIL_MASS:
         return False, "prefill compute", op, gain
-    sigmas = 0.0 if not headroom and limit_name == "max_num_seqs" else HEADROOM_SIGMAS
+    waits = limit_name == "max_num_seqs" or server.reserves_output  # the limit queues arrivals, preempts none
+    sigmas = 0.0 if not headroom and waits else HEADROOM_SIGMAS
     if op.b + sigmas * math.sqrt(max(_batch_variance(mix, op.b, burstiness, gain), 0.0)) > limit:
         return False, limit_name, op, gain
     return True, "", op, gain

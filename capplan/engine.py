@@ -199,6 +199,12 @@ class TimeTerms(BaseModel):
     batching; SGLang with ``--enable-mixed-chunk``); ``false``: a step holds either prompt chunks
     (up to the whole token budget) or decodes, and the decodes wait while prompts are prefilled
     (SGLang's default)."""
+    capacity_scheduler_policy: Literal["max_utilization", "guaranteed_no_evict"] = "max_utilization"
+    """How a request is admitted against the KV cache (TensorRT-LLM's ``capacity_scheduler_policy``):
+    ``max_utilization`` admits on the KV a request holds now and preempts a running request when
+    the cache runs out (vLLM, SGLang); ``guaranteed_no_evict`` admits a request only when the cache
+    can hold its prompt and its whole output, reserved up front, and never preempts (TensorRT-LLM's
+    default): fewer requests run at once, and none is recomputed."""
     moe_load_imbalance: float = Field(default=1.0, ge=1, le=16)
     """Ratio [>= 1] of the busiest GPU's routed-expert tokens to the mean across an expert-parallel
     group (``ep > 1``), after the engine's expert load balancer (EPLB): the step waits for the
@@ -234,7 +240,7 @@ class TimeTerms(BaseModel):
     def schedule(self) -> dict[str, Any]:
         """The scheduler behaviour a :class:`capplan.benchmark.Server` takes from these terms."""
         return {"chunked_prefill": self.chunked_prefill, "request_overhead_s": self.request_overhead_s,
-                "mixed_prefill": self.mixed_prefill}
+                "mixed_prefill": self.mixed_prefill, "capacity_scheduler_policy": self.capacity_scheduler_policy}
 
 
 class TimeOverrides(BaseModel):

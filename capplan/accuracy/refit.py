@@ -51,8 +51,8 @@ MEMORY_TERMS = ["sampler_bytes_per_seq_vocab", "non_torch_gib_single", "non_torc
 FEATURE_TIME_TERMS: dict[str, float] = {
     "moe_load_imbalance": 1.36,
     "tbo_overlap_efficiency": 0.55,
-    "fp4_gemm_efficiency": 0.443,
-    "fp8_gemm_efficiency": 0.798,
+    "fp4_gemm_efficiency": 0.471,
+    "fp8_gemm_efficiency": 0.814,
     "weight_only_moe_efficiency": 0.535,
     "eager_s_per_layer": 0.00034,
     "alltoall_efficiency": 0.96,
@@ -80,7 +80,8 @@ FEATURE_SOURCES: dict[str, str] = {
         "FITTED by capplan.accuracy.refit.fit_unit_efficiency('fp4') (soft-L1 least squares on log ratios, outside the family "
         "fits, each row priced with its family's profile) on the 21 serving rows with FP4 weights on a chip with an FP4 unit that "
         "split.yaml does not hold out (TensorRT-LLM v1.0 NVFP4 B200 and GB200 rows); every profile takes the same value (the same "
-        "CUTLASS/FlashInfer block-scaled FP4 kernels; no vLLM or SGLang FP4 row exists)."),
+        "CUTLASS/FlashInfer block-scaled FP4 kernels; no vLLM or SGLang FP4 row exists). Refitted (0.443 -> 0.471) after the trtllm "
+        "profile took TensorRT-LLM's guaranteed_no_evict admission."),
     "time.eager_s_per_layer": (
         "vllm-project/vllm-omni issue #7960 (comment of 2026-09-22): Qwen2.5-Omni-7B's thinker (a 28-layer Qwen2.5-7B decoder) "
         "on one A800-80GB under vLLM 0.29, TPOT ~22-23 ms with enforce_eager: true against ~13 ms with CUDA graphs; "
@@ -88,8 +89,8 @@ FEATURE_SOURCES: dict[str, str] = {
     "time.fp8_gemm_efficiency": (
         "FITTED by capplan.accuracy.refit.fit_unit_efficiency('fp8') (soft-L1 least squares on log ratios, outside the family "
         "fits, each row priced with its family's profile) on the 155 serving rows of every engine with FP8 weights on a chip "
-        "with an FP8 unit that split.yaml does not hold out; every profile takes the same value. Held-out FP8 rows (112): "
-        "median |error| 13.9% -> 12.5%, signed +3.1% -> -3.0%."),
+        "with an FP8 unit that split.yaml does not hold out; every profile takes the same value. Refitted (0.798 -> 0.814) "
+        "after the trtllm profile took TensorRT-LLM's guaranteed_no_evict admission."),
     "time.weight_only_moe_efficiency": (
         "FITTED by capplan.accuracy.refit.fit_unit_efficiency('weight-only') (soft-L1 least squares on log ratios, outside "
         "the family fits, each row priced with its family's profile) on the 11 serving rows whose routed experts run "
@@ -153,6 +154,14 @@ SGLANG_MIXED_CHUNK_SOURCE = (
     "running requests' decode batch waits for it.")
 """Why the sglang profile's prompt steps hold no decodes."""
 
+TRTLLM_SCHEDULER_POLICY_SOURCE = (
+    "TensorRT-LLM's default capacity scheduler policy: trtllm-bench throughput's --scheduler_policy defaults to "
+    "guaranteed_no_evict (NVIDIA/TensorRT-LLM tensorrt_llm/bench/benchmark/throughput.py, click option default), and so "
+    "does SchedulerConfig.capacity_scheduler_policy of the LLM API that trtllm-serve and NIM run (TensorRT-LLM docs, "
+    "'Useful Runtime Options': 'GUARANTEED_NO_EVICT (default) ... to guarantee that a started request is never paused'); "
+    "an admitted request reserves KV for its prompt and its whole output.")
+"""Why the trtllm profile reserves a request's whole output at admission."""
+
 SGLANG_CUDA_GRAPH_MAX_BS = 160
 SGLANG_CUDA_GRAPH_SOURCE = (
     "SGLang ServerArgs.__post_init__ (PR #2268, merged 2024-11-29): cuda_graph_max_bs defaults to 160 on GPUs of 25 GB "
@@ -207,8 +216,9 @@ PROFILES: list[ProfileSpec] = [
         "trtllm", memory={"budget_rule": "fraction_of_free", "gpu_memory_utilization": 0.9, "block_size": 32,
                           "sampler_bytes_per_seq_vocab": 0.0,
                           "max_num_seqs": {"large": 2048, "small": 2048}, "max_num_batched_tokens": {"large": 8192, "small": 8192}},
-        time={"chunked_prefill": False},
-        sources={"memory.budget_rule": f"KvCacheConfig.free_gpu_memory_fraction of the memory free after the model loads ({KV_SOURCES}, TensorRT-LLM)",
+        time={"chunked_prefill": False, "capacity_scheduler_policy": "guaranteed_no_evict"},
+        sources={"time.capacity_scheduler_policy": TRTLLM_SCHEDULER_POLICY_SOURCE,
+                 "memory.budget_rule": f"KvCacheConfig.free_gpu_memory_fraction of the memory free after the model loads ({KV_SOURCES}, TensorRT-LLM)",
                  "memory.gpu_memory_utilization": "free_gpu_memory_fraction default 0.9 (TensorRT-LLM KvCacheConfig docs)",
                  "memory.block_size": "tokens_per_block default 32 (TensorRT-LLM KV cache docs)",
                  "memory.max_num_seqs": "max_batch_size default 2048 (TensorRT-LLM build defaults)",

@@ -603,7 +603,9 @@ def _with_explanation(plan: ServingPlan, q: "QueueingResult", server: "Server", 
         f"per replica: {plan.arrival_rate_per_s:g} req/s / {plan.replicas} replica(s) = {plan.per_replica_rate_per_s:,.4g} req/s, "
         f"gaps gamma({plan.replica_burstiness:g}) (round robin of {'Poisson' if plan.burstiness == 1 else f'gamma({plan.burstiness:g})'} arrivals)",
         f"batch limit = min(max_num_seqs {server.max_num_seqs:,}, (KV {server.kv_capacity_tokens:,} x 0.99 - shared prefix "
-        f"{plan.shared_prefix_tokens if plan.cached_prompt_fraction > 0 else 0:,}) / KV per decoding request) = {plan.batch_limit:,.1f} sequences",
+        f"{plan.shared_prefix_tokens if plan.cached_prompt_fraction > 0 else 0:,}) / KV per decoding request"
+        f"{' (prompt and whole output, reserved at admission: guaranteed_no_evict)' if server.reserves_output else ''}) "
+        f"= {plan.batch_limit:,.1f} sequences",
         f"capacity = largest rate with the batch + 3 sd below the limit and the prefill queue settling = {plan.capacity_per_replica_per_s:,.4g} req/s "
         f"({plan.capacity_limited_by}); utilisation = {plan.per_replica_rate_per_s:,.4g} / {plan.capacity_per_replica_per_s:,.4g} = {plan.utilisation:.1%} "
         f"(limit {plan.max_utilisation:.0%})",

@@ -27,6 +27,10 @@ Without chunked prefill (an engine profile with ``chunked_prefill: false``) prom
 prefilled whole, one or more to a step. An engine that does not mix prompts into decode steps
 (``mixed_prefill: false``: SGLang's default, vLLM's V0 scheduler) runs a step of prompt chunks
 (up to the whole token budget) whenever prompts wait, and the decoding batch waits for it.
+An engine that reserves a request's whole output when admitting it
+(``capacity_scheduler_policy: guaranteed_no_evict``, TensorRT-LLM's default) admits a request only
+while the KV holds its prompt and output beside what the running requests have reserved, and so
+never preempts.
 
 Sliding-window layers are priced with the batch's summed context capped at ``batch x window``
 (exact when every context is on the same side of the window).
@@ -214,6 +218,8 @@ class ServingEngine:
     """Host time per request outside engine steps, added to TTFT [s]."""
     mixed_prefill: bool = True
     """A step with prompt chunks also advances the decoding batch."""
+    capacity_scheduler_policy: str = "max_utilization"
+    """``guaranteed_no_evict``: admission reserves a request's whole output (no preemption)."""
 
 
 def serving_engine(server: "Server") -> ServingEngine:
@@ -229,6 +235,7 @@ def serving_engine(server: "Server") -> ServingEngine:
         chunked_prefill=server.chunked_prefill,
         request_overhead_s=server.request_overhead_s,
         mixed_prefill=server.mixed_prefill,
+        capacity_scheduler_policy=server.capacity_scheduler_policy,
     )
 
 
@@ -308,6 +315,8 @@ def simulate_replica(engine: ServingEngine, arrival_s: np.ndarray, prompt: np.nd
     Wl = W - 1.0
     cap = engine.kv_capacity_tokens
     reserve = KV_WATERMARK * cap  # KV an admission leaves free for the running batch's growth
+    no_evict = engine.capacity_scheduler_policy == "guaranteed_no_evict"
+    promised = 0  # guaranteed_no_evict: KV the admitted requests have reserved and not written yet
     kv_used = shared_prefix_tokens if (shared_prefix_tokens and max(C) > 0) else 0
     if max(pp - cc for pp, cc in zip(P, C)) + kv_used > cap:
         worst = max(range(n), key=lambda j: P[j] - C[j])
@@ -353,10 +362,15 @@ def simulate_replica(engine: ServingEngine, arrival_s: np.ndarray, prompt: np.nd
             off_sum -= off
             kv_used -= held + (step - jstep)
             waiting.appendleft([j, ctx, 0, False, end - step])
+            if no_evict:  # (not reached while reservations hold) its reservation goes with it
+                promised -= end - step
             preempt += 1
             recomputed += ctx
         nrun = b + len(prefilling)
-        admit = bool(waiting) and nrun < max_seqs and waiting[0][1] <= cap - kv_used - b - reserve
+        if no_evict:  # the prompt and the whole output beside every admitted request's reservation
+            admit = bool(waiting) and nrun < max_seqs and waiting[0][1] + waiting[0][4] <= cap - kv_used - promised - reserve
+        else:
+            admit = bool(waiting) and nrun < max_seqs and waiting[0][1] <= cap - kv_used - b - reserve
         budget = (budget_total - b) if mixed else budget_total
         if not (prefilling or admit) or budget <= 0:
             if b == 0:
@@ -406,6 +420,8 @@ def simulate_replica(engine: ServingEngine, arrival_s: np.ndarray, prompt: np.nd
             itl_w.append(b * k)
             step += k
             kv_used += b * k
+            if no_evict:
+                promised -= b * k
         else:
             # one step of prompt chunks: partial prefills first, then admissions, first come first served
             chunks = []
@@ -418,11 +434,14 @@ def simulate_replica(engine: ServingEngine, arrival_s: np.ndarray, prompt: np.nd
             while budget > 0 and waiting and b + len(prefilling) < max_seqs:
                 rec = waiting[0]
                 need = rec[1]
-                if need > cap - kv_used - b - reserve or (not chunked and need > budget and chunks):
+                room = cap - kv_used - (promised + rec[4] if no_evict else b) - reserve
+                if need > room or (not chunked and need > budget and chunks):
                     break
                 waiting.popleft()
                 prefilling.append(rec)
                 kv_used += need
+                if no_evict:
+                    promised += rec[4]
                 nchunk = need if (need <= budget or not chunked) else budget
                 chunks.append((rec, nchunk))
                 budget -= nchunk
@@ -457,6 +476,8 @@ def simulate_replica(engine: ServingEngine, arrival_s: np.ndarray, prompt: np.nd
                 itl_w.append(b)
                 step += 1
                 kv_used += b
+                if no_evict:
+                    promised -= b
             for rec, nchunk in chunks:
                 rec[1] -= nchunk
                 rec[2] += nchunk

@@ -268,6 +268,10 @@ def engine_setup(
         "for the framework's per-update time",
         "the trainer is busy for the weight push after each update",
     ]
+    if terms.capacity_scheduler_policy == "guaranteed_no_evict":
+        notes.append(f"engine profile {engine.name} reserves a request's whole output when admitting it (guaranteed_no_evict); "
+                     "the rollout scheduler admits on the prompt and preempts when KV runs out, as vLLM does "
+                     "(capplan simulate's serving mode and the plans take the profile's admission)")
     if not (terms.chunked_prefill and terms.mixed_prefill):
         how = "prefills whole prompts" if not terms.chunked_prefill else "runs prompt chunks in steps apart from decodes"
         notes.append(f"engine profile {engine.name} {how}; the rollout scheduler runs vLLM V1's schedule (prompt chunks "
