@@ -147,7 +147,8 @@ class TimeTerms(BaseModel):
     """Fraction [0-1] of dense peak FLOP/s that large weight GEMMs reach."""
     gemm_half_tokens: float = Field(default=0.0, ge=0)
     """Tokens per step at which the weight GEMMs reach half of ``gemm_efficiency`` [tokens]; 0
-    means a constant efficiency."""
+    means a constant efficiency. A routed expert's GEMM counts its own positions, ``k / E`` of
+    the step's over all data-parallel ranks (a grouped GEMM of small per-expert blocks)."""
     attention_efficiency: float = Field(default=0.7, gt=0, le=1)
     """Fraction [0-1] of dense 16-bit peak the attention products and LM head reach."""
     moe_gemm_efficiency: float = Field(default=1.0, gt=0, le=1)

@@ -16,7 +16,10 @@ overlapped with compute). The efficiencies and host times are an **engine profil
 (:mod:`capplan.engine`, fitted to published measurements): ``g`` the GEMM efficiency, reached at
 large steps (a step of ``T`` tokens reaches ``g T / (T + h)``, which is ``h`` extra tokens' worth
 of GEMM work at ``g``), ``a`` the attention efficiency relative to ``g``, ``e_moe`` the grouped
--GEMM efficiency of routed experts, and a per-step and per-sequence host time. A step runs
+-GEMM efficiency of routed experts, and a per-step and per-sequence host time. A routed expert's
+GEMM holds only its share of the step, ``T dp k / E`` positions (``k`` of ``E`` experts per
+token, from all ``dp`` attention ranks), so it reaches ``g T_e / (T_e + h)``: ``h E / (k dp)``
+tokens' worth of routed work extra, where a dense GEMM of the step has ``h``. A step runs
 without CUDA graphs when the engine is eager (``enforce_eager``) or holds more sequences than
 its largest graph (``cuda_graph_max_batch``); it then adds ``eager_s_per_layer`` per decoder
 layer to its host time. Any field of :class:`RooflineInputs` given explicitly overrides the
@@ -352,6 +355,9 @@ def _terms(
         "layers": float(L),
         "gemm_flops_per_token": 2 * gemm_active / tp,
         "routed_flops_per_token": 2 * n_moe * (m.experts_per_token if m else 0) * expert / tp,
+        # a routed expert's GEMM holds k / E of the positions of every rank's step, so it
+        # saturates E / (k dp) times later than a dense GEMM of the step (module notes)
+        "expert_group_spread": (m.num_experts / (m.experts_per_token * dp) - 1.0) if m and m.experts_per_token else 0.0,
         "head_flops_per_logit": 2 * V * d / tp,
         "attn_flops_per_pair_full": n_full * attn_pair / tp,
         "attn_flops_per_pair_window": n_slide * attn_pair / tp,
@@ -536,7 +542,8 @@ def _evaluate(
     # engine terms: GEMMs of a T-token step reach ce x T / (T + h) of peak (the same as h extra
     # tokens' worth of GEMM work), routed experts moe_rel of that, attention ae_rel x ce; all
     # three are exact no-ops at their defaults (h = 0, relative efficiencies 1)
-    gemm_work = gemm + t["gemm_flops_per_token"] * w["gemm_half_tokens"] + t["routed_flops_per_token"] * new * w["moe_extra"]
+    gemm_work = (gemm + (t["gemm_flops_per_token"] + t["routed_flops_per_token"] * t["expert_group_spread"]) * w["gemm_half_tokens"]
+                 + t["routed_flops_per_token"] * new * w["moe_extra"])
     # routed experts on their own tensor unit, and the busiest expert-parallel GPU's extra share:
     # both exactly 0 without an expert dtype or expert parallelism
     routed_work = t["routed_flops_per_token"] * new * (1.0 + w["moe_extra"])
@@ -595,7 +602,7 @@ _SCALAR_TERMS = (
     "gemm_flops_per_token", "attn_flops_per_pair_full", "attn_flops_per_pair_window", "linear_flops_per_token",
     "head_flops_per_logit", "experts_per_token", "experts", "fixed_weight_bytes", "routed_bytes", "head_bytes",
     "kv_bytes_full", "kv_bytes_window", "state_bytes_per_seq", "act_bytes_per_token", "act_bytes_per_logit",
-    "routed_flops_per_token", "tp", "hidden", "logit_gather_bytes", "layers",
+    "routed_flops_per_token", "tp", "hidden", "logit_gather_bytes", "layers", "expert_group_spread",
 )
 _SCALAR_HW = (
     "peak_gemm", "peak_16", "gemm_half_tokens", "moe_extra", "attention_rel", "ce", "hbm", "be", "intra", "inter",
@@ -635,7 +642,7 @@ def _evaluate_one(
     (
         gemm_per_token, attn_full, attn_window, linear_per_token, head_per_logit, experts_per_token, experts,
         fixed_weight_bytes, routed_bytes, head_bytes, kv_full, kv_window, state_per_seq, act_per_token, act_per_logit,
-        routed_per_token, tp, hidden, logit_gather_bytes, layers,
+        routed_per_token, tp, hidden, logit_gather_bytes, layers, expert_group_spread,
         peak_gemm, peak_16, gemm_half_tokens, moe_extra, attention_rel, ce, hbm, be, intra, inter, gpus_per_node, ie,
         latency_s, overhead_s, per_sequence_s, eager_s_per_layer, graph_max_seqs, graphless_s_per_layer,
     ) = terms
@@ -654,7 +661,7 @@ def _evaluate_one(
     nbytes = weights + kv_read + kv_write + act
 
     ideal_compute = gemm / peak_gemm + (attn + head) / peak_16
-    gemm_work = gemm + gemm_per_token * gemm_half_tokens + routed_per_token * new * moe_extra
+    gemm_work = gemm + (gemm_per_token + routed_per_token * expert_group_spread) * gemm_half_tokens + routed_per_token * new * moe_extra
     compute_time = (gemm_work / peak_gemm + (attn + head) / (peak_16 * attention_rel)) / ce
     memory_time = nbytes / (hbm * be)
 

@@ -243,7 +243,13 @@ Llama-3.3-70B at 100 clients (5,000-token prompts, held out) went from a TTFT of
 8.0 s measured (+280%) to 4.7 s (+70%): with 5,500 positions reserved each the engine holds ~93
 of them, not ~98, and the rest wait (the run's throughput and ITL say ~86). The Qwen3-235B rows of the same tables stay 13-42% pessimistic: they run attention data
 parallelism (`enable_attention_dp`, the perf overview's MoE command) with an expert-parallel size
-the page does not state, which capplan prices as TP8.
+the page does not state, which capplan prices as TP8. Then a routed expert's GEMM took its own
+positions for the GEMM saturation (`gemm_half_tokens`): `k / E` of the step's over all
+data-parallel ranks, a grouped GEMM of small blocks, so it reaches half its efficiency `E / (k
+dp)` times later than a dense GEMM of the step. That matters where `gemm_half_tokens` is large
+(TensorRT-LLM, 193 tokens): Qwen3-30B-A3B's FP4 prefill-heavy rows went +104% -> +88..+91%,
+gpt-oss-120b's TTFT on B200 +197% -> +58%, the Mixtral rows 2-20 points more pessimistic;
+rows beyond 2x 36 -> 33 (another `--terms trtllm:` refit moved nothing).
 
 ## Rows outside a factor of 2 ({n_worst})
 
