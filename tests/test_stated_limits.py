@@ -154,15 +154,39 @@ def test_the_shipped_report_counts_its_saturated_rows():
     out = CliRunner().invoke(app, ["accuracy", "--format", "json"])
     assert out.exit_code == 0, out.output
     sat = json.loads(out.output)["saturated"]
-    assert sat["n"] == len(sat["ids"]) > 0
+    assert sat["n"] == len(sat["ids"])
     table = CliRunner().invoke(app, ["accuracy"], env={"COLUMNS": "200"})
-    assert f"{sat['n']} latency rows ({sat['held_out']} held out) are predicted saturated" in table.output
+    line = f"{sat['n']} latency rows ({sat['held_out']} held out) are predicted saturated"
+    assert (line in table.output) == (sat["n"] > 0)
+
+
+def test_a_saturated_run_of_stated_length_is_simulated(corpus):
+    """DataCrunch's Llama-3.3-70B at 16 requests/s outruns the engine (3,200 requests completed in
+    383 s). Without its ``num_prompts`` the row is saturated; with it the run is replayed through
+    the serving simulator and the row's statistic read from it (the ITL row is a median, the
+    end-to-end row a mean), and the prediction says how it was made."""
+    from capplan.accuracy.predict import SATURATED, predict_serving
+    from capplan.accuracy.report import default_engines
+
+    engine = default_engines()["sglang"]
+    row = corpus["sglang-dch200-h200x4-llama33-70b-tp4-rand1024-1024-r16-itl"]
+    assert row.number("num_prompts") == 3200 and row.get("statistic") == "median"
+    p = predict_serving(row, engine)
+    assert p.value is not None and p.value > 0
+    assert any("3,200 requests (num_prompts) replayed through the serving simulator" in a and "median" in a for a in p.assumed)
+    bare = replace(row, fields={k: v for k, v in row.fields.items() if k != "num_prompts"})
+    q = predict_serving(bare, engine)
+    assert q.value is None and q.reason.startswith(SATURATED)
+    mean = predict_serving(replace(row, fields={**row.fields, "statistic": "mean"}), engine)
+    assert mean.value != p.value
 
 
 @pytest.mark.parametrize("column, value, ok", [
     ("burstiness", "inf", True), ("burstiness", "0.5", True), ("burstiness", "fast", False), ("burstiness", "0", False),
     ("max_num_seqs", "128", True), ("max_num_seqs", "12.5", False), ("max_num_batched_tokens", "-1", False),
     ("sampler", "flashinfer", True), ("sampler", "triton", False), ("cached_prefix_tokens", "nan", False),
+    ("num_prompts", "3200", True), ("num_prompts", "0", False), ("num_prompts", "12.5", False),
+    ("statistic", "median", True), ("statistic", "p50", False),
 ])
 def test_a_setting_column_outside_what_it_allows_is_refused(tmp_path, column, value, ok):
     """A user's corpus with a setting the model reads: a value it cannot read is a one-line error

@@ -124,6 +124,8 @@ SETTING_COLUMNS: dict[str, str] = {
     "burstiness": "a number > 0, or inf (a constant rate)",
     "cached_prefix_tokens": "a number >= 0",
     "sampler": "pytorch or flashinfer",
+    "num_prompts": "a whole number >= 1",
+    "statistic": "mean or median",
 }
 """Optional setting columns and what each allows (:func:`_check_settings`): a value outside it
 would otherwise be read as not stated."""
@@ -137,12 +139,14 @@ def _check_settings(path: Path, line: int, fields: dict[str, Any]) -> None:
             continue
         if col == "sampler":
             ok = raw in ("pytorch", "flashinfer")
+        elif col == "statistic":
+            ok = raw in ("mean", "median")
         else:
             try:
                 x = float(raw)
             except ValueError:
                 x = math.nan
-            if col in ("max_num_seqs", "max_num_batched_tokens"):
+            if col in ("max_num_seqs", "max_num_batched_tokens", "num_prompts"):
                 ok = math.isfinite(x) and x >= 1 and x == int(x)
             elif col == "burstiness":
                 ok = x > 0

@@ -12,7 +12,11 @@ disaggregation, FP8/FP4/INT4, CPU KV offload) take the settings their CSV column
 from ``validation/feature_settings.yaml``: the parallel layout, the engine's token budget, and the
 *phase* a measurement isolates (a prefill or decode pool of a disaggregated deployment, a
 speculative decode, an offload-against-recompute ratio, :func:`predict_phase`), each with its
-source and what it assumes. Models with an architecturally identical preset are priced with it
+source and what it assumes. An open-loop run whose arrivals outpace what the instance serves has
+no steady state: its latencies grow with the run's length. When the row states that length
+(``num_prompts``), the run is replayed through capplan's serving simulator
+(:func:`finite_run`) and the row's statistic (``statistic``: mean or median; p99 for a ``_p99``
+row) read from it; otherwise the row is counted saturated. Models with an architecturally identical preset are priced with it
 (:data:`MODEL_ALIASES`), and the row says so among its assumptions.
 """
 
@@ -361,6 +365,67 @@ def _server(model: str, hardware: str, engine: Any, settings: tuple) -> Any:
     return hit[1]
 
 
+FINITE_RUN_SEED = 20240613
+"""Seed of a finite run's arrival gaps (:func:`finite_run`): the same inputs give the same answer."""
+
+
+def finite_run(row: "CorpusRow", server: Any, rate: float, instances: float, prompt: float, output: float,
+               cached: float, burstiness: float, statistic: str) -> tuple[float, str]:
+    """The row's latency over a run of its ``num_prompts`` requests, simulated.
+
+    The requests arrive at ``rate`` (gamma gaps of shape ``burstiness``, ``inf`` a constant rate)
+    and are dealt round robin to ``instances`` engines, so each sees ``num_prompts / instances``
+    of them at ``rate / instances`` with gaps of shape ``burstiness x instances``; one engine is
+    replayed by :func:`capplan.sim.serving.simulate_replica` with the row's fixed lengths.
+    ``statistic`` is ``mean``, ``median`` or ``p99`` of the requests' TTFT, TPOT or end-to-end
+    latency, or of the inter-token gaps (ITL, every token weighted once).
+
+    Returns the value in the row's unit and the assumption to report. Raises
+    :class:`Unsupported` when the row states no run length."""
+    import numpy as np
+
+    from capplan.sim.serving import serving_engine, simulate_replica
+
+    n_all = row.number("num_prompts")
+    if n_all is None:
+        raise Unsupported(f"{SATURATED}: latency grows with the run's length, which the row does not state (num_prompts)")
+    n = max(1, math.ceil(n_all / instances))
+    per_rate, shape = rate / instances, burstiness * instances
+    rng = np.random.default_rng(FINITE_RUN_SEED)
+    gaps = np.full(n, 1.0 / per_rate) if math.isinf(shape) else rng.gamma(shape, 1.0 / (per_rate * shape), n)
+    arrivals = np.cumsum(gaps)
+    P, O, C = int(round(prompt)), int(round(output)), int(round(cached))
+    run = simulate_replica(serving_engine(server), arrivals, np.full(n, P), np.full(n, O), np.full(n, C))
+    e2e = run.finish_s - arrivals
+    weights = None
+    if row.metric == "ttft_ms":
+        values, scale = run.ttft_s, 1e3
+    elif row.metric == "e2e_latency_s":
+        values, scale = e2e, 1.0
+    elif row.metric == "tpot_ms":
+        values, scale = (e2e - run.ttft_s) / max(O - 1, 1), 1e3
+    else:  # itl_ms: the step times tokens waited, each token once
+        values, weights, scale = np.asarray(run.itl_s), np.asarray(run.itl_weight), 1e3
+    if weights is None:
+        weights = np.ones_like(values)
+    if statistic == "mean":
+        value = float(np.average(values, weights=weights))
+    else:
+        q = 0.5 if statistic == "median" else 0.99
+        order = np.argsort(values)
+        cum = np.cumsum(weights[order]) / weights.sum()
+        value = float(values[order][min(int(np.searchsorted(cum, q)), order.size - 1)])
+    note = (f"arrivals past the instance's capacity: the run's {int(n_all):,} requests (num_prompts) replayed through the "
+            f"serving simulator, fixed {P:,}/{O:,}-token lengths, {statistic} read from it")
+    return value * scale, note
+
+
+def row_statistic(row: "CorpusRow") -> str:
+    """The statistic a latency row reports: ``p99`` for a ``_p99`` row, else its ``statistic``
+    column (``mean`` when not stated)."""
+    return "p99" if row.id.endswith("_p99") else (row.get("statistic") or "mean")
+
+
 def predict_percentile(row: "CorpusRow", engine: "EngineProfile | None") -> Prediction:
     """Predict a ``_p99`` latency row of an open-loop run with the queueing model
     (:func:`capplan.benchmark.open_loop_latency`); other p99 rows are unsupported.
@@ -385,9 +450,11 @@ def predict_percentile(row: "CorpusRow", engine: "EngineProfile | None") -> Pred
             raise Unsupported(f"metric {row.metric} is not predicted at a percentile")
         server = _server(spec_name, hw_name, engine, tuple(sorted(settings.items())))
         instances = max(1.0, (row.number("num_gpus") or settings["tp"]) / settings["tp"])
-        q = benchmark.open_loop_latency(server, rate / instances, round(P), round(O), (99.0,), cached_prefix(row, assumed))
+        cached = cached_prefix(row, assumed)
+        q = benchmark.open_loop_latency(server, rate / instances, round(P), round(O), (99.0,), cached)
         if q.saturated:
-            raise Unsupported(f"{SATURATED}: latency grows with the run's length")
+            value, note = finite_run(row, server, rate, instances, P, O, cached, arrival_burstiness(row, []), "p99")
+            return Prediction(value, "", name, assumed + [note])
         value = {"ttft_ms": q.ttft_s.at(99.0), "e2e_latency_s": q.e2e_s.at(99.0)}.get(row.metric, q.tpot_s.at(99.0))
         assert value is not None
         value = value if row.metric == "e2e_latency_s" else value * 1e3
@@ -411,7 +478,15 @@ def predict_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Predict
             value, assumed = predict_phase(row, engine)
             return Prediction(value, "", name, assumed)
         prepared = prepare_serving(row, engine)
-        value = prepared.evaluate()
+        try:
+            value = prepared.evaluate()
+        except Unsupported as exc:
+            if not str(exc).startswith(SATURATED):
+                raise
+            rate, P, O = prepared.args
+            value, note = finite_run(row, prepared.server, rate, prepared.instances, P, O, prepared.cached_tokens,
+                                     prepared.burstiness, row_statistic(row))
+            return Prediction(value, "", name, prepared.assumed + [note])
     except Unsupported as exc:
         return Prediction(None, str(exc), name)
     except CapplanError as exc:

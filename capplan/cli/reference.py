@@ -271,9 +271,21 @@ Where the model is still wrong, and why:
   within 2x of the two runs that measured ~250 ms but 4x the three replicates of the same setup
   that measured ~76 ms. Llama-2-7B's and CodeLlama-34B's decode is ~25% slow at that batch in
   the model (their mean end-to-end latency -25%), which puts the batch near its limit and their
-  TTFT p99 at seconds where the runs measured 73 ms. Latency rows predicted saturated are
-  misses, not in the error figures above: {n_saturated} rows ({n_saturated_held} held out),
-  listed under "Rows not predicted". `capplan simulate` models the queue itself.
+  TTFT p99 at seconds where the runs measured 73 ms.
+- **Runs past the instance's capacity.** An open-loop run whose arrivals outpace the instance has
+  no steady state: its queue grows for as long as the run lasts. When the row states the run's
+  length (`num_prompts`: inference-sim's stages, DataCrunch's and TensorRT-LLM 0.14's runs), the
+  run is replayed through the serving simulator and the row's statistic (`statistic`: mean or
+  median) read from it; the others would be counted saturated: {n_saturated} rows
+  ({n_saturated_held} held out) now. These predictions are only as good as the capacity: the
+  closed form puts Llama-2-70B on 4 x H100 at 19.1 requests/s where the run sustained 20, so
+  600 s of a 0.9 requests/s excess queue 11.5 s of TTFT where the run measured 0.12 s (-99%);
+  DataCrunch's 70B at 16 requests/s waits for `max_num_seqs` slots in the simulator (TTFT 13 s
+  against a 0.61 s median, ITL and latency +98% and +86%), where SGLang admits up to its
+  default `max_running_requests` (4,096 from its KV pool; the profile's 1,024 is a stand-in, and
+  with 4,096 the same row's TTFT goes +204%: SGLang's large-batch steps are too fast in the
+  model). The 405B run at 8 requests/s: TTFT +69%, ITL +26%, latency +4%; TensorRT-LLM 0.14's
+  70B at QPS 32: ITL +11..+15%, TTFT +109..+117%. `capplan simulate` models the queue itself.
 - **Arrivals.** Means of an open-loop run take the arrival process the corpus states
   (`burstiness`: inference-perf sends at a constant rate, `vllm bench serve` and
   `sglang.bench_serving` Poisson): the mean prefill queue follows Kingman's formula, none at a
