@@ -95,3 +95,28 @@ def test_closed_form_and_simulator_agree_on_the_reserved_batch(server):
     n = 2000
     run = simulate_replica(serving_engine(s), np.zeros(n), np.full(n, 2000), np.full(n, 800), np.zeros(n, np.int64))
     assert run.sequence_s / run.busy_s == pytest.approx(B.offline(s, 2000, 800).decode_batch, rel=0.10)
+
+
+def test_rl_rollouts_say_where_they_depart_from_the_profile():
+    """The RL rollout scheduler admits and mixes as vLLM V1: with the trtllm profile (reserves the
+    output, prefills whole prompts) the set-up lists both caveats and ``capplan simulate`` warns
+    with each; with a vLLM profile there is no caveat and no ``caveats`` key."""
+    from capplan.sim.setup import rollout_caveats
+
+    trt = load_engine("trtllm")
+    caveats = rollout_caveats(trt, trt.time_on("h100-sxm"))
+    assert len(caveats) == 2
+    assert "guaranteed_no_evict" in caveats[0] and "prefills whole prompts" in caveats[1]
+    vllm = load_engine("vllm-0.19")
+    assert rollout_caveats(vllm, vllm.time_on("h100-sxm")) == []
+
+
+def test_simulate_warns_with_the_caveats():
+    from typer.testing import CliRunner
+
+    from capplan.cli.app import app
+
+    out = CliRunner().invoke(app, ["simulate", "reasoning-rl-olmo3-7b", "-H", "h100-sxm", "--engine", "trtllm", "--steps", "1",
+                                   "--format", "json"])
+    assert out.exit_code == 0, out.output
+    assert "Warning: engine profile trtllm reserves a request's whole output" in out.output

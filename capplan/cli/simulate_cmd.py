@@ -49,6 +49,7 @@ from capplan.cli.common import (
     parse_names,
     progress_bar,
     safe,
+    warn,
     workload_settings,
 )
 
@@ -388,6 +389,8 @@ def simulate(
     with progress_bar("simulating updates", steps) as progress:  # --trajectories streams the log to disk as trajectories finish
         result = call(lambda: run(w, hw, cfg, model=model, trainer_hardware=thw, progress=progress,
                                   trajectories=trajectories, force=force))
+    for caveat in result.setup.get("caveats", []):
+        warn(caveat)
     from capplan.output import to_json
 
     if format is Format.json:

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:
     import numpy as np
 
+    from capplan.engine import EngineProfile
+
     from capplan.hardware import HardwareProfile
     from capplan.kv import KVLayout
     from capplan.modelspec import ModelSpec
@@ -82,9 +84,15 @@ class SetupReport:
     """Figures of the engine features in use (speculative decoding, the CPU KV tier), appended
     to :meth:`as_dict` only when there are any (a plain run's keys are unchanged)."""
 
+    caveats: list[str] = field(default_factory=list)
+    """Where the rollout scheduler departs from the engine profile (its schedule, its admission),
+    in the JSON (``caveats``) only when there are any; ``capplan simulate`` warns with each."""
+
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out.update(out.pop("features"))
+        if not out["caveats"]:
+            del out["caveats"]
         return out
 
 
@@ -237,6 +245,7 @@ def engine_setup(
         spec=spec_costs,
         offload=offload,
     )
+    terms = engine.time_on(hw.name)
     report = SetupReport(
         kv_capacity_tokens=capacity_tokens,
         kv_budget_gib_per_gpu=kv.kv_budget_gib_per_gpu,
@@ -249,8 +258,8 @@ def engine_setup(
         rollout_slowdown=slowdown,
         step_overhead_s=overhead,
         features=features,
+        caveats=rollout_caveats(engine, terms),
     )
-    terms = engine.time_on(hw.name)
     notes = feature_notes(config, kv) + feature_lines + [
         f"RL framework: engine steps {slowdown:.3g}x the engine profile's, {overhead:.3g} s per update outside the GPU "
         "phases (capplan.trainer.RL_FRAMEWORK_FIT unless given)",
@@ -268,16 +277,25 @@ def engine_setup(
         "for the framework's per-update time",
         "the trainer is busy for the weight push after each update",
     ]
+    notes += report.caveats
+    return setup, report, notes
+
+
+def rollout_caveats(engine: "EngineProfile", terms: Any) -> list[str]:
+    """Where the RL rollout scheduler (vLLM V1's schedule and admission) departs from ``engine``'s
+    time terms ``terms``: an engine that reserves a request's whole output, one that does not mix
+    prompt chunks into decode steps. ``capplan simulate``'s serving mode and the plans take both."""
+    caveats: list[str] = []
     if terms.capacity_scheduler_policy == "guaranteed_no_evict":
-        notes.append(f"engine profile {engine.name} reserves a request's whole output when admitting it (guaranteed_no_evict); "
+        caveats.append(f"engine profile {engine.name} reserves a request's whole output when admitting it (guaranteed_no_evict); "
                      "the rollout scheduler admits on the prompt and preempts when KV runs out, as vLLM does "
                      "(capplan simulate's serving mode and the plans take the profile's admission)")
     if not (terms.chunked_prefill and terms.mixed_prefill):
         how = "prefills whole prompts" if not terms.chunked_prefill else "runs prompt chunks in steps apart from decodes"
-        notes.append(f"engine profile {engine.name} {how}; the rollout scheduler runs vLLM V1's schedule (prompt chunks "
+        caveats.append(f"engine profile {engine.name} {how}; the rollout scheduler runs vLLM V1's schedule (prompt chunks "
                      "beside the decodes of a step), so the rollout's prefill interference is a mixing engine's "
                      "(capplan simulate's serving mode and the serving plan take the profile's schedule)")
-    return setup, report, notes
+    return caveats
 
 
 def _speculative(
