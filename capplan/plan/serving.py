@@ -578,7 +578,9 @@ def _assumptions(engine: Any, hw: str, s: Any) -> list[str]:
         f"steps priced by engine profile {engine.name} ({engine.calibration})",
         "requests are dealt to the replicas round robin (a Poisson stream reaches each of R replicas with gamma(R) gaps)",
         "each replica batches continuously with chunked prefill (whole prompts when the engine profile has no chunking); "
-        "an admission leaves 1% of the KV cache free",
+        "an admission leaves 1% of the KV cache free"
+        + ("; a request reserves the KV of its prompt and whole output when admitted (guaranteed_no_evict)"
+           if engine.time_on(hw).capacity_scheduler_policy == "guaranteed_no_evict" else ""),
         "latency percentiles come from the queueing model of capplan.benchmark (validated against capplan simulate)",
         "cost per token splits the fleet's cost by the share of step time spent on prompts and on decoding; idle capacity is paid for",
     ]
