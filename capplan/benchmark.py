@@ -1035,7 +1035,8 @@ def queueing_latency(
     headroom : bool
         ``True`` (a plan): a rate counts as sustainable only with the decode batch
         :data:`HEADROOM_SIGMAS` below the batch limit. ``False`` (a measured run's rate): a
-        ``max_num_seqs`` limit may be touched as long as the mean batch stays below it.
+        ``max_num_seqs`` limit, or a KV limit whose admission reserves the whole output, may be
+        touched as long as the mean batch stays below it.
 
     Notes
     -----

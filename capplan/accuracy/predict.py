@@ -16,8 +16,9 @@ source and what it assumes. An open-loop run whose arrivals outpace what the ins
 no steady state: its latencies grow with the run's length. When the row states that length
 (``num_prompts``), the run is replayed through capplan's serving simulator
 (:func:`finite_run`) and the row's statistic (``statistic``: mean or median; p99 for a ``_p99``
-row) read from it; otherwise the row is counted saturated. Models with an architecturally identical preset are priced with it
-(:data:`MODEL_ALIASES`), and the row says so among its assumptions.
+row) read from it; otherwise the row is counted saturated. Models with an architecturally
+identical preset are priced with it (:data:`MODEL_ALIASES`), and the row says so among its
+assumptions.
 """
 
 from __future__ import annotations
@@ -453,7 +454,7 @@ def predict_percentile(row: "CorpusRow", engine: "EngineProfile | None") -> Pred
         cached = cached_prefix(row, assumed)
         q = benchmark.open_loop_latency(server, rate / instances, round(P), round(O), (99.0,), cached)
         if q.saturated:
-            value, note = finite_run(row, server, rate, instances, P, O, cached, arrival_burstiness(row, []), "p99")
+            value, note = finite_run(row, server, rate, instances, P, O, cached, arrival_burstiness(row, assumed), "p99")
             return Prediction(value, "", name, assumed + [note])
         value = {"ttft_ms": q.ttft_s.at(99.0), "e2e_latency_s": q.e2e_s.at(99.0)}.get(row.metric, q.tpot_s.at(99.0))
         assert value is not None
