@@ -249,7 +249,7 @@ def build_result(
         "rejected_stale_fraction": rejected[OUTCOME_STALE] / completed_n if completed_n else 0.0,
         "mean_policy_lag": float(lags.mean()) if lags.size else 0.0,
         "max_policy_lag": int(lags.max()) if lags.size else 0,
-        "engine_steps": int(sum(r.steps_done for r in replicas)),
+        "engine_steps": int(sum(r.steps_done + r.prompt_steps for r in replicas)),
         "engine_forwarded_tokens": int(forwarded),
         "step_time_s": steady_step,
         "steady_trained_tokens_per_s": steady_rate,

@@ -57,7 +57,7 @@ class ReplicaScheduler:
         "decode_memory_per_sequence", "decode_fixed_base", "decode_fixed_per_sequence", "window_terms", "sliding", "step_constants", "a2a_switch",
         "k_a2a", "graph_max_seqs", "graphless_s",
         # engine features: speculative decoding and the CPU KV tier (capplan.sim.speculative)
-        "spec", "spec_tokens", "budget_per_decoder", "offload", "tier", "tier_used", "pending_load_s",
+        "spec", "spec_tokens", "budget_per_decoder", "offload", "tier", "tier_used", "pending_load_s", "mixed_prefill",
         # shared with the rest of the simulation
         "events", "runs", "tiebreak", "uids", "on_invocation_done",
         # queues and KV
@@ -70,7 +70,7 @@ class ReplicaScheduler:
         "policy_version", "target_version", "loading_version", "draining", "loading_weights", "stopped", "pending_hold_s",
         "gated",
         # counters
-        "steps_done", "busy_s", "sequence_s", "forwarded_tokens", "preemptions", "evictions",
+        "steps_done", "prompt_steps", "busy_s", "sequence_s", "forwarded_tokens", "preemptions", "evictions",
         "tier_stores", "tier_loads", "tier_loaded_tokens", "tier_load_s",
     )
 
@@ -139,6 +139,9 @@ class ReplicaScheduler:
         """Mean tokens a verify step yields with the replica's weights ``E`` [tokens]."""
         self.budget_per_decoder = setup.spec.positions if setup.spec is not None else 1
         """Positions of the token budget a decoding sequence takes per step [positions]."""
+        self.mixed_prefill = setup.mixed_prefill
+        """A step with prompt chunks also advances the decoding batch; else it holds the chunks
+        alone (the whole token budget) and the decoding batch waits (SGLang's default)."""
         self.offload = setup.offload if setup.offload is not None and setup.offload.loads_win else None
         """The CPU KV tier (``None``: none, or loading would be slower than prefilling)."""
         self.tier: dict[Sequence, int] = {}
@@ -225,6 +228,9 @@ class ReplicaScheduler:
         that the common plan reads one slot instead of five)."""
         self.steps_done = 0
         """Engine steps taken (the replica's step clock) [steps]."""
+        self.prompt_steps = 0
+        """Steps of prompt chunks alone, the decoding batch waiting (not on the step clock:
+        an engine that does not mix, :attr:`mixed_prefill`) [steps]."""
         self.busy_s = 0.0
         """Time spent stepping [s]."""
         self.sequence_s = 0.0
@@ -536,7 +542,7 @@ class ReplicaScheduler:
             below = self.decoding_below_window
             cached = self.decoding_cached
         # prefill chunks: continuing prefills first, then admissions
-        budget = self.max_batched_tokens - decoding * self.budget_per_decoder
+        budget = self.max_batched_tokens - decoding * self.budget_per_decoder if self.mixed_prefill else self.max_batched_tokens
         if budget > 0 and (self.prefilling or self.waiting):
             left = self._start_step_with_prefill(budget, used, growth, preempted, t)
             if left is None:
@@ -772,13 +778,16 @@ class ReplicaScheduler:
                     budget -= n
         if not chunks:
             return used
-        # price the step
-        below = self.decoding_below_window
-        cached_below = self.decoding_cached_below_window
+        # price the step (its decodes only if the engine mixes them in; else they wait for it)
+        if not self.mixed_prefill:
+            decoding = 0
+        below = self.decoding_below_window if decoding else 0
+        cached_below = self.decoding_cached_below_window if decoding else 0
         new = decoding
         logits = decoding
-        pairs = float(self.decoding_cached + decoding)
-        read = self.decoding_cached
+        decoding_cached = self.decoding_cached if decoding else 0
+        pairs = float(decoding_cached + decoding)
+        read = decoding_cached
         if self.kv_window_bytes:
             window = self.window
             window_limit = self.window_limit
@@ -849,7 +858,7 @@ class ReplicaScheduler:
             step_s += self.pending_load_s
             self.pending_load_s = 0.0
         self.busy = True
-        self.run_steps = 1
+        self.run_steps = 1 if self.mixed_prefill else 0  # decode steps the run advances
         self.run_chunks = chunks
         self.run_start_s = t
         self.run_time_s = step_s
@@ -876,6 +885,8 @@ class ReplicaScheduler:
             self.decoding_cached_below_window += self.decoding_below_window * steps
         chunks = self.run_chunks
         if chunks:
+            if not steps:
+                self.prompt_steps += 1
             self.sequence_s += (decoding + len(chunks)) * run_time_s
             for inv, n in chunks:
                 inv.prefill_remaining -= n

@@ -54,6 +54,10 @@ class EngineSetup:
     """Speculative decoding (``None``: plain decoding)."""
     offload: "OffloadCosts | None" = None
     """The CPU KV tier (``None``: none)."""
+    mixed_prefill: bool = True
+    """A step with prompt chunks also advances the decoding batch (vLLM V1); ``False``: a step of
+    prompt chunks holds no decodes and the decoding batch waits for it (SGLang's default,
+    ``time.mixed_prefill`` of the engine profile)."""
 
 
 @dataclass(frozen=True)
@@ -232,6 +236,7 @@ def engine_setup(
         flops = training_flops(spec, lengths, training.recompute_logprobs, training.reference_forward)
         return trainer_step_time_s(flops, trainer_hw, gpus, mfu) + overhead
 
+    terms = engine.time_on(hw.name)
     setup = EngineSetup(
         coeffs=coeffs,
         kv_layout=kv_layout(spec, config.kv_dtype, config.tp, config.kv_scale),
@@ -244,8 +249,8 @@ def engine_setup(
         step_overhead_s=float(overhead),
         spec=spec_costs,
         offload=offload,
+        mixed_prefill=terms.mixed_prefill,
     )
-    terms = engine.time_on(hw.name)
     report = SetupReport(
         kv_capacity_tokens=capacity_tokens,
         kv_budget_gib_per_gpu=kv.kv_budget_gib_per_gpu,
@@ -282,19 +287,20 @@ def engine_setup(
 
 
 def rollout_caveats(engine: "EngineProfile", terms: Any) -> list[str]:
-    """Where the RL rollout scheduler (vLLM V1's schedule and admission) departs from ``engine``'s
-    time terms ``terms``: an engine that reserves a request's whole output, one that does not mix
-    prompt chunks into decode steps. ``capplan simulate``'s serving mode and the plans take both."""
+    """Where the RL rollout scheduler (vLLM V1's chunked prefill and admission) departs from
+    ``engine``'s time terms ``terms``: an engine that reserves a request's whole output, one that
+    prefills whole prompts. ``capplan simulate``'s serving mode and the plans take both. (An engine
+    that does not mix prompt chunks into decode steps is scheduled as it runs:
+    :attr:`EngineSetup.mixed_prefill`.)"""
     caveats: list[str] = []
     if terms.capacity_scheduler_policy == "guaranteed_no_evict":
         caveats.append(f"engine profile {engine.name} reserves a request's whole output when admitting it (guaranteed_no_evict); "
                      "the rollout scheduler admits on the prompt and preempts when KV runs out, as vLLM does "
                      "(capplan simulate's serving mode and the plans take the profile's admission)")
-    if not (terms.chunked_prefill and terms.mixed_prefill):
-        how = "prefills whole prompts" if not terms.chunked_prefill else "runs prompt chunks in steps apart from decodes"
-        caveats.append(f"engine profile {engine.name} {how}; the rollout scheduler runs vLLM V1's schedule (prompt chunks "
-                     "beside the decodes of a step), so the rollout's prefill interference is a mixing engine's "
-                     "(capplan simulate's serving mode and the serving plan take the profile's schedule)")
+    if not terms.chunked_prefill:
+        caveats.append(f"engine profile {engine.name} prefills whole prompts; the rollout scheduler splits them into chunks "
+                       "of the token budget, as vLLM V1 does (capplan simulate's serving mode and the serving plan take "
+                       "the profile's schedule)")
     return caveats
 
 
