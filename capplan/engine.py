@@ -313,10 +313,12 @@ class EngineProfile(BaseModel):
         max_num_seqs: int | None = None,
         max_num_batched_tokens: int | None = None,
         enforce_eager: bool | None = None,
+        capacity_scheduler_policy: str | None = None,
     ) -> "EngineProfile":
         """This profile with vLLM engine arguments applied to its memory terms (on every GPU
         class), its ``calibration`` naming them; ``self`` when none is given. ``enforce_eager``
-        sets the time term of that name and, when true, drops the CUDA-graph memory.
+        sets the time term of that name and, when true, drops the CUDA-graph memory;
+        ``capacity_scheduler_policy`` (``trtllm-bench --scheduler_policy``) sets the admission.
 
         Raises
         ------
@@ -332,6 +334,15 @@ class EngineProfile(BaseModel):
             "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
         }
         given = {k: v for k, v in given.items() if v is not None}
+        if capacity_scheduler_policy is not None and capacity_scheduler_policy != self.time.capacity_scheduler_policy:
+            policies = ("max_utilization", "guaranteed_no_evict")
+            if capacity_scheduler_policy not in policies:
+                raise InputError(f"--scheduler-policy {capacity_scheduler_policy}: one of {', '.join(policies)}")
+            policy = self.model_copy(update={
+                "time": self.time.model_copy(update={"capacity_scheduler_policy": capacity_scheduler_policy}),
+                "calibration": f"{self.calibration}; --scheduler-policy {capacity_scheduler_policy}",
+            })
+            return policy.with_settings(**given, enforce_eager=enforce_eager)
         if enforce_eager and self.engine == "trtllm":
             raise InputError(f"--enforce-eager: engine profile {self.name} is TensorRT-LLM, which has no eager mode "
                              "(it is vLLM's --enforce-eager; SGLang's --disable-cuda-graph)")

@@ -149,3 +149,26 @@ def test_queueing_model_matches_the_simulator_with_reservations(utilisation):
         assert q.ttft_s.at(p) == pytest.approx(float(np.percentile(ttft, p)), rel=0.15), p
     assert q.decode_batch == pytest.approx(run.sequence_s / run.busy_s, rel=0.05)
     assert run.preemptions == 0
+
+
+def test_scheduler_policy_flag_sets_the_admission():
+    """``--scheduler-policy`` (trtllm-bench's flag) overrides the profile's admission, names itself
+    in the profile's calibration, and a value it does not know is a one-line error."""
+    from typer.testing import CliRunner
+
+    from capplan.cli.app import app
+    from capplan.errors import InputError
+
+    trt = load_engine("trtllm")
+    mu = trt.with_settings(capacity_scheduler_policy="max_utilization")
+    assert mu.time.capacity_scheduler_policy == "max_utilization" and "--scheduler-policy max_utilization" in mu.calibration
+    assert trt.with_settings(capacity_scheduler_policy="guaranteed_no_evict") is trt
+    with pytest.raises(InputError, match="--scheduler-policy fifo: one of max_utilization, guaranteed_no_evict"):
+        trt.with_settings(capacity_scheduler_policy="fifo")
+    runner = CliRunner()
+    out = runner.invoke(app, ["plan", "chat-serving", "-H", "h100-sxm", "--scheduler-policy", "guaranteed_no_evict",
+                              "--format", "json"])
+    assert out.exit_code == 0, out.output
+    assert "--scheduler-policy guaranteed_no_evict" in out.output
+    bad = runner.invoke(app, ["plan", "chat-serving", "-H", "h100-sxm", "--scheduler-policy", "fifo"])
+    assert bad.exit_code != 0 and "--scheduler-policy fifo: one of" in bad.output and "Traceback" not in bad.output

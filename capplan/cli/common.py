@@ -360,13 +360,28 @@ EnforceEagerOpt = Annotated[
 ]
 
 
-def load_engine_option(name: str | None, enforce_eager: bool | None = None) -> "Any":
+SchedulerPolicyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--scheduler-policy",
+        help="How a request is admitted against the KV cache (trtllm-bench --scheduler_policy, TensorRT-LLM's "
+             "capacity_scheduler_policy): guaranteed_no_evict reserves its prompt and whole output and never preempts; "
+             "max_utilization admits on the KV it holds and preempts when the cache runs out (vLLM, SGLang) "
+             "[default: the engine profile's time.capacity_scheduler_policy].",
+    ),
+]
+
+
+def load_engine_option(name: str | None, enforce_eager: bool | None = None, scheduler_policy: str | None = None) -> "Any":
     """The engine profile a command runs with: ``--engine`` (name or file), else the default;
-    ``--enforce-eager`` applied (:meth:`~capplan.engine.EngineProfile.with_settings`)."""
+    ``--enforce-eager`` and ``--scheduler-policy`` applied
+    (:meth:`~capplan.engine.EngineProfile.with_settings`)."""
     from capplan.engine import default_engine, load_engine
 
     profile = call(lambda: load_engine(name)) if name is not None else default_engine()
-    return call(lambda: profile.with_settings(enforce_eager=enforce_eager)) if enforce_eager is not None else profile
+    if enforce_eager is None and scheduler_policy is None:
+        return profile
+    return call(lambda: profile.with_settings(enforce_eager=enforce_eager, capacity_scheduler_policy=scheduler_policy))
 
 
 def console(stderr: bool = False) -> "Console":

@@ -29,6 +29,7 @@ from capplan.cli.common import (
     MaxModelLenOpt,
     MaxNumSeqsOpt,
     EnforceEagerOpt,
+    SchedulerPolicyOpt,
     PrefixCachingOpt,
     safe,
     TPOpt,
@@ -696,6 +697,7 @@ def plan(
     engine: EngineOpt = None,
     max_num_seqs: MaxNumSeqsOpt = None,
     enforce_eager: EnforceEagerOpt = None,
+    scheduler_policy: SchedulerPolicyOpt = None,
     max_num_batched_tokens: Annotated[
         int | None,
         typer.Option("--max-num-batched-tokens", "--max-batched-tokens", help=_kv_help("max_batched_tokens"), min=1),
@@ -796,7 +798,7 @@ def plan(
             raise fail(f"--pipeline-parallel-size {e['pp']}: plan models replicas of one pipeline stage (1); capplan kv gives "
                        "pipeline-parallel memory")
         engine_profile = engine_settings(
-            load_engine_option(e["engine"], e["enforce_eager"]), block_size=e["block_size"], max_num_seqs=e["max_num_seqs"],
+            load_engine_option(e["engine"], e["enforce_eager"], scheduler_policy), block_size=e["block_size"], max_num_seqs=e["max_num_seqs"],
             max_num_batched_tokens=e["max_num_batched_tokens"],
         )
         workload = workload_settings(workload, prefix_caching=e["prefix_caching"], max_model_len=e["max_model_len"])

@@ -35,6 +35,7 @@ from capplan.cli.common import (
     MaxModelLenOpt,
     MaxNumSeqsOpt,
     EnforceEagerOpt,
+    SchedulerPolicyOpt,
     PrefixCachingOpt,
     TPOpt,
     call,
@@ -199,6 +200,7 @@ def simulate(
     weight_dtype: DtypeOpt = "bf16",
     max_num_seqs: MaxNumSeqsOpt = None,
     enforce_eager: EnforceEagerOpt = None,
+    scheduler_policy: SchedulerPolicyOpt = None,
     max_batched_tokens: MaxBatchedTokensOpt = None,
     gpu_memory_utilization: GpuMemUtilOpt = None,
     block_size: BlockSizeOpt = None,
@@ -343,7 +345,7 @@ def simulate(
             raise fail(f"--sweep does not apply to {w.name} (method serving): it sweeps the settings of an RL simulation")
         _simulate_serving(ctx, w, hardware, model, tp, inference_replicas, seed, kv_dtype, weight_dtype, max_num_seqs,
                           max_batched_tokens, engine, format, output, requests, request_rate, trace, records, force, features,
-                          enforce_eager)
+                          enforce_eager, scheduler_policy)
         return
     serving_only = given(ctx, SIMULATE_SERVING_FLAGS)
     if serving_only:
@@ -376,7 +378,7 @@ def simulate(
         step_overhead_s=step_overhead,
         kv_dtype=dtype_name(kv_dtype), weight_dtype=dtype_name(weight_dtype), max_num_seqs=max_num_seqs,
         max_batched_tokens=max_batched_tokens, gpu_mem_util=gpu_memory_utilization,
-        engine=engine_settings(load_engine_option(engine, enforce_eager), block_size=block_size), **features,
+        engine=engine_settings(load_engine_option(engine, enforce_eager, scheduler_policy), block_size=block_size), **features,
     ))
     if bounds is not None:
         _sweep(w, hw, thw, cfg, bounds, model, format, output, timeline, force)
@@ -582,7 +584,8 @@ def render_grid(grid: Any, title: str) -> None:
 
 def _simulate_serving(ctx, w, hardware, model, tp, inference_replicas, seed, kv_dtype, weight_dtype, max_num_seqs,  # noqa: ANN001
                       max_batched_tokens, engine, format, output, requests, request_rate, trace, records, force,
-                      features: dict[str, Any] | None = None, enforce_eager: bool | None = None) -> None:
+                      features: dict[str, Any] | None = None, enforce_eager: bool | None = None,
+                      scheduler_policy: str | None = None) -> None:
     """``capplan simulate`` on a serving workload (:func:`capplan.sim.serving.simulate_serving`)."""
     from capplan.cli.method_flags import SIMULATE_RL_FLAGS, given
     from capplan.hardware import load_hardware
@@ -599,7 +602,7 @@ def _simulate_serving(ctx, w, hardware, model, tp, inference_replicas, seed, kv_
         if path is not None and path.exists() and not force:
             raise fail(f"{path}: file exists; pass --force to overwrite it")
     hw = call(lambda: load_hardware(hardware))
-    profile = load_engine_option(engine, enforce_eager)
+    profile = load_engine_option(engine, enforce_eager, scheduler_policy)
     replicas = inference_replicas
     if not given(ctx, ["inference_replicas", "inference_gpus"]) and trace is None:
         replicas = _planned_replicas(w, hw, model, tp, kv_dtype, weight_dtype, profile, features or {})

@@ -17,6 +17,7 @@ from capplan.cli.common import (
     MaxModelLenOpt,
     MaxNumSeqsOpt,
     EnforceEagerOpt,
+    SchedulerPolicyOpt,
     PrefixCachingOpt,
     call,
     console,
@@ -225,6 +226,7 @@ def sweep_cmd(
     gpu_memory_utilization: GpuMemUtilOpt = None,
     max_num_seqs: MaxNumSeqsOpt = None,
     enforce_eager: EnforceEagerOpt = None,
+    scheduler_policy: SchedulerPolicyOpt = None,
     max_num_batched_tokens: Annotated[
         int | None,
         typer.Option("--max-num-batched-tokens", "--max-batched-tokens", help="Scheduler token budget per step [tokens] (vLLM).", min=1),
@@ -365,7 +367,7 @@ def sweep_cmd(
             "pass --gpu-hour-price 2.5 or HARDWARE=PRICE pairs"
         )
     engine_profile = engine_settings(
-        load_engine_option(engine, e["enforce_eager"]), gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
+        load_engine_option(engine, e["enforce_eager"], scheduler_policy), gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
     )
     total = len(profiles) * len(tps) * len(kv_dtypes) * len(weight_dtypes) * len(eps) * len(token_list)
