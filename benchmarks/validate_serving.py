@@ -23,7 +23,7 @@ from capplan.engine import default_engine
 from capplan.hardware import load_hardware
 from capplan.modelspec import load_model_spec
 from capplan.plan.serving import serving_mix
-from capplan.sim.serving import serving_engine, simulate_replica
+from capplan.sim.serving import replay_mix, serving_engine, simulate_replica
 from capplan.workload import load_workload
 
 UTILISATIONS = (0.1, 0.3, 0.5, 0.7, 0.85, 0.95)
@@ -54,7 +54,6 @@ def compare_slot_limit(requests: int) -> None:
 def compare(workload: str, requests: int, seed: int = 0) -> list[dict[str, float]]:
     w = load_workload(workload)
     server = B.server_for(load_model_spec(w.model or "llama-3.1-8b"), load_hardware("h100-sxm"), engine=default_engine())
-    eng = serving_engine(server)
     mix = serving_mix(w, 20_000)
     cap = B.serving_capacity(server, mix)
     rng = np.random.default_rng(seed)
@@ -62,11 +61,7 @@ def compare(workload: str, requests: int, seed: int = 0) -> list[dict[str, float
     for u in UTILISATIONS:
         rate = u * cap[0]
         q = B.queueing_latency(server, rate, mix, 1.0, (50.0, 99.0), cap)
-        idx = rng.integers(0, mix.prompt_tokens.size, requests)
-        arrivals = np.cumsum(rng.exponential(1.0 / rate, requests))
-        out = mix.output_tokens[idx].astype(np.int64)
-        run = simulate_replica(eng, arrivals, mix.prompt_tokens[idx].astype(np.int64), out, mix.cached_tokens[idx].astype(np.int64),
-                               mix.shared_prefix_tokens)
+        run, arrivals, out = replay_mix(server, mix, rate, requests, rng, mix.shared_prefix_tokens)
         keep = slice(requests // 10, None)  # the first tenth warms the replica up
         ttft = run.ttft_s[keep]
         tpot = ((run.finish_s - arrivals - run.ttft_s) / np.maximum(out - 1, 1))[keep][out[keep] > 1]

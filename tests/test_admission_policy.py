@@ -17,7 +17,7 @@ from capplan.engine import default_engine, load_engine
 from capplan.errors import CapplanError
 from capplan.hardware import load_hardware
 from capplan.modelspec import load_model_spec
-from capplan.sim.serving import serving_engine, simulate_replica
+from capplan.sim.serving import replay_mix, serving_engine, simulate_replica
 
 H100 = load_hardware("h100-sxm")
 LLAMA = load_model_spec("llama-3.1-8b")
@@ -139,11 +139,7 @@ def test_queueing_model_matches_the_simulator_with_reservations(utilisation):
     rate = utilisation * cap[0]
     q = B.queueing_latency(s, rate, mix, 1.0, (50.0, 99.0), cap)
     n = 30_000
-    rng = np.random.default_rng(int(utilisation * 100))
-    idx = rng.integers(0, mix.prompt_tokens.size, n)
-    arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
-    run = simulate_replica(serving_engine(s), arrivals, mix.prompt_tokens[idx].astype(np.int64),
-                           mix.output_tokens[idx].astype(np.int64), mix.cached_tokens[idx].astype(np.int64))
+    run, _, _ = replay_mix(s, mix, rate, n, np.random.default_rng(int(utilisation * 100)))
     ttft = run.ttft_s[n // 10:]
     for p in (50, 99):
         assert q.ttft_s.at(p) == pytest.approx(float(np.percentile(ttft, p)), rel=0.15), p

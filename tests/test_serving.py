@@ -24,6 +24,7 @@ from capplan.plan.serving import plan_serving, serving_mix
 from capplan.sim.serving import (
     ServingSimConfig,
     read_trace,
+    replay_mix,
     serving_engine,
     simulate_replica,
     simulate_serving,
@@ -140,12 +141,7 @@ def test_shared_prefix_hits_are_evenly_spread():
 
 
 def _sim_ttft(server, rate, mix, n, seed, shared=0):
-    eng = serving_engine(server)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, mix.prompt_tokens.size, n)
-    arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
-    run = simulate_replica(eng, arrivals, mix.prompt_tokens[idx].astype(np.int64), mix.output_tokens[idx].astype(np.int64),
-                           mix.cached_tokens[idx].astype(np.int64), shared)
+    run, _, _ = replay_mix(server, mix, rate, n, np.random.default_rng(seed), shared)
     return run.ttft_s[n // 10:]  # the first tenth warms the replica up
 
 

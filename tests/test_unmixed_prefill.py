@@ -15,7 +15,7 @@ from capplan.engine import default_engine, load_engine
 from capplan.hardware import load_hardware
 from capplan.modelspec import load_model_spec
 from capplan.plan.serving import serving_mix
-from capplan.sim.serving import serving_engine, simulate_replica
+from capplan.sim.serving import replay_mix, serving_engine, simulate_replica
 from capplan.workload import load_workload
 
 
@@ -90,12 +90,8 @@ def test_queueing_model_matches_the_simulator_unmixed(unmixed, utilisation):
     cap = B.serving_capacity(unmixed, mix)
     rate = utilisation * cap[0]
     q = B.queueing_latency(unmixed, rate, mix, 1.0, (50.0, 99.0), cap)
-    rng = np.random.default_rng(int(utilisation * 100))
     n = 40_000
-    idx = rng.integers(0, mix.prompt_tokens.size, n)
-    arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
-    run = simulate_replica(serving_engine(unmixed), arrivals, mix.prompt_tokens[idx].astype(np.int64),
-                           mix.output_tokens[idx].astype(np.int64), mix.cached_tokens[idx].astype(np.int64))
+    run, _, _ = replay_mix(unmixed, mix, rate, n, np.random.default_rng(int(utilisation * 100)))
     sim = run.ttft_s[n // 10:]
     for p in (50, 99):
         assert q.ttft_s.at(p) == pytest.approx(float(np.percentile(sim, p)), rel=0.15), p

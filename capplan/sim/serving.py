@@ -55,7 +55,7 @@ from capplan.sim.config import EngineFeatures
 from capplan.units import MAX_CONTEXT_TOKENS, MAX_GPUS, MAX_SEQUENCES, KVDtype, WeightDtype
 
 if TYPE_CHECKING:
-    from capplan.benchmark import Server
+    from capplan.benchmark import RequestMix, Server
     from capplan.hardware import HardwareProfile
     from capplan.sim.stepcost import StepCoefficients
     from capplan.workload import Workload
@@ -519,6 +519,21 @@ def simulate_replica(engine: ServingEngine, arrival_s: np.ndarray, prompt: np.nd
     run.preemptions = preempt
     run.recomputed_tokens = recomputed
     return run
+
+
+def replay_mix(server: "Server", mix: "RequestMix", rate: float, requests: int, rng: np.random.Generator,
+               shared_prefix_tokens: int = 0) -> tuple[ReplicaRun, np.ndarray, np.ndarray]:
+    """One replica of ``server`` under Poisson arrivals at ``rate`` of ``requests`` requests
+    drawn from ``mix`` (uniformly, then the gaps, from ``rng``): how the queueing model is
+    checked against the simulator.
+
+    Returns the run, the arrival times [s] and each request's output tokens."""
+    idx = rng.integers(0, mix.prompt_tokens.size, requests)
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, requests))
+    output = mix.output_tokens[idx].astype(np.int64)
+    run = simulate_replica(serving_engine(server), arrivals, mix.prompt_tokens[idx].astype(np.int64), output,
+                           mix.cached_tokens[idx].astype(np.int64), shared_prefix_tokens)
+    return run, arrivals, output
 
 
 # --------------------------------------------------------------------------------------------- a fleet
