@@ -967,6 +967,16 @@ def _slot_wait(b: float, variance: float, limit: float, residency_s: float, wait
     return p_wait, wait_scale * residency_s / (limit - b)
 
 
+def _check_shape(burstiness: float) -> None:
+    """The queueing model's arrivals: gamma gaps of a finite shape > 0. ``inf`` (a constant
+    rate, which :func:`open_loop` takes) is refused: its per-step arrival counts are degenerate
+    (two adjacent values), for which the stationary queue and the batch's fixed point are not
+    reliable; a shape of 1000 gives the same counts to three digits."""
+    if not 0 < burstiness < math.inf:
+        raise InputError(f"burstiness {burstiness}: the queueing model takes a finite gamma shape > 0 "
+                         "(1 is Poisson; a near-constant rate is a large shape, e.g. 1000)")
+
+
 def serving_capacity(server: Server, mix: RequestMix, burstiness: float = 1.0) -> tuple[float, str]:
     """The largest request rate one replica sustains, and what limits it.
 
@@ -986,6 +996,7 @@ def serving_capacity(server: Server, mix: RequestMix, burstiness: float = 1.0) -
     limited_by : str
         ``kv capacity``, ``max_num_seqs`` or ``prefill compute``.
     """
+    _check_shape(burstiness)
     m = _Mix(mix)
     # an upper bound: the offline batch at the limit, every step a decode step
     limit, _ = _batch_limit(server, m)
@@ -1026,7 +1037,8 @@ def queueing_latency(
         A sample of the requests' lengths.
     burstiness : float
         Gamma shape of the gaps between arrivals (1 is Poisson; a fleet's Poisson stream dealt
-        round robin to ``R`` replicas gives each a shape of ``R``).
+        round robin to ``R`` replicas gives each a shape of ``R``). Finite (:func:`_check_shape`):
+        a constant rate is a large shape (1000, the workload's ``serving.burstiness`` maximum).
     percentiles : tuple of float
         Percentiles to report [percent].
     capacity : (float, str) or bool
@@ -1066,6 +1078,7 @@ def queueing_latency(
     slope in the batch) and the step-to-step spread over ``O - 1`` steps (normal).
     """
     _check(rate=rate)
+    _check_shape(burstiness)
     m = _Mix(mix)
     if capacity is True:
         cap, why = serving_capacity(server, mix, burstiness)

@@ -75,6 +75,18 @@ def test_regular_arrivals_count_two_or_three_in_two_and_a_half_gaps():
     assert p[0] + p[1] + p[4] < 0.01
 
 
+@pytest.mark.parametrize("shape", [math.inf, 0.0, -1.0, math.nan])
+def test_queueing_model_refuses_a_shape_it_cannot_price(server, shape):
+    """The queueing model takes gamma gaps of a finite shape > 0; a constant rate (``inf``, which
+    ``open_loop`` takes) gets a one-line error naming the value and the way out (a large shape),
+    not an error from deep in the step pricer."""
+    mix = B.RequestMix.fixed(1000, 200)
+    with pytest.raises(InputError, match=r"burstiness .*finite gamma shape > 0 .*e\.g\. 1000"):
+        B.queueing_latency(server, 5.0, mix, shape)
+    with pytest.raises(InputError, match=r"burstiness .*finite gamma shape"):
+        B.serving_capacity(server, mix, shape)
+
+
 def test_stationary_distribution_of_two_states():
     """From state 0 leave with a = 0.1, from 1 with b = 0.3: pi = (b, a) / (a + b) = (0.75, 0.25)."""
     pi = B.stationary(np.array([[0.9, 0.1], [0.3, 0.7]]))
