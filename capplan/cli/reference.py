@@ -268,10 +268,24 @@ Where the model is still wrong, and why:
   slot taken wait for one, `docs/serving.md`, "A batch at its limit"). That prices the Mixtral,
   Llama-2-7B and CodeLlama-34B runs at 20 requests/s, whose tails the plan's 3-sigma headroom
   called unsustainable: Mixtral's end-to-end p99 within 10% in all five runs, its TTFT p99
-  within 2x of the two runs that measured ~250 ms but 4x the three replicates of the same setup
-  that measured ~76 ms. Llama-2-7B's and CodeLlama-34B's decode is ~25% slow at that batch in
-  the model (their mean end-to-end latency -25%), which puts the batch near its limit and their
-  TTFT p99 at seconds where the runs measured 73 ms.
+  within 2x of the two runs that measured ~250 ms but 4x the three that measured ~76 ms. The five
+  are not replicates: the two slow ones ran with vLLM's CPU KV offload on (`OffloadingConnector`;
+  the study's metadata), the three fast ones with it off; the model does not price the offload
+  connector (Llama-2-7B and CodeLlama-34B with it on measured 72-73 ms). Llama-2-7B's and
+  CodeLlama-34B's mean end-to-end latency is 25% long at that rate, and the loop gain
+  (a slower step holds more requests, which slows the step) turns a small step error into a
+  large batch error: Llama-2-7B's decode-only step at the run's batch (83 requests, Little's law)
+  is 17.9 ms in the model against 16.6 ms per token measured (prompt chunks included), since its
+  multi-head KV (0.5 MiB a position) is read at the profile's 81% of HBM bandwidth where the run
+  reached at least 87%; the model's batch is then 110 of 128 slots, and its TTFT p99 waits for a
+  slot (seconds, where the runs measured 73 ms). Llama-2-70B's step is right at its measured
+  batch when prompt chunks are spread over steps (22.4 ms against 22.1 ms at 112 requests), but
+  the closed form puts one whole prompt beside the decodes in each of the steps that carry one
+  (451 positions beside 112 decodes: 31 ms, compute-bound, against 19 ms for the decodes alone),
+  and those steps are what leaves its capacity 4% short. Giving the percentile rows the
+  constant rate for the batch's spread (Poisson kept within a step) moved these TTFT p99 rows
+  inside 2x, but the end-to-end p99 rows of every constant-rate run lost the spread the runs show
+  (p99 rows' signed error +2.7% -> +8.4%), so it was not kept.
 - **Runs past the instance's capacity.** An open-loop run whose arrivals outpace the instance has
   no steady state: its queue grows for as long as the run lasts. When the row states the run's
   length (`num_prompts`: inference-sim's stages, DataCrunch's and TensorRT-LLM 0.14's runs), the
