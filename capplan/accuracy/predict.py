@@ -508,7 +508,9 @@ def predict_phase(row: "CorpusRow", engine: "EngineProfile | None") -> tuple[flo
       output tokens/s, with speculative decoding when ``spec`` is given
       (:func:`capplan.speculative.spec_step`);
     * ``offload_ttft`` / ``offload_throughput`` -- CPU KV offload against recomputation
-      (:mod:`capplan.offload`), a ratio;
+      (:mod:`capplan.offload`), a ratio; or, for a ``ttft_ms`` row, one request's TTFT with its
+      prefix loaded (``ttft: hit``) or recomputed (``ttft: recompute``), and for an
+      ``input_tokens_per_s`` row the prompt tokens per second at ``hit_rate``;
     * ``decode_ratio`` -- the decode speed of the row's setting over ``baseline``'s, a ratio.
 
     Raises :class:`Unsupported` or a :class:`CapplanError` like :func:`prepare_serving`.
@@ -555,10 +557,19 @@ def predict_phase(row: "CorpusRow", engine: "EngineProfile | None") -> tuple[flo
             rate = B / float(server.pricer.decode(B, c).step_time_s)
         return rate * instances / divisor, assumed
     if phase == "offload_ttft":
-        return offload.offload_hit(server, float(fs["input_tokens"]) - 1.0).speedup, assumed
+        hit = offload.offload_hit(server, float(fs["input_tokens"]) - 1.0)
+        if row.metric == "ttft_ms":  # one side of the comparison: the TTFT with the load, or recomputing
+            side = fs.get("ttft", "hit")
+            if side not in ("hit", "recompute"):
+                raise Unsupported(f"offload_ttft side {side!r} (allowed: hit, recompute)")
+            return (hit.ttft_hit_s if side == "hit" else hit.ttft_recompute_s) * 1e3, assumed
+        return hit.speedup, assumed
     if phase == "offload_throughput":
         P = int(fs["input_tokens"])
-        return offload.offload_throughput(server, P, float(fs["hit_rate"])) / offload.offload_throughput(server, P, 0.0), assumed
+        rate = offload.offload_throughput(server, P, float(fs["hit_rate"]))
+        if row.metric == "input_tokens_per_s":  # the prompt tokens the instance takes per second
+            return rate * P, assumed
+        return rate / offload.offload_throughput(server, P, 0.0), assumed
     # decode_ratio: the row's decode speed over the baseline setting's
     B, c = float(fs["batch"]), float(fs["context"])
     base = {**settings, **fs["baseline"]}

@@ -286,6 +286,21 @@ Where the model is still wrong, and why:
   constant rate for the batch's spread (Poisson kept within a step) moved these TTFT p99 rows
   inside 2x, but the end-to-end p99 rows of every constant-rate run lost the spread the runs show
   (p99 rows' signed error +2.7% -> +8.4%), so it was not kept.
+- **Long and packed prefill on vLLM, H100.** The vLLM blog on its KV offloading connector
+  (2026-01-08) plots one request's TTFT from 10,000 to 100,000 prompt tokens and the throughput
+  of 10,000 packed 512-token prefills (corpus rows `vllm_blog_cpu_offload_*`, read from the
+  figures' markers). The model's prefill is 22% too fast at 10,000 tokens and 35-37% from 20,000
+  to 100,000 (6.85 s measured for 100,000 tokens of Llama-3.1-8B, 5.06 s predicted), and 36-42%
+  too fast on the packed prompts (41,800 prompt tokens/s measured, 59,400 predicted); the vLLM
+  0.19 blog's 20,000-token TTFT at 8 clients is +38..+45% for the same model. All three put a
+  sustained compute-bound prefill at ~60% of the H100's dense peak, where the profile's H100 GEMM
+  efficiency is fitted at 85% (its bound) on rows whose steps mix a few hundred prompt positions
+  into decodes. Lowering that override to 0.70 or 0.60 fixes these rows and breaks the others
+  (held-out median 11.05% -> 11.2% / 11.5%, rows beyond 2x 40 -> 44 / 48), so the two kinds of
+  step want different compute rates: the model has one, and a planner sizing long-prompt
+  (RAG, agentic) prefill on vLLM should expect its prefill times ~35% short. The loaded side of
+  the offload comparison is 10-16% fast from 20,000 tokens (24% at 10,000; the host link at
+  the profile's 78% of PCIe Gen5).
 - **Runs past the instance's capacity.** An open-loop run whose arrivals outpace the instance has
   no steady state: its queue grows for as long as the run lasts. When the row states the run's
   length (`num_prompts`: inference-sim's stages, DataCrunch's and TensorRT-LLM 0.14's runs), the
