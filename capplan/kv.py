@@ -319,6 +319,18 @@ def check_expert_parallelism(spec: "ModelSpec", tp: int, dp: int, ep: int, redun
         )
 
 
+def check_expert_dtype(spec: "ModelSpec", expert_dtype: str | None) -> None:
+    """Refuse an expert dtype on a model without routed experts.
+
+    Raises
+    ------
+    InputError
+        ``--expert-dtype X: <model> is a dense model (no routed experts)``.
+    """
+    if expert_dtype is not None and spec.moe is None:
+        raise InputError(f"--expert-dtype {expert_dtype}: {spec.name} is a dense model (no routed experts)")
+
+
 def routed_expert_params(spec: "ModelSpec", layers: "list[int] | range | None" = None) -> int:
     """Weights of the routed experts of ``layers`` (default all) [parameters]: ``3 d d_e E`` per MoE
     layer (gate, up and down projections; shared experts and routers not included).

@@ -174,9 +174,35 @@ class Options:
         return cls.FLAGS.get(field, "--" + field.replace("_", "-"))
 
     @classmethod
-    def _message(cls, exc: Any) -> str:
+    def check(cls, **values: Any) -> None:
+        """Validate ``values`` against the constraints of the fields of the same names alone, without
+        building an object (no other field is needed and no model validator runs): a command that
+        takes one of these settings without the whole option object refuses a bad value with the
+        message construction gives (``--kv-offload-gib -5.0: must be in (0, 1,000,000]``).
+
+        Raises
+        ------
+        InputError
+            A value the field does not allow; the one-line message names the flag.
+        """
+        from typing import Annotated
+
+        from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+        fields = cls.model_fields  # type: ignore[attr-defined]
+        config = ConfigDict(allow_inf_nan=cls.model_config.get("allow_inf_nan", True))  # type: ignore[attr-defined]
+        for name, value in values.items():
+            field = fields[name]
+            try:
+                kind = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+                TypeAdapter(kind, config=config).validate_python(value)
+            except ValidationError as exc:
+                raise InputError(cls._message(exc, name)) from None
+
+    @classmethod
+    def _message(cls, exc: Any, field: str | None = None) -> str:
         err = exc.errors(include_url=False)[0]
-        name = str(err["loc"][0]) if err["loc"] else ""
+        name = field if field is not None else str(err["loc"][0]) if err["loc"] else ""
         fields = cls.model_fields  # type: ignore[attr-defined]
         flag = cls.flag(name) if name in fields else name
         got = err.get("input")

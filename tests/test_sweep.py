@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,8 @@ from capplan.plan import PlanInputs, plan_workload, sweep
 from capplan.workload import load_workload
 
 pytestmark = pytest.mark.usefixtures("assumed_engine")
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 
@@ -79,6 +82,60 @@ def test_sweep_cli_errors(runner):
     assert r.exit_code == 0 and "price_usd_per_gpu_hour" in r.stdout  # h100-sxm's does, and the output says so
     r = runner.invoke(app, ["sweep", "seed-replay", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--tp", "one"])
     assert r.exit_code == 2 and "expected integers" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--kv-scale", "bogus"], "--kv-scale bogus: unknown value (allowed: tensor, token_head)"),
+        (["--alltoall-mode", "bogus"], "--alltoall-mode bogus: unknown value"),
+        (["--gemm-dtype", "fp3"], "--gemm-dtype fp3: unknown dtype"),
+        (["--offload-gib", "-5"], "--kv-offload-gib -5.0: must be in (0, 1,000,000]"),
+        (["--offload-gib", "nan"], "--kv-offload-gib nan: must be a finite number"),
+        (["--tp", "1,3"], "--tp 3: olmo-3-7b has 32 attention heads, which 3 does not divide"),
+        (["--expert-dtype", "fp8"], "--expert-dtype fp8: olmo-3-7b is a dense model"),
+    ],
+)
+def test_sweep_refuses_a_flag_no_point_can_take(runner, tmp_path, flags, message):
+    """A bad flag value is the input's error (exit 2, one line, no grid written), not a grid whose
+    every row repeats it under "No feasible combination"."""
+    from capplan.cli.app import app
+
+    out = tmp_path / "bad.csv"
+    r = runner.invoke(app, ["sweep", "reasoning-rl-olmo3-7b", "-H", "h100-sxm", "--conversations", "200", *flags, "-o", str(out)])
+    assert r.exit_code == 2, r.output
+    assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "No feasible combination" not in r.stdout and not out.exists()
+
+
+def test_sweep_refuses_a_workload_no_point_can_run(runner, tmp_path):
+    """Every prompt filling max_context leaves nothing to generate at any point: an input error,
+    not an exit 0 over a grid of infeasible rows; a point that does not fit stays a row."""
+    from capplan.cli.app import app
+
+    text = (REPO / "workloads" / "reasoning-rl-olmo3-7b.yaml").read_text(encoding="utf-8")
+    text = text.replace("  max_response_tokens: 32768", "  max_response_tokens: 32768\n  max_context: 10")
+    text = text.replace("prompt_tokens: {dist: lognormal, mean: 400, p95: 900, max: 2048}", "prompt_tokens: 2000")
+    (tmp_path / "w.yaml").write_text(text, encoding="utf-8")
+    r = runner.invoke(app, ["sweep", str(tmp_path / "w.yaml"), "-H", "h100-sxm", "-o", str(tmp_path / "g.csv")])
+    assert r.exit_code == 2, r.output
+    assert "no conversation can start a turn" in r.stderr and "max_context (10 tokens)" in r.stderr
+    assert not (tmp_path / "g.csv").exists()
+    # a model too large for the GPU at every point is infeasibility, reported per row (exit 0)
+    r = runner.invoke(app, ["sweep", "reasoning-rl-olmo3-32b", "-H", "l4", "--tp", "1", "--trainer-hardware", "h100-sxm",
+                            "--conversations", "200", "-o", str(tmp_path / "l4.csv")])
+    assert r.exit_code == 0, r.output
+    assert "No feasible combination" in r.stdout and "exceed the memory budget" in (tmp_path / "l4.csv").read_text()
+
+
+def test_sweep_library_raises_when_every_configuration_is_refused():
+    """Redundant experts on a dense model fail at every point for the same input reason."""
+    from capplan.errors import InputError
+
+    w = load_workload("reasoning-rl-olmo3-7b")
+    with pytest.raises(InputError, match="no configuration of the sweep can be planned: --redundant-experts 2"):
+        sweep(w, load_model_spec("olmo-3-7b"), [load_hardware("h100-sxm")], [1, 2], conversations=200,
+              layout={"redundant_experts": 2})
 
 
 def test_csv_export_is_spreadsheet_safe():

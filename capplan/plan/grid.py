@@ -98,6 +98,32 @@ def check_grid_size(cells: int, max_cells: int = MAX_GRID_CELLS, what: str = "th
         )
 
 
+def check_sweep_inputs(
+    spec: "ModelSpec", tps: Sequence[int], layout: "dict[str, Any] | None" = None, kv_offload_gib: float | None = None,
+) -> None:
+    """Refuse, before the sweep, a setting that no point of the grid can take: a feature option
+    out of its range or set (:meth:`capplan.options.Options.check` on
+    :class:`capplan.plan.inputs.PlanInputs`' fields), a tensor-parallel degree the model cannot
+    run (:func:`capplan.kv.check_parallelism`), an expert dtype on a dense model. These are errors
+    of the input, not infeasible rows; what depends on the point (a model that does not fit a
+    GPU, an expert-parallel degree only some ``tp`` can take) stays a row's ``reason``.
+
+    Raises
+    ------
+    InputError
+        Naming the flag and what it allows.
+    """
+    from capplan.kv import check_expert_dtype, check_parallelism
+    from capplan.plan.inputs import PlanInputs
+
+    layout = layout or {}
+    PlanInputs.check(kv_offload_gib=kv_offload_gib, **{k: v for k, v in layout.items() if k in PlanInputs.model_fields})
+    for tp in tps:
+        PlanInputs.check(tp=tp)
+        check_parallelism(spec, tp)
+    check_expert_dtype(spec, layout.get("expert_dtype"))
+
+
 def hourly_price(hw: "HardwareProfile", price: "float | dict[str, float] | None") -> float | None:
     """USD per GPU-hour of ``hw``: a single ``price`` for every profile, the entry for its name in a
     per-profile mapping, else the profile's own ``price_usd_per_gpu_hour`` when it has one."""
@@ -211,7 +237,9 @@ def sweep(
     Raises
     ------
     InputError
-        ``mode`` is not ``colocated``, ``sync`` or ``async``; the grid is larger than ``max_cells``.
+        ``mode`` is not ``colocated``, ``sync`` or ``async``; the grid is larger than ``max_cells``;
+        a setting no point can take (:func:`check_sweep_inputs`); every configuration refused
+        for an input reason (none is a model that does not fit), so the grid would hold no figure.
     """
     import numpy as np
 
@@ -229,6 +257,7 @@ def sweep(
     )
 
     check_mode(mode)
+    check_sweep_inputs(spec, tps, layout, kv_offload_gib)
     eps, spec_tokens = list(eps) or [1], list(spec_tokens) or [None]
     if any(k is not None for k in spec_tokens) and speculative is None:
         raise InputError("--spec-tokens needs --spec-method and an acceptance (or the workload's speculative: block)")
@@ -251,6 +280,7 @@ def sweep(
     parts: list[tuple[dict[str, Any], int]] = []  # per configuration: its columns and row count
     configs = [(h, t, k, w, e, n) for h in hardware for t in tps for k in kv_dtypes for w in weight_dtypes for e in eps for n in spec_tokens]
     has_trainer = workload.has_trainer
+    failures: list[CapplanError] = []  # configurations that could not be priced, with why
     for done, (hw, tp, kv_dtype, weight_dtype, ep_cell, k_spec) in enumerate(configs, 1):
         slowdown = RL_FRAMEWORK_FIT.slowdown_on(hw.name) if rl else 1.0
         trainer_hw = hw if colocated else (trainer_hardware or hw)
@@ -294,6 +324,7 @@ def sweep(
                 setup = replica_setup(workload, prepared, spec, hw, tp, kv_dtype, weight_dtype, gpu_mem_util, engine=engine,
                                       time_scale=slowdown, shared=shared)
         except CapplanError as exc:
+            failures.append(exc)
             parts.append(
                 (
                     {
@@ -388,6 +419,11 @@ def sweep(
         )
         if on_config:
             on_config(done, len(configs))
+    if len(failures) == len(configs) and all(isinstance(exc, InputError) for exc in failures):
+        # every point refused for an input reason: the input is wrong, not one configuration
+        reasons = list(dict.fromkeys(str(exc) for exc in failures))
+        raise InputError("no configuration of the sweep can be planned: " + "; ".join(reasons[:3])
+                         + (f" (and {len(reasons) - 3} more reasons)" if len(reasons) > 3 else ""))
     return _assemble(parts, COLUMNS + FEATURE_COLUMNS if features else COLUMNS)
 
 

@@ -187,11 +187,10 @@ class PlanInputs(Options, BaseModel):
 
     @model_validator(mode="after")
     def _features(self) -> "PlanInputs":
-        from capplan.kv import check_expert_parallelism, resolve_dp
+        from capplan.kv import check_expert_dtype, check_expert_parallelism, resolve_dp
 
         check_expert_parallelism(self.model, self.tp, resolve_dp(self.tp, self.ep, self.dp), self.ep, self.redundant_experts)
-        if self.expert_dtype is not None and self.model.moe is None:
-            raise InputError(f"--expert-dtype {self.expert_dtype}: {self.model.name} is a dense model (no routed experts)")
+        check_expert_dtype(self.model, self.expert_dtype)
         if any(not (r > 0 and r <= 1000) for r in self.prefill_decode_ratios):
             bad = next(r for r in self.prefill_decode_ratios if not (r > 0 and r <= 1000))
             raise InputError(f"--prefill-decode-ratio {bad:g}: a ratio of prefill to decode GPUs must be in (0, 1,000]")

@@ -207,12 +207,26 @@ def prepare(workload: "Workload", spec: "ModelSpec", conversations: int | None =
     ``trainer FLOPs = passes x forward FLOPs per conversation x prompts x samples``, where the
     passes count log-prob recomputation only with a rollout engine
     (:func:`capplan.trainer.trainer_passes`).
+
+    Raises
+    ------
+    InputError
+        A workload with a rollout engine whose every prompt fills ``conversation.max_context``
+        (no turn can start, nothing is generated).
     """
     from capplan.ledger import count_positions, ledger_from_conversations, ledger_sample_size, sample_conversations
     from capplan.trainer import forward_flops, trainer_passes
 
     size = ledger_sample_size(workload, conversations)
     sample = sample_conversations(workload, n=size)
+    if workload.has_rollout and not sample.invoked.any():
+        from capplan.errors import InputError
+
+        limit = workload.conversation.max_context
+        raise InputError(
+            f"workload {workload.name}: no conversation can start a turn, every sampled prompt filling conversation.max_context "
+            f"({limit:,} tokens) so nothing is generated; raise max_context (or --max-model-len) above the prompt lengths"
+        )
     counts, aux = count_positions(workload, sample)
     ledger = ledger_from_conversations(workload, sample, counts, aux)
     work = step_work(workload, spec, sample, counts, aux)

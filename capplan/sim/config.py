@@ -62,11 +62,10 @@ class EngineFeatures(BaseModel):
             ``expert_dtype`` on a dense model; an expert-parallel layout the model's experts do
             not allow (:func:`capplan.kv.check_expert_parallelism`).
         """
-        from capplan.kv import check_expert_parallelism
+        from capplan.kv import check_expert_dtype, check_expert_parallelism
 
         check_expert_parallelism(spec, getattr(self, "tp", 1), self.data_parallel, self.ep, self.redundant_experts)
-        if self.expert_dtype is not None and spec.moe is None:
-            raise InputError(f"--expert-dtype {self.expert_dtype}: {spec.name} is a dense model (no routed experts)")
+        check_expert_dtype(spec, self.expert_dtype)
 
     @model_validator(mode="after")
     def _whole_instances(self) -> "EngineFeatures":
