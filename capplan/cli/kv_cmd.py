@@ -139,6 +139,10 @@ def kv(
     from capplan.modelspec import load_model_spec
 
     format = pick_format(format, output)
+    if offload_gib is not None:
+        from capplan.plan.inputs import PlanInputs
+
+        call(lambda: PlanInputs.check(kv_offload_gib=offload_gib))  # plan's range, plan's message
     if prefix_caching is not None and workload is None:
         raise fail("--enable-prefix-caching/--no-enable-prefix-caching applies to a --workload's reuse; the KV budget does not depend on it")
     w = None
