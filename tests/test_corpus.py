@@ -147,3 +147,37 @@ def test_warm_up_tails_are_excluded_by_their_rule_and_only_they():
     rule = {v["0"].id for v in stages.values() if "0" in v and "1" in v and v["1"].measured < 0.9 * v["0"].measured}
     listed = {k for k, why in load_split()["excluded_rows"].items() if str(why).startswith("first load stage")}
     assert rule and rule == listed
+
+
+def test_accuracy_kind_is_checked_and_its_help_lists_every_kind(rows):
+    """--kind takes the kinds the corpus holds (each has rows) and names them all in its help; an
+    unknown kind is a one-line error listing them, not an empty table that passes a gate."""
+    from typer.testing import CliRunner
+
+    from capplan.accuracy.corpus import KINDS, KIND_OF_FILE
+    from capplan.cli.app import app
+
+    assert set(KINDS) == set(KIND_OF_FILE.values()) and {r.kind for r in rows} == set(KINDS)
+    import typer.main
+
+    command = typer.main.get_command(app).commands["accuracy"]  # type: ignore[attr-defined]
+    help_text = next(p for p in command.params if p.name == "kind").help
+    assert all(k in help_text for k in KINDS), help_text
+    r = CliRunner().invoke(app, ["accuracy", "--kind", "bogus", "--max-median-error", "0.01"])
+    assert r.exit_code == 2
+    assert r.stderr.strip() == f"Error: --kind bogus: unknown kind (allowed: {', '.join(KINDS)})"
+
+
+def test_an_accuracy_bound_over_no_rows_fails():
+    """A filter that matches nothing says so; a bound checked over zero rows fails (exit 1)
+    rather than passing a CI gate on an empty table."""
+    from typer.testing import CliRunner
+
+    from capplan.cli.app import app
+
+    r = CliRunner().invoke(app, ["accuracy", "--source", "nonesuch", "--max-median-error", "0.01"])
+    assert r.exit_code == 1, r.output
+    assert "no corpus rows match --source nonesuch" in r.stderr
+    assert "accuracy gate failed: no rows matched" in r.stderr
+    r = CliRunner().invoke(app, ["accuracy", "--source", "nonesuch"])
+    assert r.exit_code == 0 and "no corpus rows match --source nonesuch" in r.stderr  # no bound: said, not failed

@@ -28,6 +28,9 @@ KIND_OF_FILE = {
 }
 """Corpus files and the kind of measurement each holds."""
 
+KINDS: tuple[str, ...] = tuple(dict.fromkeys(KIND_OF_FILE.values()))
+"""The kinds of measurement the corpus holds (``capplan accuracy --kind``)."""
+
 VALUE_COLUMNS = {"kv_capacity.csv": [("kv_cache_tokens", "tokens"), ("available_kv_gib", "GiB")]}
 """Files that hold several measured values per row (one column each): each becomes one corpus
 row per value, with id ``<row id>:<column>``."""
@@ -162,10 +165,14 @@ def load_corpus(folder: str | Path | None = None, kinds: set[str] | None = None)
     Raises
     ------
     InputError
-        A file without the required columns, a duplicated id, a non-numeric ``measured`` or a
-        setting column's value that :data:`SETTING_COLUMNS` does not allow.
+        A kind not among :data:`KINDS`; a file without the required columns, a duplicated id, a
+        non-numeric ``measured`` or a setting column's value that :data:`SETTING_COLUMNS` does not allow.
     """
     import csv
+
+    unknown = sorted(set(kinds or ()) - set(KINDS))
+    if unknown:
+        raise InputError(f"--kind {unknown[0]}: unknown kind (allowed: {', '.join(KINDS)})")
 
     base = Path(folder) if folder is not None else validation_dir()
     split = load_split(base)

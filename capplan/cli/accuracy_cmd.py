@@ -29,7 +29,8 @@ HELP = (
     "group. Signed error is + when capplan is optimistic (more throughput or less time than "
     "measured). Held-out rows were in no fit (validation/split.yaml). Exit 1 when a bound given "
     "with --max-median-error / --max-signed-error / --max-error is exceeded (on the held-out rows "
-    "when there are any), so CI can gate on it.\n\n"
+    "when there are any) or has no predicted row to check (a --kind/--source/--held-out filter that "
+    "matches none), so CI can gate on it.\n\n"
     "Examples:\n\n\b\n"
     "  capplan accuracy\n"
     "  capplan accuracy --kind kv --rows\n"
@@ -40,7 +41,7 @@ HELP = (
 
 def accuracy(
     kind: Annotated[
-        list[str] | None, typer.Option("--kind", help="Only these kinds: serving, kv, rl (repeat or comma-separate).")
+        list[str] | None, typer.Option("--kind", help="Only these kinds: serving, kv, rl, trainer, weight_sync (repeat or comma-separate).")
     ] = None,
     source: Annotated[str | None, typer.Option("--source", help="Only rows whose source contains this text.")] = None,
     engine: Annotated[
@@ -76,6 +77,12 @@ def accuracy(
         corpus = [r for r in corpus if source in r.source]
     if held_out_only:
         corpus = [r for r in corpus if r.held_out]
+    if not corpus:
+        from capplan.cli.common import warn
+
+        filters = [f for f, given in (("--kind " + ",".join(sorted(kinds or ())), kinds), (f"--source {source}", source),
+                                      ("--held-out", held_out_only)) if given]
+        warn(f"no corpus rows match {' with '.join(filters)}: the report below is empty")
     engines = call(lambda: default_engines(engine))
     report = call(lambda: run_accuracy(corpus, engines))
     if format is Format.json:
@@ -152,6 +159,11 @@ def _gate(report: "AccuracyReport", median: float | None, signed: float | None, 
     held = report.summary(lambda r: r.held_out)
     s = held if held.n else report.summary()
     which = "held-out" if held.n else "all"
+    if s.n == 0 and (median is not None or signed is not None or worst is not None):
+        matched = f"{len(report.rows)} rows matched, none predicted" if report.rows else "no rows matched"
+        typer.echo(f"accuracy gate failed: {matched}, so there is no error to bound (check --kind, --source, --held-out)",
+                   err=True)
+        raise typer.Exit(1)
     failed = []
     if median is not None and s.median_abs_error is not None and s.median_abs_error > median:
         failed.append(f"median absolute error {s.median_abs_error:.1%} > {median:.1%}")
