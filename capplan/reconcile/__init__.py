@@ -85,7 +85,8 @@ def reconcile(
     Parameters
     ----------
     path : str or Path
-        JSONL (optionally gzip-compressed, detected by its magic bytes) or Parquet file.
+        JSONL (optionally gzip-compressed, detected by its magic bytes) or Parquet file (by its magic
+        bytes or a ``.parquet`` name).
     workload : Workload, optional
         What the records should look like (``training.loss_on``, ``drop_truncated``, the method)
         and the plan to compare with. Without it: loss on actions only, truncations kept,

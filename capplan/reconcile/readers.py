@@ -30,7 +30,11 @@ READ_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error)
 
 
 def is_parquet(path: Path) -> bool:
-    """Whether ``path`` starts with the Parquet magic bytes ``PAR1``."""
+    """Whether ``path`` is read as Parquet: it starts with the Parquet magic bytes ``PAR1``, or it
+    is named ``*.parquet`` (then a file that is not Parquet is refused as unreadable Parquet, not
+    read as JSONL lines)."""
+    if path.suffix.lower() == ".parquet":
+        return True
     with open(path, "rb") as fh:
         return fh.read(4) == b"PAR1"
 
