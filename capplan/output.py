@@ -141,6 +141,30 @@ def ensure_new(path: str | Path, force: bool = False) -> Path:
     return path
 
 
+def ensure_distinct(outputs: dict[str, "str | Path | None"]) -> None:
+    """The one check that a command's several outputs are several files: refuse two of them
+    naming the same path (``s.json`` and ``./s.json``, or a symbolic link to it) before anything
+    is written, whatever ``--force`` says. ``outputs`` maps each flag to its path (``None``: not
+    given). Standard output (``-``) and special files (``/dev/null``) may take several outputs.
+
+    Raises
+    ------
+    InputError
+        ``--output s.json and --trajectories s.json name the same file``.
+    """
+    from capplan.errors import InputError
+
+    seen: dict[str, tuple[str, Path]] = {}
+    for flag, value in outputs.items():
+        if value is None or str(value) == "-" or is_special(Path(value)):
+            continue
+        key = os.path.realpath(value)
+        if key in seen:
+            first, path = seen[key]
+            raise InputError(f"{first} {path} and {flag} {value} name the same file: give each output its own path")
+        seen[key] = (flag, Path(value))
+
+
 def _reason(exc: OSError) -> str:
     """A short, plain reason for a failed write."""
     return {

@@ -416,6 +416,27 @@ def test_cli_errors_are_one_line(runner, args, message):
     assert res.exit_code == 2 and res.stderr == message
 
 
+@pytest.mark.parametrize(
+    "workload, flags, clash",
+    [
+        ("seed-replay-auto", ["-m", "llama-3.1-8b", "--steps", "2", "-o", "{d}/s2.json", "--trajectories", "{d}/s2.json"],
+         "--output {d}/s2.json and --trajectories {d}/s2.json name the same file"),
+        ("seed-replay-auto", ["-m", "llama-3.1-8b", "--steps", "2", "--timeline", "{d}/s2.png", "--trajectories", "{d}/./s2.png",
+                              "--force"], "--trajectories {d}/s2.png and --timeline {d}/s2.png name the same file"),
+        ("chat-serving", ["--requests", "50", "-o", "{d}/s2.json", "--records", "{d}/s2.json"],
+         "--output {d}/s2.json and --records {d}/s2.json name the same file"),
+    ],
+)
+def test_cli_refuses_two_outputs_naming_one_file(runner, tmp_path, workload, flags, clash):
+    """Two outputs on one path are refused before anything is written (with or without --force):
+    the trajectories used to be written, then --output refused the file they had made."""
+    args = [a.format(d=tmp_path) for a in flags]
+    res = runner.invoke(app, ["simulate", workload, "-H", "h100-sxm", *args])
+    assert res.exit_code == 2, res.output
+    assert res.stderr == f"Error: {clash.format(d=tmp_path)}: give each output its own path\n"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_cli_rejects_a_workload_without_rollout(runner):
     res = runner.invoke(app, ["simulate", "sft", "-H", "h100-sxm"])
     assert res.exit_code == 2

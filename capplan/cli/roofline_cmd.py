@@ -157,6 +157,9 @@ def roofline(
     from capplan.roofline import RooflineInputs, roofline_rows
 
     format = pick_format(format, output)
+    from capplan.output import ensure_distinct
+
+    call(lambda: ensure_distinct({"--output": output, "--plot": plot}))
     if pp != 1:
         raise fail(f"--pipeline-parallel-size {pp}: roofline prices the steps of one pipeline stage set; give 1 (capplan kv models the memory of pipeline stages)")
     if prefix_caching is not None:

@@ -312,6 +312,9 @@ def simulate(
     if format not in ("table", "json"):
         raise fail(f"--format {format} is not available for simulate; use table or json")
     format = Format(format)
+    from capplan.output import ensure_distinct
+
+    call(lambda: ensure_distinct({"--output": output, "--trajectories": trajectories, "--timeline": timeline, "--records": records}))
     axes = _sweep_axes(ctx, sweep, executor, ray_address, output)
     if axes is None and output is not None and output.suffix.lower() in (".csv", ".parquet", ".png", ".svg"):
         raise fail(f"--output {output}: simulate writes its result as JSON; give a .json file (plots go to --timeline)")
