@@ -140,6 +140,39 @@ def test_async_overlaps_rollout_and_training():
     assert asyn.trained_tokens_per_s > sync.trained_tokens_per_s
 
 
+def test_async_decode_figures_share_one_batch():
+    """An async plan's replicas run at the batch that delivers one step per period
+    (:meth:`~capplan.plan.rollout.RolloutModel.async_period`), not a synchronised step's; its
+    decode GPU-s are priced at that same batch: ``decode positions / b x t(b, mean context) x tp``.
+
+    OLMo-3-7B on 64 + 8 H100s at K 1 (engines as profiled, no framework terms): the period is set
+    by the staleness bound, the replicas run below the synchronised batch, so the two plans'
+    decode GPU-s differ, each matching its own batch.
+    """
+    from capplan.plan.work import prepare
+
+    w, spec = load_workload("reasoning-rl-olmo3-7b"), load_model_spec("olmo-3-7b")
+    common = {"hardware": H100, "model": spec, "inference_gpus": 64, "trainer_gpus": 8, "rollout_slowdown": 1.0, "step_overhead_s": 0.0}
+    sync = plan_workload(w, PlanInputs(**common), 2000)
+    asyn = plan_workload(w, PlanInputs(**common, mode="async", max_staleness=1), 2000)
+    work = prepare(w, spec, 2000).work
+    for p in (sync, asyn):
+        t = float(decode_step(spec, H100, RooflineInputs(), p.decode_batch, work.decode_context_mean).step_time_s)
+        assert p.decode_gpu_s == pytest.approx(work.decode_tokens / p.decode_batch * t, rel=1e-9)
+    assert asyn.decode_batch < sync.decode_batch and asyn.decode_gpu_s > sync.decode_gpu_s
+
+
+@pytest.mark.parametrize("name,extra", [("reasoning-rl-olmo3-7b", {}), ("agentic-tool-rl", {}),
+                                        ("reasoning-rl-olmo3-7b", {"total_gpus": 72, "mode": "async"})])
+def test_static_batching_never_beats_the_longest_rollout(name, extra):
+    """A static group holds its slots until its longest member ends, so a static step is never
+    shorter than the longest rollout at the shrinking batch, nor than the continuous-batching rollout."""
+    w = load_workload(name)
+    p = plan_workload(w, PlanInputs(hardware=H100, model=load_model_spec(w.model), **extra), 2000)
+    assert p.static_rollout_time_s >= p.rollout_time_tail_s
+    assert p.static_rollout_time_s >= p.rollout_time_s
+
+
 def test_sizing_one_side_balances_the_other():
     """Sync, 4 trainer GPUs given, engines as profiled: the fewest inference GPUs whose rollout work
     fits in a trainer step."""

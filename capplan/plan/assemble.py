@@ -280,7 +280,7 @@ def plan_workload(workload: "Workload", inputs: "PlanInputs", conversations: int
                         decided_by=f"the most trained tokens/s over every split and mode ({mode}{bound}; its step set by the "
                                    f"{times.bound_by})")
 
-    static = static_batching(work, times, setup)
+    static = static_batching(work, times, setup.rollout_model(work))
     efficiency = rollout_efficiency(work, times, setup, inputs)
     figures = step_figures(work, times, split, trainer, setup, inputs, workload.has_rollout)
     explain = plan_explanation(workload, inputs, prepared, setup, trainer, None, times, split, static, figures)

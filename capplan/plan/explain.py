@@ -35,29 +35,68 @@ def trainer_flops_line(workload: "Workload", prepared: "Prepared") -> str:
 
 
 def rollout_lines(work: "StepWork", setup: "ReplicaSetup", times: "SplitTimes", static: "StaticBatching", tp: int) -> list[str]:
-    """KV capacity, decode batch, decode and prefill GPU-seconds, rollout time, static batching, scoring."""
-    kv, concurrency = setup.kv, setup.concurrency
+    """KV capacity, decode batch, decode and prefill GPU-seconds, rollout time, static batching, scoring.
+
+    Every line is built from the values the plan's table shows (``times``: :class:`SplitTimes`),
+    so its substituted numbers reproduce its result.
+    """
+    kv, concurrency, rules = setup.kv, setup.concurrency, setup.kv_rules
     batch, context = times.decode_batch_sequences, setup.decode_context_tokens
     prefill_s, decode_s, score_s = setup.prefill.replica_s, times.decode_replica_s, setup.score.replica_s
     chunk = kv.max_batched_tokens
     decode_ms = float(setup.decode_step_s(max(batch, 1))) * 1e3
     chunks = math.ceil(work.prefill_tokens / chunk) if work.prefill_tokens else 0
+    steady = times.mode == "async" and times.max_staleness > 0 and times.batch_cap_sequences > 0
+    sync_batch = times.sync_decode_batch_sequences
     lines = [
-        f"KV capacity per replica = {kv.kv_capacity_tokens:,} tokens ({kv.kv_budget_gib_per_gpu:.2f} GiB per GPU x {tp} GPUs "
-        f"/ {kv.kv_bytes_per_token:,.0f} B per token)",
-        f"decode batch = min(runnable by memory {concurrency.runnable_sequences:,.1f}, max_num_seqs {kv.max_num_seqs}, "
-        f"conversations per replica {times.conversations_per_replica:,.1f}) = {batch:,.1f} -> binding: {times.binding}"
-        if concurrency
-        else "",
-        f"decode step at batch {batch:,.1f}, mean context {context:,.0f} = {decode_ms:.2f} ms (roofline)",
-        f"decode GPU-s = {work.decode_tokens:,.0f} decode positions / {batch:,.1f} per step x {decode_ms:.2f} ms x tp {tp} "
+        f"KV capacity per replica = {kv.kv_budget_gib_per_gpu:.2f} GiB per GPU x {tp} GPUs / {kv.kv_bytes_per_token:,.0f} B per token, "
+        f"in whole blocks of {kv.block_size} = {kv.kv_capacity_tokens:,} tokens",
+    ]
+    if concurrency is not None and rules is not None:
+        share = rules.decode_share
+        lines.append(
+            f"decode batch{' of a synchronised step' if steady else ''} = max(1, min(scheduler cap {rules.sequence_cap:,.0f}, "
+            f"decode share {share:.3f} x min(conversations on the busiest replica {times.busiest_conversations:,.1f}, "
+            f"KV room at the batch's peak {rules.sync_resident_kv:,.1f}))) = {sync_batch:,.2f} -> binding: {times.binding} "
+            f"(conversations per replica {times.conversations_per_replica:,.1f} x decode share {share:.3f} against "
+            f"{setup.max_decode_batch:,.1f} runnable by memory in steady state)"
+        )
+    if steady:
+        per_replica = work.decode_tokens / max(times.replicas, 1)
+        lhs = per_replica * decode_ms / 1e3 / batch
+        rhs = times.step_time_s * (1 - times.rejected_fraction) - times.period_fixed_s
+        lines.append(
+            f"decode batch (async, K {times.max_staleness}: the smallest on a grid that delivers one step's decode per period, "
+            f"at most the {times.batch_cap_sequences:,.2f} the K + 1 steps in flight fill) = {batch:,.2f}: "
+            f"{per_replica:,.0f} decode positions per replica x {decode_ms:.2f} ms / {batch:,.2f} = {lhs:,.1f} s <= "
+            f"period {times.step_time_s:,.1f} x (1 - rejected {times.rejected_fraction:.3f}) - prefill, scoring and weight load "
+            f"{times.period_fixed_s:,.2f} = {rhs:,.1f} s"
+        )
+    lines += [
+        f"decode step at batch {batch:,.2f}, mean context {context:,.0f} = {decode_ms:.2f} ms (roofline)",
+        f"decode GPU-s = {work.decode_tokens:,.0f} decode positions / {batch:,.2f} per step x {decode_ms:.2f} ms x tp {tp} "
         f"= {decode_s * tp:,.1f}",
         f"prefill GPU-s = {work.prefill_tokens:,.0f} positions in {chunks:,} chunks of <= {chunk:,} x tp {tp} = {prefill_s * tp:,.1f}",
-        f"rollout time = max(work {prefill_s + decode_s + score_s:,.1f} replica-s / {times.replicas} replicas = "
-        f"{times.work_time_s:,.1f} s, longest conversation at the shrinking batch {times.tail_time_s:,.1f} s) = "
-        f"{times.rollout_time_s:,.1f} s",
-        f"static batching waste = 1 - sum L / (B x sum group max L) = {static.waste_fraction:.1%} (groups of {static.group_size})",
     ]
+    sync_decode = times.sync_decode_replica_s
+    at = f" at the synchronised batch {sync_batch:,.2f}" if steady else ""
+    lines += [
+        f"rollout work at full batch W = (prefill {prefill_s:,.2f} + decode{at} {sync_decode:,.1f} + scoring {score_s:,.2f} + "
+        f"lost contexts {times.lost_replica_s:,.2f} replica-s) / {times.replicas} replicas x busiest {times.busiest_conversations:,.1f} "
+        f"/ mean {times.conversations_per_replica:,.1f} conversations per replica = {times.work_time_s:,.1f} s",
+        f"rollout time{' of a synchronised step' if steady else ''} = max(W {times.work_time_s:,.1f}, (1 - running together "
+        f"{times.fits_sequences:,.1f} / busiest {times.busiest_conversations:,.1f}) x W + longest conversation at the shrinking batch "
+        f"{times.tail_time_s:,.1f}) = {times.rollout_time_s:,.1f} s",
+        f"static batching waste = 1 - mean L {static.mean_tokens:,.0f} / mean group max L {static.group_max_tokens:,.0f} = "
+        f"{static.waste_fraction:.1%} (groups of {static.group_size}, a synchronised step's batch)",
+    ]
+    if static.rollout is not None and static.rollout.waves:
+        r = static.rollout
+        lines.append(
+            f"static-batching rollout time = prefill {r.prefill_s:,.2f} + (waves {r.waves} - 1) x group max {r.group_max_tokens:,.0f} "
+            f"tokens x {r.step_s * 1e3:.2f} ms + longest conversation with its {static.group_size} slots held {r.last_s:,.1f} = "
+            f"{static.rollout_time_s:,.1f} s"
+        )
     if score_s:
         lines.append(f"score GPU-s = {work.score_tokens:,.0f} teacher-scored positions x tp {tp} = {score_s * tp:,.1f}")
     return lines
@@ -85,21 +124,34 @@ def trainer_lines(
     if has_rollout:
         fit = WEIGHT_SYNC_FITS[trainer.sync_pattern]
         lines.append(
-            f"weight sync ({trainer.sync_pattern}) = {fit.latency_s:g} s + 2 B x {params_billion:,.1f}B params / (tp {inputs.tp} x "
+            f"weight sync ({trainer.sync_pattern}) = {fit.latency_s:g} s + 2 B x {params_billion:,.2f}B params / (tp {inputs.tp} x "
             f"{fit.bandwidth_bytes_per_s / 1e9:.3g} GB/s) = {sync_s:,.2f} s"
         )
     mode = times.mode
+    framework = times.overhead_s
     if mode in ("sync", "colocated") or times.max_staleness == 0:
+        label = mode if mode != "async" else "async (K 0) step, serial,"
         lines.append(
-            f"{mode} step = rollout {times.rollout_time_s:,.1f} + train {trainer_time:,.1f} + sync {sync_s:,.2f} = {step:,.1f} s; "
-            f"trainer idle = 1 - (train + sync)/step = {figures.trainer_idle_fraction:.1%}"
+            f"{label} step = rollout {times.rollout_time_s:,.1f} + train {trainer_time:,.1f} + sync {sync_s:,.2f} + framework "
+            f"{framework:,.2f} = {step:,.1f} s; trainer idle = 1 - (train + sync + framework) / step = {figures.trainer_idle_fraction:.1%}"
         )
     else:
         k = times.max_staleness
+        r = times.rejected_fraction
+        if inputs.async_ingest == "batches":
+            bound = (f"(synchronised rollout {times.rollout_time_s:,.1f} x stretch {times.stretch:.3f} + train + sync + framework) "
+                     f"/ (K + 1) {k + 1}")
+        else:
+            bound = (f"mean group latency {times.latency_time_s / times.stretch:,.1f} x stretch {times.stretch:.3f} / "
+                     f"((K + 1) {k + 1} x (1 - rejected {r:.3f}) - 0.5)")
+            if times.edge_s:
+                bound += (f", slowest group latency {times.slowest_latency_s / times.stretch:,.1f} x stretch {times.stretch:.3f} / "
+                          f"(K + 1/2) {k + 0.5:g} (a shorter period would reject it)")
         lines.append(
-            f"async step = max(train {trainer_time:,.1f} + sync {sync_s:,.2f}, production {times.production_time_s:,.1f}, "
-            f"(rollout {times.rollout_time_s:,.1f} + train + sync) / (K + 1 = {k + 1})) = {step:,.1f} s, set by the "
-            f"{times.bound_by}; stale (lag >= 1) {figures.stale_fraction:.1%}, mean lag {figures.mean_policy_lag:.2f}"
+            f"async step = max(train {trainer_time:,.1f} + sync {sync_s:,.2f} + framework {framework:,.2f}, production "
+            f"{times.production_time_s:,.1f} / (1 - rejected {r:.3f}), staleness bound {bound}) = {step:,.1f} s, set by the "
+            f"{times.bound_by}; stretch = P / (P - weight load and framework hold); stale (lag >= 1) {figures.stale_fraction:.1%}, "
+            f"mean lag {figures.mean_policy_lag:.2f}"
         )
     if mode != "colocated":
         lines.append(

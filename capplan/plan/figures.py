@@ -11,6 +11,7 @@ from capplan.plan.rollout import static_batching_waste
 if TYPE_CHECKING:
     from capplan.plan.inputs import PlanInputs
     from capplan.plan.replica import ReplicaSetup
+    from capplan.plan.rollout import RolloutModel, StaticRollout
     from capplan.plan.sizing import Split, SplitTimes, TrainerSide
     from capplan.plan.work import StepWork
 
@@ -25,20 +26,28 @@ class StaticBatching:
     """Slot-steps wasted, ``1 - sum L / (B x sum group max L)`` [fraction]."""
     rollout_time_s: float
     """Rollout time with static groups [s]."""
+    mean_tokens: float = 0.0
+    """Mean sampled tokens of the conversations grouped [tokens]."""
+    group_max_tokens: float = 0.0
+    """Mean group maximum of sampled tokens [tokens]; ``waste = 1 - mean / group max``."""
+    rollout: "StaticRollout | None" = None
+    """The terms of ``rollout_time_s``."""
 
 
-def static_batching(work: "StepWork", times: "SplitTimes", setup: "ReplicaSetup") -> StaticBatching:
-    """Static batching at the plan's decode batch: ``ceil(n / B)`` groups of the mean group maximum, plus prefill."""
-    batch = times.decode_batch_sequences
+def static_batching(work: "StepWork", times: "SplitTimes", rollout: "RolloutModel") -> StaticBatching:
+    """Static batching at a synchronised step's decode batch: the slot-steps it wastes and its
+    rollout time (:meth:`capplan.plan.rollout.RolloutModel.static_rollout_s`, never shorter than
+    the longest rollout)."""
+    batch = times.sync_decode_batch_sequences or times.decode_batch_sequences
     group_size = max(1, int(round(batch)))
     if batch <= 0:
         return StaticBatching(group_size, 0.0, 0.0)
-    waste, group_max = static_batching_waste(work.sampled_per_conversation, group_size)
-    rollout = (
-        math.ceil(times.conversations_per_replica / group_size) * group_max * float(setup.decode_step_s(max(1.0, round(batch))))
-        + setup.prefill.replica_s / times.replicas
-    )
-    return StaticBatching(group_size, waste, rollout)
+    lengths = work.sampled_per_conversation
+    waste, group_max = static_batching_waste(lengths, group_size)
+    grouped = lengths[: (lengths.size // group_size) * group_size] if lengths.size >= group_size else lengths
+    static = rollout.static_rollout(times.replicas, batch)
+    return StaticBatching(group_size, waste, static.time_s, float(grouped.mean()) if grouped.size else 0.0,
+                          group_max if lengths.size >= group_size else float(lengths.max(initial=0.0)), static)
 
 
 @dataclass(frozen=True)

@@ -175,6 +175,14 @@ class RolloutTimes:
     """Positions loaded back from a CPU KV tier per step instead of recomputed (0 without one) [positions]."""
     steady_loaded_tokens: Any = 0.0
     """Async: the same at the steady batch [positions]."""
+    busiest_conversations: Any = 0.0
+    """Conversations on the busiest replica, ``max(ceil(groups / R) x group, n)`` [conversations]."""
+    fits_sequences: Any = 0.0
+    """Conversations of the busiest replica that run together in a synchronised step:
+    ``min(busiest, KV at the batch's peak, scheduler cap / decode share)`` [conversations]."""
+    lost_replica_s: Any = 0.0
+    """Replica-seconds per step spent prefilling again (or loading back) lost contexts at the
+    synchronised batch [replica-s]."""
 
 
 
@@ -252,17 +260,25 @@ class RolloutModel:
 
         return np.maximum(1.0, np.minimum(self.sequence_cap, resident * self.decode_share))
 
-    def _work(self, replicas: Any, batch: Any, recompute: Any, loaded: Any = 0.0) -> tuple[Any, Any]:
-        """(decode replica-s, work time per replica) of one step at ``batch`` with ``recompute``
-        positions prefilled again and ``loaded`` loaded back from a CPU KV tier."""
+    def decode_replica_s(self, batch: Any) -> Any:
+        """Replica-seconds of one step's decode at ``batch`` [sequences]: ``decode positions / batch x t(batch)``
+        (vectorised); the one formula behind every decode figure of a plan."""
         import numpy as np
 
-        step_at_batch = np.asarray(self.decode_step_s(batch), dtype=float)
-        decode_s = self.work.decode_tokens / batch * step_at_batch
+        return self.work.decode_tokens / batch * np.asarray(self.decode_step_s(batch), dtype=float)
+
+    def _lost_s(self, recompute: Any, loaded: Any = 0.0) -> Any:
+        """Replica-seconds to prefill ``recompute`` positions again and load ``loaded`` back from a CPU KV tier."""
         lost = recompute * self.recompute_s_per_token
         if self.offload_tokens:
             lost = lost + loaded * self.load_s_per_token
-        work = (self.prefill_replica_s + decode_s + self.score_replica_s + lost) / replicas
+        return lost
+
+    def _work(self, replicas: Any, batch: Any, recompute: Any, loaded: Any = 0.0) -> tuple[Any, Any]:
+        """(decode replica-s, work time per replica) of one step at ``batch`` with ``recompute``
+        positions prefilled again and ``loaded`` loaded back from a CPU KV tier."""
+        decode_s = self.decode_replica_s(batch)
+        work = (self.prefill_replica_s + decode_s + self.score_replica_s + self._lost_s(recompute, loaded)) / replicas
         return decode_s, work
 
     def _offloaded(self, recompute: Any, alive: Any, fits: Any, context: float) -> tuple[Any, Any]:
@@ -374,8 +390,54 @@ class RolloutModel:
             rollout_time_s=rollout, arrival_binds=per_replica * self.decode_share < self.max_decode_batch,
             longest_sampled_tokens=longest, recompute_tokens=recompute,
             steady_batch_sequences=steady_batch, production_time_s=production, steady_recompute_tokens=steady_recompute,
-            loaded_tokens=loaded, steady_loaded_tokens=steady_loaded,
+            loaded_tokens=loaded, steady_loaded_tokens=steady_loaded, busiest_conversations=busiest, fits_sequences=fits,
+            lost_replica_s=self._lost_s(recompute, loaded),
         )
+
+    def static_rollout(self, replicas: float, batch: float) -> "StaticRollout":
+        """Rollout wall time of a synchronised step under static batching at ``batch`` [s].
+
+        A static group holds its ``B`` slots until its longest member ends, so every step of it
+        is priced at batch ``B``: the busiest replica runs ``ceil(n_busiest / B)`` groups, all but
+        the last taking the mean group maximum (:func:`static_batching_waste`) at ``t(B)``; the
+        last ends with the step's longest conversation, ``L_max`` sampled tokens at ``t(B)`` (at
+        the survivors' growing context, as the tail prices it) plus its tool waits and scoring::
+
+            T_static = prefill / R + (ceil(n_busiest / B) - 1) x E[group max] x t(B) + T_last(B)
+
+        ``T_last(B)`` prices the same longest conversation as the shrinking-batch tail
+        (:func:`shrinking_batch_decode_s`) at a batch that never shrinks below ``B``, so the
+        static step is never shorter than the longest rollout.
+        """
+        import numpy as np
+
+        sampled = np.sort(np.asarray(self.work.sampled_per_conversation, dtype=float))
+        group_size = max(1, int(round(batch)))
+        if not self.max_decode_batch or sampled.size == 0 or batch <= 0:
+            return StaticRollout(0.0, 0, 0.0, 0.0, 0.0)
+        replicas = max(float(replicas), 1.0)
+        group = max(self.group_size, 1)
+        per_replica = self.work.conversations / replicas
+        busiest = max(math.ceil(self.work.conversations / group / replicas - 1e-9) * group, per_replica)
+        waves = math.ceil(busiest / group_size - 1e-9)
+        _, group_max = static_batching_waste(self.work.sampled_per_conversation, group_size)
+        full = float(np.asarray(self.decode_step_s(float(group_size)), dtype=float))
+        population = max(float(self.work.conversations), 1.0)
+        quantile = 1.0 - 1.0 / (population + 1.0)
+        longest = float(np.quantile(sampled, quantile)) if sampled.size > 1 else float(sampled[-1])
+        mean_step = full
+        if longest > 0 and self.decode_step_at is not None:
+            positions = np.linspace(0.0, longest, _TAIL_POINTS + 1)
+            midpoints = (positions[:-1] + positions[1:]) / 2
+            c0, growth = self.work.tail_context
+            steps = np.asarray(self.decode_step_at(np.full(midpoints.shape, float(group_size)), c0 + growth * midpoints), dtype=float)
+            mean_step = float((np.diff(positions) * steps.reshape(midpoints.shape)).sum() / longest)
+        waits = self.work.wait_per_conversation + self._after_last_token()
+        if sampled.size <= 1:
+            last = mean_step * longest + float(waits.max(initial=0.0))
+        else:
+            last = float(np.quantile(self.work.sampled_per_conversation * mean_step + waits, quantile))
+        return StaticRollout(self.prefill_replica_s / replicas, waves, group_max, full, last)
 
     def async_period(self, replicas: Any, in_flight_steps: float, busy_s: Any, batches: bool = False) -> "AsyncPeriod":
         """The steady async step ``P`` with ``K + 1 = in_flight_steps`` steps of groups in flight and
@@ -427,10 +489,7 @@ class RolloutModel:
         times = self.times(replicas[:, 0], in_flight_steps)
         b_max = np.broadcast_to(times.steady_batch_sequences[:, None], shape)
         production = np.broadcast_to(times.production_time_s[:, None], shape)
-        per_token = self.recompute_s_per_token
-        lost = times.steady_recompute_tokens * per_token
-        if self.offload_tokens:
-            lost = lost + times.steady_loaded_tokens * self.load_s_per_token
+        lost = self._lost_s(times.steady_recompute_tokens, times.steady_loaded_tokens)
         fixed = np.broadcast_to(
             ((self.prefill_replica_s + self.score_replica_s + lost)[:, None] / replicas)
             + self.weight_load_s, shape,
@@ -536,8 +595,15 @@ class RolloutModel:
         # the trainer takes N groups a step from those that are not rejected, the faster ones
         carried = np.take_along_axis(trained_cumulative[index], (accepted - 1)[..., None], axis=-1)[..., 0]
         trained_share = carried / (accepted / groups)
-        return AsyncPeriod(period, grid[index], mean_latency[index] * stretch(period), bound, production, rejected, stale, lag,
-                           trained_share)
+        # with nothing rejected every group is taken within K + 1/2 periods: P >= the slowest group's latency / (K + 1/2)
+        # (a shorter period would reject the slowest groups, and the chain with them rejected exceeds it)
+        edge = np.where(rejected > 0, 0.0, latencies[index][..., -1] * stretch(period) / (k + 0.5)) if not batches and k > 0 \
+            else np.zeros(period.shape)
+        # at the cap the replicas run at the steady batch itself (the grid point below it would be slower than the production)
+        at_cap = index >= np.searchsorted(grid, np.maximum(b_max, 1.0), side="right") - 1
+        batch = np.where(at_cap, np.maximum(b_max, 1.0), grid[index])
+        return AsyncPeriod(period, batch, mean_latency[index] * stretch(period), bound, production, rejected, stale, lag,
+                           trained_share, fixed, b_max, chain, stretch(period), edge)
 
     def _drain_loss(self, batch: Any) -> Any:
         """Capacity lost draining before a weight load: the longest residual turn at the shrinking
@@ -553,6 +619,27 @@ class RolloutModel:
         mean_residual = float((weights * turns * 0.5).sum())
         tail, _ = shrinking_batch_decode_s(residual, np.maximum(batch, 1.0), batch, self.decode_step_s)
         return np.maximum(0.0, tail - mean_residual * np.asarray(self.decode_step_s(batch)))
+
+
+@dataclass(frozen=True)
+class StaticRollout:
+    """A synchronised step's rollout under static batching (:meth:`RolloutModel.static_rollout`)."""
+
+    prefill_s: float
+    """Prefill per replica [s]."""
+    waves: int
+    """Static groups the busiest replica runs one after another [groups]."""
+    group_max_tokens: float
+    """Mean group maximum of sampled tokens [tokens]."""
+    step_s: float
+    """Decode step at the full group, mean context [s]."""
+    last_s: float
+    """The last group: the step's longest conversation with the group's slots held, waits included [s]."""
+
+    @property
+    def time_s(self) -> float:
+        """``prefill + (waves - 1) x group max x t(B) + last`` [s]."""
+        return self.prefill_s + max(self.waves - 1, 0) * self.group_max_tokens * self.step_s + self.last_s
 
 
 @dataclass(frozen=True)
@@ -578,6 +665,18 @@ class AsyncPeriod:
     trained_share: "np.ndarray"
     """Trained positions of a step over the workload's mean: the groups rejected as stale are the
     slowest, usually the longest, so the ones trained carry fewer positions [ratio]."""
+    fixed_s: "np.ndarray"
+    """A replica's time per step besides decode: prefill, scoring, lost contexts, weight load
+    (and drain) [s]."""
+    batch_cap_sequences: "np.ndarray"
+    """The largest batch the in-flight steps fill (the steady batch) [sequences]."""
+    chain_s: "np.ndarray"
+    """The staleness bound's term of ``P`` [s]."""
+    stretch: "np.ndarray"
+    """``P / (P - hold)``: a group's latency stretched by the replicas' weight-load holds [ratio]."""
+    edge_s: "np.ndarray"
+    """With no group rejected: the slowest group's stretched latency over ``K + 1/2``, a floor of
+    ``P`` (0 when groups are rejected, or with ``batches``) [s]."""
 
 
 def static_batching_waste(lengths: "np.ndarray", batch: int) -> tuple[float, float]:

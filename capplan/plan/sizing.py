@@ -202,9 +202,11 @@ class SplitTimes:
     conversations_per_replica: float
     """Conversations each replica generates per step [conversations]."""
     decode_batch_sequences: float
-    """Decode batch per replica [sequences] (async: with ``K + 1`` steps in flight)."""
+    """Decode batch per replica [sequences]: a synchronised step's (colocated, sync), or the
+    batch the replicas run at to deliver one step per period (async with ``K >= 1``,
+    :meth:`capplan.plan.rollout.RolloutModel.async_period`)."""
     decode_replica_s: float
-    """Replica-seconds of decode per step [replica-s]."""
+    """Replica-seconds of decode per step at ``decode_batch_sequences`` [replica-s]."""
     work_time_s: float
     """Rollout work of a synchronised step at full batch over the replicas [s]."""
     tail_time_s: float
@@ -251,6 +253,29 @@ class SplitTimes:
     slowest, longest groups) [ratio]."""
     loaded_tokens: float = 0.0
     """Positions loaded back from a CPU KV tier per step instead of recomputed [positions]."""
+    sync_decode_batch_sequences: float = 0.0
+    """Decode batch of a synchronised step, the batch ``rollout_time_s`` is priced at (the
+    plan's batch in colocated and sync) [sequences]."""
+    sync_decode_replica_s: float = 0.0
+    """Replica-seconds of decode per step at that batch [replica-s]."""
+    busiest_conversations: float = 0.0
+    """Conversations on the busiest replica (prompt groups run whole on one) [conversations]."""
+    fits_sequences: float = 0.0
+    """Conversations of the busiest replica a synchronised step runs together [conversations]."""
+    lost_replica_s: float = 0.0
+    """Replica-seconds of a synchronised step prefilling again or loading back lost contexts [replica-s]."""
+    period_fixed_s: float = 0.0
+    """Async: a replica's time per period besides decode (prefill, scoring, lost contexts, weight load) [s]."""
+    batch_cap_sequences: float = 0.0
+    """Async: the largest batch the ``K + 1`` steps in flight fill [sequences]."""
+    chain_s: float = 0.0
+    """Async: the staleness bound's term of the step [s]."""
+    stretch: float = 1.0
+    """Async: ``P / (P - hold)``, a group's latency stretched by the replicas' weight-load holds [ratio]."""
+    edge_s: float = 0.0
+    """Async, nothing rejected: the slowest group's stretched latency over ``K + 1/2``, a floor of the step [s]."""
+    slowest_latency_s: float = 0.0
+    """Async, nothing rejected: the slowest group's stretched latency [s]."""
 
 
 @dataclass(frozen=True)
@@ -303,10 +328,18 @@ class StepModel:
         loaded = float(np.asarray(times.loaded_tokens).ravel()[0]) if np.ndim(times.loaded_tokens) else float(times.loaded_tokens)
         staleness = (0.0, 0.0, 0.0)
         trained_share = 1.0
+        decode_s = times.decode_replica_s[0].item()
+        period_terms = {}
         if steady:
             period = self.rollout.async_period([replicas], k + 1, trainer_time + sync_s, batches=self.batches)
             step = float(period.step_time_s[0, 0])
             batch = float(period.batch_sequences[0, 0])
+            decode_s = float(np.asarray(self.rollout.decode_replica_s(batch)).ravel()[0])  # at the batch the replicas run at
+            period_terms = {
+                "period_fixed_s": float(period.fixed_s[0, 0]), "batch_cap_sequences": float(period.batch_cap_sequences[0, 0]),
+                "chain_s": float(period.chain_s[0, 0]), "stretch": float(period.stretch[0, 0]),
+                "edge_s": float(period.edge_s[0, 0]), "slowest_latency_s": float(period.edge_s[0, 0]) * (k + 0.5),
+            }
             bound = str(period.bound_by[0, 0])
             staleness = (float(period.rejected_fraction[0, 0]), float(period.stale_fraction[0, 0]), float(period.mean_policy_lag[0, 0]))
             trained_share = float(period.trained_share[0, 0])
@@ -319,7 +352,7 @@ class StepModel:
             replicas=int(times.replicas[0].item()),
             conversations_per_replica=times.conversations_per_replica[0].item(),
             decode_batch_sequences=batch,
-            decode_replica_s=times.decode_replica_s[0].item(),
+            decode_replica_s=decode_s,
             work_time_s=work,
             tail_time_s=times.tail_time_s[0].item(),
             rollout_time_s=rollout,
@@ -342,6 +375,12 @@ class StepModel:
             bound_by=bound,
             trainer_phases_s=phases,
             loaded_tokens=loaded,
+            sync_decode_batch_sequences=times.decode_batch_sequences[0].item(),
+            sync_decode_replica_s=times.decode_replica_s[0].item(),
+            busiest_conversations=float(np.asarray(times.busiest_conversations).ravel()[0]),
+            fits_sequences=float(np.asarray(times.fits_sequences).ravel()[0]),
+            lost_replica_s=float(np.asarray(times.lost_replica_s).ravel()[0]),
+            **period_terms,
         )
 
 
