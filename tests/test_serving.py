@@ -333,6 +333,12 @@ def test_unmeetable_ttft_exits_3_with_the_json_written(runner, tmp_path):
     assert result.exit_code == 3, result.output
     doc = json.loads((out / "plan.json").read_text())[0]
     assert doc["targets_met"] is False and doc["ttft_met"] is False
+    # the sizing and the binding constraint say which target is unmet and why, as the error line does
+    assert doc["binding_constraint"] == "ttft target"
+    assert "every target" not in doc["sizing"] and "unmet at any size: the TTFT target is below one prompt's prefill" in doc["sizing"]
+    # the files hold the JSON: standard output stays empty, standard error has the written paths (docs/serving.md)
+    assert result.stdout == ""
+    assert result.stderr.splitlines()[:2] == [f"wrote {out / 'plan.json'}", f"wrote {out / 'plan-serving.csv'}"]
     error = result.stderr.splitlines()[-1]
     assert error.startswith("Error: tight: TTFT target 50 ms is below one ")
     assert "-token prefill at " in error and "on h100-sxm (tp 1)" in error

@@ -755,7 +755,8 @@ def plan(
         Path | None,
         typer.Option(
             "--output-dir", help="Write plan.json, and plan.csv (training workloads) and plan-serving.csv (serving workloads), "
-            "here (atomically; never overwriting without --force).", file_okay=False,
+            "here (atomically; never overwriting without --force); with --format json or csv they replace standard output "
+            "(the table still prints).", file_okay=False,
         ),
     ] = None,
     force: ForceOpt = False,
@@ -847,7 +848,9 @@ def plan(
         for path, text in targets.items():
             call(lambda: write_atomic(path, text, force=force))
             typer.echo(f"wrote {path}", err=True)
-    if format is Format.json:
+    if format is not Format.table and output_dir is not None:
+        pass  # the files hold the JSON and CSV; standard output only the table (as -o elsewhere)
+    elif format is Format.json:
         emit(to_json(docs), None, False)
     elif format is Format.csv:
         emit(serving_csv(serving) if serving else plans_csv(training), None, False)

@@ -345,6 +345,8 @@ def plan_serving(
     fails = failing(q, only_reachable=False)
     reasons = _reasons(q, fails, s, pct, replicas, tp, hw.name, ttft_floor, tpot_floor, floor_prompt, floor_ctx, reachable,
                        server.request_overhead_s)
+    if inputs.inference_gpus is None:
+        binding, sizing = _unreachable_sizing(binding, sizing, fails, reachable)
     gpus = replicas * tp
     price, source = _price(gpu_hour_price, s.price_usd_per_gpu_hour, hw)
     share = _prefill_share(q)
@@ -499,6 +501,24 @@ def _search(evaluate, failing, lam: float, max_util: float, capacities: dict, se
         "tpot target": f"the TPOT target: {hi - 1} replica(s) would miss it",
     }.get(first, "")
     return hi, binding, f"the fewest replicas meeting every target; one fewer fails {reason}"
+
+
+def _unreachable_sizing(binding: str, sizing: str, fails: list[str], reachable: dict[str, bool]) -> tuple[str, str]:
+    """The binding constraint and sizing sentence once targets no fleet meets are counted.
+
+    The search sizes for the reachable limits only; a target below what one request takes on an
+    idle replica is then what binds (it is unmet at any size), and the sentence says so instead
+    of claiming every target met (the full reason, the error line's text, is in ``reasons``).
+    """
+    unreachable = [name for name in fails if not reachable.get(name, True)]
+    if not unreachable:
+        return binding, sizing
+    sized = (sizing.replace("meets every target", "meets every other limit")
+             .replace("meeting every target", "meeting every other limit"))
+    why = {"ttft target": "the TTFT target is below one prompt's prefill on an idle replica",
+           "tpot target": "the TPOT target is below one decode step of a lone sequence"}
+    unmet = "; ".join(why.get(name, name) for name in unreachable)
+    return unreachable[0], f"{sized}; unmet at any size: {unmet} (see reasons)"
 
 
 def _floors(server: "Server", mix: "RequestMix", pct: float) -> tuple[float, float, float, float]:
