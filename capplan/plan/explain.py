@@ -85,7 +85,7 @@ def rollout_lines(work: "StepWork", setup: "ReplicaSetup", times: "SplitTimes", 
         f"lost contexts {times.lost_replica_s:,.2f} replica-s) / {times.replicas} replicas x busiest {times.busiest_conversations:,.1f} "
         f"/ mean {times.conversations_per_replica:,.1f} conversations per replica = {times.work_time_s:,.1f} s",
         f"rollout time{' of a synchronised step' if steady else ''} = max(W {times.work_time_s:,.1f}, (1 - running together "
-        f"{times.fits_sequences:,.1f} / busiest {times.busiest_conversations:,.1f}) x W + longest conversation at the shrinking batch "
+        f"{times.fits_sequences:,.2f} / busiest {times.busiest_conversations:,.2f}) x W + longest conversation at the shrinking batch "
         f"{times.tail_time_s:,.1f}) = {times.rollout_time_s:,.1f} s",
         f"static batching waste = 1 - mean L {static.mean_tokens:,.0f} / mean group max L {static.group_max_tokens:,.0f} = "
         f"{static.waste_fraction:.1%} (groups of {static.group_size}, a synchronised step's batch)",
