@@ -270,6 +270,20 @@ def test_more_memory_never_lowers_concurrency(mem, extra):
     assert res[1].runnable_sequences >= res[0].runnable_sequences
 
 
+@settings(max_examples=15, deadline=None)
+@given(
+    k=st.integers(1, 6), g=st.integers(1, 16), trainer=st.sampled_from([4, 8, 16]),
+    action=st.integers(20, 4000), ingest=st.sampled_from(["groups", "batches"]),
+)
+def test_async_mean_lag_never_exceeds_the_staleness_bound(k, g, trainer, action, ingest):
+    """Trajectories more than K versions old are rejected, so what is trained has a mean lag of at
+    most K, and the stale fraction (lag >= 1) is a fraction."""
+    p = plan_workload(wl(300, action, 16, 4), PlanInputs(hardware=H100, model=LLAMA, inference_gpus=g, trainer_gpus=trainer,
+                                                        mode="async", max_staleness=k, async_ingest=ingest))
+    assert 0.0 <= p.mean_policy_lag <= k + 1e-12
+    assert 0.0 <= p.stale_fraction <= 1.0
+
+
 # --- CLI -------------------------------------------------------------------------------------
 
 CONTRACT = (
