@@ -10,7 +10,9 @@ mapping with a ``dist`` key::
     action_tokens: {dist: empirical, samples: [120, 340, 95, 1200]}
 
 Sampling is vectorised and seeded (``numpy.random.Generator``); integer fields are rounded to
-the nearest integer and clipped to ``[min, max]`` where given.
+the nearest integer and clipped to ``[min, max]`` where given. ``min`` must be <= ``max``, and
+the clip bounds must hold the distribution's centre (a fixed value, a lognormal's or empirical
+mean) or overlap a uniform's ``[low, high]``: otherwise nearly every sample would be clipped.
 """
 
 from __future__ import annotations
@@ -44,6 +46,26 @@ class _Dist(BaseModel):
     max: float | None = Field(default=None, ge=0, le=MAX_VALUE)
     """Upper clip applied to every sample (optional), e.g. a generation-length limit."""
 
+    @model_validator(mode="after")
+    def _bounds(self) -> "_Dist":
+        lo, hi = self.min, self.max
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"min ({lo:g}) must be <= max ({hi:g})")
+        if lo is not None or hi is not None:
+            self._check_within(-math.inf if lo is None else lo, math.inf if hi is None else hi)
+        return self
+
+    def _check_within(self, lo: float, hi: float) -> None:
+        """Refuse a distribution whose clip bounds ``[lo, hi]`` contradict its own parameters."""
+
+    @staticmethod
+    def _span(lo: float, hi: float) -> str:
+        if math.isinf(lo):
+            return f"<= max ({hi:g})"
+        if math.isinf(hi):
+            return f">= min ({lo:g})"
+        return f"within [min, max] = [{lo:g}, {hi:g}]"
+
     @property
     def is_fixed(self) -> bool:
         return False
@@ -67,6 +89,10 @@ class Fixed(_Dist):
     """Distribution kind (the tag that selects this form)."""
     value: float = Field(ge=0, le=MAX_VALUE)
     """The value [tokens or seconds]."""
+
+    def _check_within(self, lo: float, hi: float) -> None:
+        if not lo <= self.value <= hi:
+            raise ValueError(f"fixed value ({self.value:g}) must be {self._span(lo, hi)}")
 
     @property
     def is_fixed(self) -> bool:
@@ -99,6 +125,13 @@ class Uniform(_Dist):
         if self.high < self.low:
             raise ValueError(f"uniform high ({self.high:g}) must be >= low ({self.low:g})")
         return self
+
+    def _check_within(self, lo: float, hi: float) -> None:
+        if self.high < lo or self.low > hi:
+            raise ValueError(
+                f"uniform [low, high] = [{self.low:g}, {self.high:g}] must overlap min/max (samples {self._span(lo, hi)}); "
+                "outside it every sample is clipped to one value"
+            )
 
     def mean(self) -> float:
         return (self.low + self.high) / 2
@@ -143,6 +176,10 @@ class Lognormal(_Dist):
                     f"({self.mean_:g}): no lognormal has that shape; give sigma instead"
                 )
         return self
+
+    def _check_within(self, lo: float, hi: float) -> None:
+        if not lo <= self.mean_ <= hi:
+            raise ValueError(f"lognormal mean ({self.mean_:g}) must be {self._span(lo, hi)}")
 
     def log_params(self) -> tuple[float, float]:
         """Return ``(mu, sigma)`` of the underlying normal."""
@@ -217,6 +254,11 @@ class Empirical(_Dist):
         if bad:
             raise ValueError(f"empirical samples must be in [0, {MAX_VALUE:,.0f}], got {bad[0]:g}")
         return self
+
+    def _check_within(self, lo: float, hi: float) -> None:
+        mean = sum(self.samples) / len(self.samples)
+        if not lo <= mean <= hi:
+            raise ValueError(f"empirical samples' mean ({mean:g}) must be {self._span(lo, hi)}")
 
     def mean(self) -> float:
         return sum(self.samples) / len(self.samples)
