@@ -87,6 +87,27 @@ class Volume(_Strict):
         return self.prompts_per_step * self.samples_per_prompt
 
 
+def _model_ref(value: str | None) -> str | None:
+    """A model preset name or file that resolves (offline: a bundled name or an existing file),
+    else the not-found message naming the closest preset."""
+    if value is not None:
+        from capplan.errors import NotFoundError
+
+        try:
+            resolve("models", value)
+        except NotFoundError as exc:
+            raise ValueError(str(exc)) from None
+    return value
+
+
+def check_samples(action_tokens: Distribution, where: tuple[str, ...]) -> None:
+    """Refuse ``action_tokens`` that can never sample a token (rounded, as the ledger draws them):
+    every invocation samples at least one."""
+    top = action_tokens.upper_bound()
+    if top < 0.5:
+        raise FieldError(where, f"every turn samples at least 1 token; this distribution allows at most {top:g}")
+
+
 class Turn(_Strict):
     """One policy invocation: sample ``action_tokens``, then optionally call a tool."""
 
@@ -96,6 +117,11 @@ class Turn(_Strict):
     """Tokens of the tool observation appended after the action [tokens]; omit for no tool call."""
     tool_wait_s: Distribution | None = None
     """Wall time spent waiting for the tool [s]; waiting is not GPU work."""
+
+    @model_validator(mode="after")
+    def _samples(self) -> "Turn":
+        check_samples(self.action_tokens, ("action_tokens",))
+        return self
 
     @property
     def has_tool(self) -> bool:
@@ -146,6 +172,14 @@ class Conversation(_Strict):
                 raise ValueError(
                     f"num_turns: at most {MAX_TURNS:,} turns, got up to {self.num_turns.upper_bound():,.0f}"
                 )
+            check_samples(self.action_tokens, ("action_tokens",))
+        prompt = self.prompt_tokens.mean()
+        if self.max_context is not None and self.max_context <= prompt:
+            raise FieldError(
+                ("max_context",),
+                f"{self.max_context:,} tokens must hold the prompt and a sampled token: more than the prompt's "
+                f"{'mean of ' if not self.prompt_tokens.is_fixed else ''}{prompt:,.0f} tokens",
+            )
         return self
 
     @property
@@ -237,6 +271,11 @@ class Training(_Strict):
     verl's ``old_log_probs`` and open-instruct do); ignored without a rollout engine."""
     teacher_model: str | None = None
     """Teacher model preset or path for ``teacher_scoring`` (default: the policy ``model``)."""
+
+    @field_validator("teacher_model")
+    @classmethod
+    def _teacher_resolves(cls, v: str | None) -> str | None:
+        return _model_ref(v)
     step_time_target_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
     """Trainer step-time target [s] used to size trainer GPUs when none are given."""
 
@@ -336,6 +375,11 @@ class Speculative(_Strict):
     policy drifts from the drafter)."""
     draft_model: str | None = None
     """Draft model preset or path (``method: draft`` only)."""
+
+    @field_validator("draft_model")
+    @classmethod
+    def _draft_resolves(cls, v: str | None) -> str | None:
+        return _model_ref(v)
 
     @model_validator(mode="after")
     def _check(self) -> "Speculative":
@@ -470,6 +514,11 @@ class Workload(_Strict):
     """What the workload represents and where its numbers come from."""
     model: str | None = None
     """Model preset name or path to a model profile (optional)."""
+
+    @field_validator("model")
+    @classmethod
+    def _model_resolves(cls, v: str | None) -> str | None:
+        return _model_ref(v)
     method: Method
     """Training method: ``sft``, ``distillation``, ``outcome-rl``, ``multi-turn-rl`` or ``serving``."""
     volume: Volume = Field(default_factory=Volume)

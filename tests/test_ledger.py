@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from capplan.ledger import COUNTERS, compute_ledger
@@ -187,7 +187,7 @@ def test_variable_turns_compact_form():
 
 
 turn = st.fixed_dictionaries(
-    {"action_tokens": st.integers(0, 50)},
+    {"action_tokens": st.integers(1, 50)},  # every turn samples (a workload with 0 is refused)
     optional={"tool_tokens": st.integers(0, 50), "tool_wait_s": st.floats(0, 100)},
 )
 
@@ -204,7 +204,8 @@ turn = st.fixed_dictionaries(
 def test_identities_hold_for_any_fixed_workload(prompt, turns, reuse, evict, max_context, method):
     """Property: every identity holds for fixed workloads under none/auto reuse, and the numbers
     obey the definitions: prefill + hits = sum of inputs >= recorded - last action; hits never
-    exceed prefill-able input; recorded never exceeds max_context."""
+    exceed prefill-able input; recorded never exceeds max_context (which must hold the prompt)."""
+    assume(max_context is None or max_context > prompt)
     w = make(
         {"prompt_tokens": prompt, "turns": turns, "max_context": max_context},
         method=method,
