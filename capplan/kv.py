@@ -62,6 +62,8 @@ from capplan.units import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import numpy as np
 
     from capplan.hardware import HardwareProfile
@@ -232,8 +234,14 @@ def _stage_layers(kinds: list[str], pp: int) -> list[list[str]]:
     return out
 
 
-def check_parallelism(spec: "ModelSpec", tp: int, pp: int = 1) -> None:
+def check_parallelism(spec: "ModelSpec", tp: int, pp: int = 1, where: "Mapping[str, str] | None" = None) -> None:
     """Reject tensor/pipeline degrees an engine cannot run, with the reason.
+
+    Parameters
+    ----------
+    where : mapping, optional
+        What set each degree, for the message: ``{"tp": ..., "pp": ...}`` (default the flags
+        ``--tp`` and ``--pp``; a workload's ``engine:`` key when the file set it).
 
     Raises
     ------
@@ -241,21 +249,22 @@ def check_parallelism(spec: "ModelSpec", tp: int, pp: int = 1) -> None:
         ``tp`` must divide the attention heads; the KV heads must divide by ``tp`` or ``tp`` by
         them (then heads are replicated); ``pp`` may not exceed the layer count.
     """
+    tp_at, pp_at = (where or {}).get("tp", "--tp"), (where or {}).get("pp", "--pp")
     if tp < 1 or pp < 1:
-        raise InputError(f"--tp and --pp must be >= 1 (got tp={tp}, pp={pp})")
+        raise InputError(f"{tp_at} and {pp_at} must be >= 1 (got tp={tp}, pp={pp})")
     H, Hkv = spec.num_attention_heads, spec.num_kv_heads
     if H % tp:
         ok = [t for t in (1, 2, 4, 8, 16, 32, 64) if H % t == 0]
         raise InputError(
-            f"--tp {tp}: {spec.name} has {H} attention heads, which {tp} does not divide "
+            f"{tp_at} {tp}: {spec.name} has {H} attention heads, which {tp} does not divide "
             f"(tensor-parallel degrees that divide them: {', '.join(map(str, ok))})"
         )
     if spec.mla is None and Hkv % tp and tp % Hkv:
         raise InputError(
-            f"--tp {tp}: {spec.name} has {Hkv} KV heads; tp must divide them or be a multiple of them"
+            f"{tp_at} {tp}: {spec.name} has {Hkv} KV heads; tp must divide them or be a multiple of them"
         )
     if pp > spec.num_layers:
-        raise InputError(f"--pp {pp}: {spec.name} has only {spec.num_layers} layers")
+        raise InputError(f"{pp_at} {pp}: {spec.name} has only {spec.num_layers} layers")
 
 
 def resolve_dp(tp: int, ep: int, dp: int | None) -> int:
@@ -270,13 +279,27 @@ def resolve_dp(tp: int, ep: int, dp: int | None) -> int:
     return ep // tp if ep > tp and ep % tp == 0 else 1
 
 
-def check_expert_parallelism(spec: "ModelSpec", tp: int, dp: int, ep: int, redundant_experts: int = 0) -> None:
+def check_expert_parallelism(
+    spec: "ModelSpec", tp: int, dp: int, ep: int, redundant_experts: int = 0, *, expert_parallel: bool = False,
+    where: "Mapping[str, str] | None" = None,
+) -> None:
     """Reject expert/data-parallel layouts an engine cannot run, with the reason.
+
+    Parameters
+    ----------
+    expert_parallel : bool
+        Expert parallelism was asked for by name (vLLM's ``--enable-expert-parallel``, a
+        workload's ``engine.enable_expert_parallel: true``), whatever degree ``ep`` it gives: a
+        dense model refuses it even at ``ep = tp x dp = 1``.
+    where : mapping, optional
+        What set each value, for the message: ``{"ep": ..., "dp": ..., "redundant_experts": ...}``
+        (default the flags ``--ep``, ``--dp`` and ``--redundant-experts``; a workload's
+        ``engine:`` key when the file set it).
 
     Raises
     ------
     InputError
-        ``ep > 1`` on a dense model; ``ep`` not 1 and not ``tp x dp`` (expert parallelism spans
+        ``ep > 1`` (or ``expert_parallel``) on a dense model; ``ep`` not 1 and not ``tp x dp`` (expert parallelism spans
         every GPU of the instance); ``experts + redundant_experts`` not divisible by ``ep``;
         data-parallel attention (``dp > 1``) on a MoE model without expert parallelism;
         redundant experts without expert parallelism.
@@ -289,32 +312,36 @@ def check_expert_parallelism(spec: "ModelSpec", tp: int, dp: int, ep: int, redun
     ...
     capplan.errors.InputError: --ep 3: qwen3-30b-a3b has 128 routed experts per MoE layer, which 3 does not divide (expert-parallel degrees that divide them: 1, 2, 4, 8, 16, 32, 64, 128); --redundant-experts R makes 128 + R experts to split
     """
+    at = {"ep": "--ep", "dp": "--dp", "redundant_experts": "--redundant-experts", **(where or {})}
+    flag = at["ep"] == "--ep"
+    ep_at = f"--ep {ep}" if flag else f"{at['ep']} (ep = tp x dp = {ep})"
     m = spec.moe
-    if ep > 1 and m is None:
-        raise InputError(f"--ep {ep}: {spec.name} is a dense model; expert parallelism needs routed experts (give --ep 1)")
+    if (ep > 1 or expert_parallel) and m is None:
+        fix = "give --ep 1" if flag else "set it to false, or remove it"
+        raise InputError(f"{ep_at}: {spec.name} is a dense model; expert parallelism needs routed experts ({fix})")
     if redundant_experts and ep == 1:
-        raise InputError(f"--redundant-experts {redundant_experts}: replicas are placed by expert parallelism; give --ep > 1")
+        raise InputError(f"{at['redundant_experts']} {redundant_experts}: replicas are placed by expert parallelism; give --ep > 1")
     if m is None:
         return
     if ep > 1 and ep != tp * dp:
         raise InputError(
-            f"--ep {ep}: expert parallelism spans every GPU of the instance, --tp x --dp = {tp} x {dp} = {tp * dp}; "
+            f"{ep_at}: expert parallelism spans every GPU of the instance, --tp x --dp = {tp} x {dp} = {tp * dp}; "
             f"give --ep {tp * dp}, or --dp {ep // tp if ep % tp == 0 else '?'} with --tp {tp}, or --ep 1"
         )
     total = m.num_experts + redundant_experts
     if total % ep:
         ok = [d for d in range(1, m.num_experts + 1) if m.num_experts % d == 0]
         raise InputError(
-            f"--ep {ep}: {spec.name} has {m.num_experts} routed experts per MoE layer"
+            f"{ep_at}: {spec.name} has {m.num_experts} routed experts per MoE layer"
             f"{f' (+ {redundant_experts} redundant)' if redundant_experts else ''}, which {ep} does not divide "
             f"(expert-parallel degrees that divide them: {', '.join(map(str, ok))}); --redundant-experts R makes "
             f"{m.num_experts} + R experts to split"
         )
     if ep > total:
-        raise InputError(f"--ep {ep}: more GPUs than the {total} experts of a MoE layer")
+        raise InputError(f"{ep_at}: more GPUs than the {total} experts of a MoE layer")
     if dp > 1 and ep == 1:
         raise InputError(
-            f"--dp {dp}: data-parallel attention with a MoE model is modelled with expert parallelism over the "
+            f"{at['dp']} {dp}: data-parallel attention with a MoE model is modelled with expert parallelism over the "
             f"instance; give --ep {tp * dp}"
         )
 

@@ -298,6 +298,27 @@ def engine_features(
     return out
 
 
+def check_engine_layout(ctx: typer.Context, ref: str, workload: "Any", spec: "Any", tp: int, pp: int, f: dict[str, Any]) -> None:
+    """Refuse a tensor/pipeline/expert-parallel layout ``spec`` cannot run (:func:`capplan.kv.check_parallelism`,
+    :func:`capplan.kv.check_expert_parallelism`) before any work, the one-line error naming what
+    set the value: the flag, or ``ref: engine.KEY`` when the workload file ``ref`` did (a flag
+    wins over the file, :func:`engine_defaults`). ``engine.enable_expert_parallel: true`` on a
+    dense model is refused even where it gives ``ep = tp x dp = 1``. ``f`` is
+    :func:`engine_features`'s result."""
+    from capplan.kv import check_expert_parallelism, check_parallelism, resolve_dp
+
+    block = getattr(workload, "engine", None)
+    where: dict[str, str] = {}
+    for name, key in (("tp", "tensor_parallel_size"), ("pp", "pipeline_parallel_size"), ("dp", "data_parallel_size"),
+                      ("ep", "enable_expert_parallel"), ("redundant_experts", "num_redundant_experts")):
+        if block is not None and getattr(block, key) is not None and not _given(ctx, name):
+            where[name] = f"{ref}: engine.{key}"
+    asked = "ep" in where and bool(block.enable_expert_parallel)
+    call(lambda: check_parallelism(spec, tp, pp, where=where))
+    call(lambda: check_expert_parallelism(spec, tp, resolve_dp(tp, f["ep"], f["dp"]), f["ep"], f["redundant_experts"],
+                                          expert_parallel=asked, where=where))
+
+
 def warn(message: str) -> None:
     """Print ``Warning: message`` (one line, user text escaped) on standard error."""
     from capplan.output import printable

@@ -49,6 +49,7 @@ from capplan.cli.common import (
     SpecTokensOpt,
     TwoBatchOverlapOpt,
     engine_features,
+    check_engine_layout,
     parse_names,
 )
 
@@ -790,6 +791,7 @@ def plan(
         )
         f = engine_features(ctx, workload, e["tp"], ep=ep, dp=dp, redundant_experts=redundant_experts,
                             two_batch_overlap=two_batch_overlap, kv_offload_gib=kv_offload_gib)
+        check_engine_layout(ctx, name, workload, spec, e["tp"], e["pp"], f)
         if total_gpus and total_gpus // e["tp"] > max_grid_cells:
             raise fail(
                 f"--total-gpus {total_gpus:,} at tp {e['tp']} means {total_gpus // e['tp']:,} splits to evaluate, above --max-grid-cells "

@@ -334,6 +334,14 @@ def simulate(
     features = _engine_features(ctx, w, tp, ep, dp, expert_dtype, redundant_experts, kv_scale, two_batch_overlap, alltoall_mode,
                                 gemm_dtype, (spec_method, spec_tokens, acceptance_rate, acceptance_length, draft_model),
                                 kv_offload_gib, disaggregated)
+    if model or w.model:  # a layout the model cannot run, named by what set it (flag or engine: key), before any work
+        from capplan.cli.common import check_engine_layout, engine_features
+        from capplan.modelspec import load_model_spec
+
+        spec = call(lambda: load_model_spec(model or w.model))
+        check_engine_layout(ctx, workload, w, spec, tp, pp, engine_features(
+            ctx, w, tp, ep=ep, dp=dp, redundant_experts=redundant_experts, two_batch_overlap=two_batch_overlap,
+            kv_offload_gib=kv_offload_gib))
     if inference_gpus is not None:
         if given(ctx, ["inference_replicas"]):
             raise fail("--inference-gpus with --inference-replicas: give one (GPUs = replicas x --tensor-parallel-size)")

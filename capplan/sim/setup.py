@@ -118,9 +118,16 @@ def held_bytes_function(layout: "KVLayout") -> Callable[[float], float]:
 
 
 def trainer_gpus(
-    workload: "Workload", spec: "ModelSpec", trainer_hw: "HardwareProfile", given: int | None, mfu: float | None = None
+    workload: "Workload", spec: "ModelSpec", trainer_hw: "HardwareProfile", given: int | None, mfu: float | None = None,
+    colocated: tuple[int, int] | None = None,
 ) -> tuple[int, str]:
     """Trainer GPUs and how they were chosen: given, the sane data-parallel minimum, or sized for the step-time target.
+
+    Parameters
+    ----------
+    colocated : (replicas, tp), optional
+        Colocated training on the inference GPUs, ``given = replicas x tp``: the error names those
+        settings (and what to give) instead of ``--trainer-gpus``.
 
     Raises
     ------
@@ -135,8 +142,13 @@ def trainer_gpus(
         if given < fewest:
             from capplan.errors import DoesNotFitError
 
+            need = f"{spec.name}'s sharded training state needs at least {fewest} {trainer_hw.name} GPUs"
+            if colocated is None:
+                raise DoesNotFitError(f"--trainer-gpus {given}: {need}")
+            replicas, tp = colocated
             raise DoesNotFitError(
-                f"--trainer-gpus {given}: {spec.name}'s sharded training state needs at least {fewest} {trainer_hw.name} GPUs"
+                f"--mode colocated trains on the inference GPUs, --inference-replicas {replicas} x --tp {tp} = {given}: {need}; "
+                f"give --inference-replicas {-(-fewest // tp)} or more"
             )
         return given, "given"
     sane = sane_trainer_gpus(fewest, trainer_hw.gpus_per_node)
@@ -226,7 +238,7 @@ def engine_setup(
     if colocated:
         trainer_hw = hw
         gpus, sizing = config.inference_replicas * config.tp, "colocated: every inference GPU"
-        trainer_gpus(workload, spec, trainer_hw, gpus)  # raises when they cannot hold the state
+        trainer_gpus(workload, spec, trainer_hw, gpus, colocated=(config.inference_replicas, config.tp))  # raises when they cannot hold the state
     else:
         gpus, sizing = trainer_gpus(workload, spec, trainer_hw, config.trainer_gpus, config.trainer_mfu)
     training = workload.training
