@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from capplan.distributions import Distribution, Fixed
 from capplan.errors import InputError
@@ -87,9 +87,13 @@ class Volume(_Strict):
         return self.prompts_per_step * self.samples_per_prompt
 
 
-def _model_ref(value: str | None) -> str | None:
+def _model_ref(value: str | None, info: ValidationInfo | None = None, overridden_by: str | None = None) -> str | None:
     """A model preset name or file that resolves (offline: a bundled name or an existing file),
-    else the not-found message naming the closest preset."""
+    else the not-found message naming the closest preset. Not checked when the command was given
+    a flag that replaces it (``overridden_by`` set in the validation context by
+    :func:`load_workload`): the file's value is then not used."""
+    if overridden_by is not None and info is not None and (info.context or {}).get(overridden_by):
+        return value
     if value is not None:
         from capplan.errors import NotFoundError
 
@@ -378,8 +382,8 @@ class Speculative(_Strict):
 
     @field_validator("draft_model")
     @classmethod
-    def _draft_resolves(cls, v: str | None) -> str | None:
-        return _model_ref(v)
+    def _draft_resolves(cls, v: str | None, info: ValidationInfo) -> str | None:
+        return _model_ref(v, info, "draft_model_given")
 
     @model_validator(mode="after")
     def _check(self) -> "Speculative":
@@ -517,8 +521,8 @@ class Workload(_Strict):
 
     @field_validator("model")
     @classmethod
-    def _model_resolves(cls, v: str | None) -> str | None:
-        return _model_ref(v)
+    def _model_resolves(cls, v: str | None, info: ValidationInfo) -> str | None:
+        return _model_ref(v, info, "model_given")
     method: Method
     """Training method: ``sft``, ``distillation``, ``outcome-rl``, ``multi-turn-rl`` or ``serving``."""
     volume: Volume = Field(default_factory=Volume)
@@ -614,8 +618,12 @@ def nominal_inputs(conv: Conversation) -> list[int | None]:
     return out
 
 
-def load_workload(name_or_path: str | Path) -> Workload:
+def load_workload(name_or_path: str | Path, model_given: bool = False, draft_model_given: bool = False) -> Workload:
     """Load a bundled workload by name or a user's workload file, validated.
+
+    ``model_given`` / ``draft_model_given``: the command was given ``--model`` /
+    ``--draft-model``, which replace the file's ``model`` / ``speculative.draft_model``; those
+    are then not required to resolve.
 
     Raises
     ------
@@ -625,4 +633,4 @@ def load_workload(name_or_path: str | Path) -> Workload:
         When the name is neither a file nor a bundled workload.
     """
     path = resolve("workloads", name_or_path)
-    return load_model(path, Workload)
+    return load_model(path, Workload, {"model_given": model_given, "draft_model_given": draft_model_given})

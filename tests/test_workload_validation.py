@@ -124,3 +124,19 @@ def test_unknown_bundled_name_lists_names():
         load_workload("seed-replai")
     msg = str(info.value)
     assert "did you mean 'seed-replay'?" in msg and "seed-replay-auto" in msg
+
+
+def test_an_unknown_model_is_an_error_unless_a_flag_replaces_it(write_yaml, runner):
+    """``model: my-private-model`` names nothing that resolves: loading the file is a one-line
+    error naming the key, unless the command was given ``--model`` (the file's value is then not
+    used), so ``plan --model llama-3.1-8b`` still plans it."""
+    from capplan.cli.app import app
+
+    path = write_yaml("model: my-private-model\n" + GOOD.replace("{ACTION}", "4"))
+    assert error_of(write_yaml, "model: my-private-model\n" + GOOD.replace("{ACTION}", "4")).startswith(
+        "model (line 1): my-private-model: no such file")
+    assert load_workload(str(path), model_given=True).model == "my-private-model"
+    ok = runner.invoke(app, ["plan", str(path), "-H", "h100-sxm", "--model", "llama-3.1-8b", "--total-gpus", "16"])
+    assert ok.exit_code == 0, ok.output
+    bad = runner.invoke(app, ["plan", str(path), "-H", "h100-sxm", "--total-gpus", "16"])
+    assert bad.exit_code == 2 and "model (line 1): my-private-model" in bad.output

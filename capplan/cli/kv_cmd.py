@@ -149,7 +149,7 @@ def kv(
     if workload is not None:
         from capplan.workload import load_workload
 
-        w = call(lambda: load_workload(workload))
+        w = call(lambda: load_workload(workload, model_given=True, draft_model_given=draft_model is not None))  # -m is required
         e = engine_defaults(
             cli, w, tp=tp, pp=pp, kv_dtype=kv_dtype, weight_dtype=weight_dtype, context=context, gpu_mem_util=gpu_mem_util,
             block_size=block_size, max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, engine=engine,

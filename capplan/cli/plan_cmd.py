@@ -782,7 +782,7 @@ def plan(
     thw = call(lambda: load_hardware(trainer_hardware)) if trainer_hardware else hw
     plans = []
     for name in workloads:
-        workload, spec = call(lambda: load_policy(name, model))
+        workload, spec = call(lambda: load_policy(name, model, draft_model is not None))
         e = engine_defaults(
             ctx, workload, features=True, tp=tp, pp=pp, kv_dtype=kv_dtype, weight_dtype=weight_dtype,
             gpu_memory_utilization=gpu_memory_utilization, engine=engine, max_num_seqs=max_num_seqs,

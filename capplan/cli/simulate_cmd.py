@@ -318,7 +318,7 @@ def simulate(
     axes = _sweep_axes(ctx, sweep, executor, ray_address, output)
     if axes is None and output is not None and output.suffix.lower() in (".csv", ".parquet", ".png", ".svg"):
         raise fail(f"--output {output}: simulate writes its result as JSON; give a .json file (plots go to --timeline)")
-    w = call(lambda: load_workload(workload))
+    w = call(lambda: load_workload(workload, model_given=model is not None, draft_model_given=draft_model is not None))
     e = engine_defaults(
         ctx, w, features=True, tp=tp, pp=pp, kv_dtype=kv_dtype, weight_dtype=weight_dtype, gpu_memory_utilization=gpu_memory_utilization,
         engine=engine, max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens, block_size=block_size,

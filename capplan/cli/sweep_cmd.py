@@ -307,7 +307,7 @@ def sweep_cmd(
     names = parse_names(hardware)
     if not names:
         raise fail("--hardware: give at least one hardware profile, e.g. -H h100-sxm,h200")
-    loaded_workload, spec = call(lambda: load_policy(workload, model))
+    loaded_workload, spec = call(lambda: load_policy(workload, model, draft_model is not None))
     if loaded_workload.method == "serving":
         from capplan.cli.method_flags import SWEEP_SERVING_ERROR
 

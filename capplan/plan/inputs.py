@@ -251,7 +251,7 @@ class PlanInputs(Options, BaseModel):
         return "reshard" if self.mode == "colocated" else "nccl"
 
 
-def load_policy(workload_ref: str, model_ref: str | None = None) -> "tuple[Workload, ModelSpec]":
+def load_policy(workload_ref: str, model_ref: str | None = None, draft_model_given: bool = False) -> "tuple[Workload, ModelSpec]":
     """Load a workload (bundled name or file) and its policy model: ``model_ref``, else the workload's.
 
     Raises
@@ -264,7 +264,7 @@ def load_policy(workload_ref: str, model_ref: str | None = None) -> "tuple[Workl
     from capplan.modelspec import load_model_spec
     from capplan.workload import load_workload
 
-    workload = load_workload(workload_ref)
+    workload = load_workload(workload_ref, model_given=model_ref is not None, draft_model_given=draft_model_given)
     ref = model_ref or workload.model
     if ref is None:
         raise InputError(f"{workload_ref}: the workload names no model; add 'model:' to it or pass --model")
