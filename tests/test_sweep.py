@@ -109,8 +109,9 @@ def test_sweep_refuses_a_flag_no_point_can_take(runner, tmp_path, flags, message
 
 
 def test_sweep_refuses_a_workload_no_point_can_run(runner, tmp_path):
-    """Every prompt filling max_context leaves nothing to generate at any point: an input error,
-    not an exit 0 over a grid of infeasible rows; a point that does not fit stays a row."""
+    """Every prompt filling max_context leaves nothing to generate at any point: an input error
+    (the workload file's, naming the field), not an exit 0 over a grid of infeasible rows; a point
+    that does not fit stays a row."""
     from capplan.cli.app import app
 
     text = (REPO / "workloads" / "reasoning-rl-olmo3-7b.yaml").read_text(encoding="utf-8")
@@ -119,7 +120,7 @@ def test_sweep_refuses_a_workload_no_point_can_run(runner, tmp_path):
     (tmp_path / "w.yaml").write_text(text, encoding="utf-8")
     r = runner.invoke(app, ["sweep", str(tmp_path / "w.yaml"), "-H", "h100-sxm", "-o", str(tmp_path / "g.csv")])
     assert r.exit_code == 2, r.output
-    assert "no conversation can start a turn" in r.stderr and "max_context (10 tokens)" in r.stderr
+    assert "conversation.max_context (line" in r.stderr and "must hold the prompt" in r.stderr  # refused as the file is read
     assert not (tmp_path / "g.csv").exists()
     # a model too large for the GPU at every point is infeasibility, reported per row (exit 0)
     r = runner.invoke(app, ["sweep", "reasoning-rl-olmo3-32b", "-H", "l4", "--tp", "1", "--trainer-hardware", "h100-sxm",
