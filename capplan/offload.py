@@ -16,7 +16,8 @@ scheduler step (the connector loads asynchronously and the request is scheduled 
 short prefix is faster to recompute; :func:`break_even_tokens` finds where loading starts to win.
 A saturated engine's loads add to its compute rather than hide behind it (:func:`offload_throughput`):
 the vLLM blog's 512-token prefill throughput at 0-100% CPU hits (2026-01-08, Figure 2) follows the
-serial sum within 8% at every hit rate, and overshoots by up to 2x if the two overlap.
+serial sum of its own end points within 8% at every hit rate; taking the slower of the two overshoots
+by up to 2x.
 """
 
 from __future__ import annotations
