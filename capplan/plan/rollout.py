@@ -424,14 +424,13 @@ class RolloutModel:
         full = float(np.asarray(self.decode_step_s(float(group_size)), dtype=float))
         population = max(float(self.work.conversations), 1.0)
         quantile = 1.0 - 1.0 / (population + 1.0)
-        longest = float(np.quantile(sampled, quantile)) if sampled.size > 1 else float(sampled[-1])
-        mean_step = full
-        if longest > 0 and self.decode_step_at is not None:
-            positions = np.linspace(0.0, longest, _TAIL_POINTS + 1)
-            midpoints = (positions[:-1] + positions[1:]) / 2
-            c0, growth = self.work.tail_context
-            steps = np.asarray(self.decode_step_at(np.full(midpoints.shape, float(group_size)), c0 + growth * midpoints), dtype=float)
-            mean_step = float((np.diff(positions) * steps.reshape(midpoints.shape)).sum() / longest)
+        # the longest conversation priced as the tail prices it, its slots held at B throughout
+        at_b = float(group_size)
+        held, longest = shrinking_batch_decode_s(
+            sampled, busiest, at_b, lambda b: self.decode_step_s(np.full(np.shape(b), at_b)), population=population,
+            step_time_at=None if self.decode_step_at is None else (lambda b, c: self.decode_step_at(np.full(np.shape(b), at_b), c)),
+            context=self.work.tail_context)
+        mean_step = held / longest if longest > 0 and self.decode_step_at is not None else full
         waits = self.work.wait_per_conversation + self._after_last_token()
         if sampled.size <= 1:
             last = mean_step * longest + float(waits.max(initial=0.0))

@@ -340,7 +340,8 @@ def plan_serving(
             sizing += f" = {replicas // unit} instance(s) of tp x dp = {tp} x {unit}"
         binding = "given"
     else:
-        replicas, binding, sizing = _search(evaluate, failing, lam, s.max_utilisation, capacities, server, mix, burst, unit)
+        every = "every target" if all(reachable.values()) else "every other limit"  # a target below the floor is unmet at any size
+        replicas, binding, sizing = _search(evaluate, failing, lam, s.max_utilisation, capacities, server, mix, burst, unit, every)
     q = evaluate(replicas)
     fails = failing(q, only_reachable=False)
     reasons = _reasons(q, fails, s, pct, replicas, tp, hw.name, ttft_floor, tpot_floor, floor_prompt, floor_ctx, reachable,
@@ -440,7 +441,7 @@ def _with_features(plan: ServingPlan, workload: "Workload", inputs: "PlanInputs"
 
 
 def _search(evaluate, failing, lam: float, max_util: float, capacities: dict, server: "Server", mix: "RequestMix",
-            burst: float, unit: int = 1) -> tuple[int, str, str]:  # noqa: ANN001
+            burst: float, unit: int = 1, every: str = "every target") -> tuple[int, str, str]:  # noqa: ANN001
     """The smallest replica count with nothing failing (``failing`` is monotone in it), the
     binding constraint and a sentence on how it was chosen.
 
@@ -453,7 +454,7 @@ def _search(evaluate, failing, lam: float, max_util: float, capacities: dict, se
 
     if unit > 1:
         count, binding, sizing = _search(lambda n: evaluate(n * unit), failing, lam / unit, max_util, capacities, server, mix,
-                                         burst * unit)
+                                         burst * unit, every=every)
         sizing = sizing.replace("one replica meets", "one instance meets").replace("replica(s)", "instance(s)")
         return count * unit, binding, sizing + f" (instances of {unit} data-parallel replicas)"
 
@@ -491,7 +492,7 @@ def _search(evaluate, failing, lam: float, max_util: float, capacities: dict, se
         else:
             hi = mid
     if hi == 1:
-        return 1, "none", "one replica meets every target"
+        return 1, "none", f"one replica meets {every}"
     why = failing(evaluate(hi - 1))
     first = why[0] if why else "none"
     binding = _kv_name(evaluate(hi - 1).limited_by) if first == "utilisation" else first
@@ -500,25 +501,23 @@ def _search(evaluate, failing, lam: float, max_util: float, capacities: dict, se
         "ttft target": f"the TTFT target: {hi - 1} replica(s) would miss it",
         "tpot target": f"the TPOT target: {hi - 1} replica(s) would miss it",
     }.get(first, "")
-    return hi, binding, f"the fewest replicas meeting every target; one fewer fails {reason}"
+    return hi, binding, f"the fewest replicas meeting {every}; one fewer fails {reason}"
 
 
 def _unreachable_sizing(binding: str, sizing: str, fails: list[str], reachable: dict[str, bool]) -> tuple[str, str]:
     """The binding constraint and sizing sentence once targets no fleet meets are counted.
 
-    The search sizes for the reachable limits only; a target below what one request takes on an
-    idle replica is then what binds (it is unmet at any size), and the sentence says so instead
-    of claiming every target met (the full reason, the error line's text, is in ``reasons``).
+    The search sizes for the reachable limits only (its sentence says "every other limit"); a
+    target below what one request takes on an idle replica is then what binds (it is unmet at any
+    size), and the sentence says which (the full reason, the error line's text, is in ``reasons``).
     """
     unreachable = [name for name in fails if not reachable.get(name, True)]
     if not unreachable:
         return binding, sizing
-    sized = (sizing.replace("meets every target", "meets every other limit")
-             .replace("meeting every target", "meeting every other limit"))
     why = {"ttft target": "the TTFT target is below one prompt's prefill on an idle replica",
            "tpot target": "the TPOT target is below one decode step of a lone sequence"}
     unmet = "; ".join(why.get(name, name) for name in unreachable)
-    return unreachable[0], f"{sized}; unmet at any size: {unmet} (see reasons)"
+    return unreachable[0], f"{sizing}; unmet at any size: {unmet} (see reasons)"
 
 
 def _floors(server: "Server", mix: "RequestMix", pct: float) -> tuple[float, float, float, float]:
