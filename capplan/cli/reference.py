@@ -298,7 +298,17 @@ Where the model is still wrong, and why:
   into decodes. Lowering that override to 0.70 or 0.60 fixes these rows and breaks the others
   (held-out median 11.05% -> 11.2% / 11.5%, rows beyond 2x 40 -> 44 / 48), so the two kinds of
   step want different compute rates: the model has one, and a planner sizing long-prompt
-  (RAG, agentic) prefill on vLLM should expect its prefill times ~35% short. The loaded side of
+  (RAG, agentic) prefill on vLLM should expect its prefill times ~35% short. A compute-bound
+  slowdown was tried too: a step priced `max(memory, compute + s (compute - memory))` (a
+  power-limited clock, which spares steps near the ridge point), `s` fitted with the H100
+  override on these rows (0.37). It brought these rows and the 20,000-token rows (held out)
+  within 10%, the held-out median from 10.8% to 10.2% and the KV-offload rows from +13.5% to
+  +7.7% signed, but it prices a prompt split into 512-token chunks faster than one
+  8,192-token step (each chunk sits near the ridge, so it pays less of the slowdown: a chunked
+  prefill of 8 x 1,024 tokens on Llama-3.1-8B 181 ms against 199 ms), the wrong direction for
+  anyone sweeping `max_num_batched_tokens`, and moved the TTFT p99 rows from -4% to -14%
+  signed: not kept. Whatever slows these steps depends on the run (sustained prefill against
+  prefill mixed into decodes), not on one step's shape. The loaded side of
   the offload comparison is 10-16% fast from 20,000 tokens (24% at 10,000; the host link at
   the profile's 78% of PCIe Gen5).
 - **Runs past the instance's capacity.** An open-loop run whose arrivals outpace the instance has
