@@ -40,6 +40,33 @@ def test_sweep_rows_equal_plans():
         assert row["binding_constraint"] == p.binding_constraint
 
 
+def test_async_sweep_rows_equal_async_plans():
+    """An async row reports the steady state's own decode batch (the smallest that keeps up with
+    one step per period, below a synchronised step's) and trains only the groups the staleness
+    gate accepts, as `capplan plan --mode async` does: the same batch, trained tokens/s and cost
+    per trained token, not the synchronised step's batch and every group. (The period's batch
+    grid spans the largest steady batch of the counts priced together, so a sweep's cell can sit
+    one grid point from the plan's: within 0.5%.)"""
+    w = load_workload("agentic-tool-rl")
+    spec = load_model_spec("qwen3-8b")
+    hw = load_hardware("h100-sxm")
+    grid = sweep(w, spec, [hw], [1], inference_gpus=[16, 32], trainer_gpus=[16, 32], mode="async",
+                 gpu_hour_price=2.0, max_staleness=1)
+    for _, row in grid[grid["feasible"]].iterrows():
+        p = plan_workload(
+            w,
+            PlanInputs(hardware=hw, model=spec, tp=1, inference_gpus=int(row["inference_gpus"]),
+                       trainer_gpus=int(row["trainer_gpus"]), mode="async", max_staleness=1),
+        )
+        assert row["step_time_s"] == pytest.approx(p.step_time_s, rel=5e-3)
+        assert row["decode_batch_sequences"] == pytest.approx(p.decode_batch, rel=5e-3)
+        assert row["trained_tokens_per_s"] == pytest.approx(p.trained_tokens_per_s, rel=5e-3)
+        # the step's cost over the tokens it trains (the accepted groups')
+        per_step = row["trained_tokens_per_s"] * row["step_time_s"]
+        assert row["cost_per_million_trained_tokens_usd"] == pytest.approx(row["cost_per_step_usd"] / per_step * 1e6)
+        assert p.stale_fraction > 0  # the async state differs from a synchronised step's here
+
+
 def test_sweep_flags_infeasible_cells():
     """OLMo-3-32B's bf16 weights (60 GiB) exceed one 22 GiB L4; 3 inference GPUs cannot host tp-2
     replicas; one trainer GPU cannot hold 16 B/param of a 7B model."""

@@ -356,13 +356,20 @@ def sweep(
             trainer_grid > 0, trainer_step_time_s(prepared.trainer_flops, trainer_hw, np.maximum(trainer_grid, 1), mfu), 0.0
         )
         rollout = times.rollout_time_s[:, None]
+        # the decode batch the replicas run at and the share of the step's samples trained: an
+        # async steady state's own (the period's), as capplan plan reports it
+        batch = np.broadcast_to(times.decode_batch_sequences[:, None], inference_grid.shape)
+        trained_share: Any = 1.0
         if mode == "async" and k > 0 and has_trainer and workload.has_rollout:
-            step = model.async_period(replicas, k + 1, trainer_time + busy_extra).step_time_s
+            period = model.async_period(replicas, k + 1, trainer_time + busy_extra)
+            step = period.step_time_s
+            batch = np.broadcast_to(period.batch_sequences, inference_grid.shape)
+            trained_share = np.broadcast_to(period.trained_share, inference_grid.shape)
         else:
             step = step_time_s(mode, workload.has_rollout, has_trainer, rollout, times.production_time_s[:, None], trainer_time, busy_extra)
         step = np.broadcast_to(step, inference_grid.shape)
         total = inference_grid if colocated else inference_grid + trainer_grid
-        trained_per_s = np.where(step > 0, trained / np.where(step > 0, step, 1.0), 0.0)
+        trained_per_s = np.where(step > 0, trained * trained_share / np.where(step > 0, step, 1.0), 0.0)
         multiple = inference_grid % unit == 0
         trainer_ok = (trainer_grid >= trainer_min) | (not has_trainer)
         within = total <= max_total_gpus if max_total_gpus is not None else np.ones(total.shape, dtype=bool)
@@ -383,7 +390,7 @@ def sweep(
         trainer_busy = trainer_time + busy_extra
         extra: dict[str, Any] = {}
         if features:
-            extra = _feature_figures(setup, times, inference_grid, unit)
+            extra = _feature_figures(setup, times, batch, inference_grid, unit)
         parts.append(
             (
                 {
@@ -395,7 +402,7 @@ def sweep(
                     "feasible": feasible.ravel(),
                     "reason": reason.ravel(),
                     "kv_capacity_tokens_per_replica": setup.kv.kv_capacity_tokens,
-                    "decode_batch_sequences": np.broadcast_to(times.decode_batch_sequences[:, None], inference_grid.shape).ravel(),
+                    "decode_batch_sequences": batch.ravel(),
                     "binding_constraint": np.broadcast_to(binding, inference_grid.shape).ravel(),
                     "rollout_time_s": np.broadcast_to(rollout, inference_grid.shape).ravel(),
                     "trainer_time_s": np.broadcast_to(trainer_time, inference_grid.shape).ravel(),
@@ -412,7 +419,7 @@ def sweep(
                         0.0,
                     ).ravel(),
                     "cost_per_step_usd": cost.ravel(),
-                    "cost_per_million_trained_tokens_usd": (cost / max(trained, 1e-12) * 1e6).ravel(),
+                    "cost_per_million_trained_tokens_usd": (cost / np.maximum(trained * trained_share, 1e-12) * 1e6).ravel(),
                 },
                 inference_grid.size,
             )
@@ -447,21 +454,22 @@ def _feature_base(ep: int, dp: int, sinp: "SpecInputs | None", tokens: int | Non
     }
 
 
-def _feature_figures(setup: Any, times: Any, inference_grid: Any, unit: int) -> dict[str, Any]:
+def _feature_figures(setup: Any, times: Any, batch: Any, inference_grid: Any, unit: int) -> dict[str, Any]:
     """A configuration's feature columns over its GPU counts: instances, the speculative decode
-    speed-up at each row's batch (plain decode step over the speculative time per token, as
-    :func:`capplan.plan.features.speculative_figures`), the positions loaded from the CPU tier."""
+    speed-up at each row's decode ``batch`` (plain decode step over the speculative time per
+    token, as :func:`capplan.plan.features.speculative_figures`), the positions loaded from the
+    CPU tier."""
     import numpy as np
 
     shape = inference_grid.shape
     out: dict[str, Any] = {"inference_instances": (inference_grid // unit).ravel().astype(int)}
     pricer = setup.replica.speculative
     if pricer is not None:
-        batch = np.maximum(np.asarray(times.decode_batch_sequences, dtype=float), 1.0)
+        b = np.maximum(np.asarray(batch, dtype=float), 1.0)
         context = setup.decode_context_tokens
-        plain = np.asarray(pricer.target.decode(batch, context).step_time_s, dtype=float)
-        spec = np.asarray(pricer.decode(batch, context).step_time_s, dtype=float)
-        out["spec_speedup"] = np.broadcast_to((plain / spec)[:, None], shape).ravel()
+        plain = np.asarray(pricer.target.decode(b, context).step_time_s, dtype=float)
+        spec = np.asarray(pricer.decode(b, context).step_time_s, dtype=float)
+        out["spec_speedup"] = np.broadcast_to(plain / spec, shape).ravel()
     else:
         out["spec_speedup"] = 1.0
     loaded = np.asarray(times.loaded_tokens, dtype=float)
