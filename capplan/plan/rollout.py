@@ -430,7 +430,7 @@ class RolloutModel:
             sampled, busiest, at_b, lambda b: self.decode_step_s(np.full(np.shape(b), at_b)), population=population,
             step_time_at=None if self.decode_step_at is None else (lambda b, c: self.decode_step_at(np.full(np.shape(b), at_b), c)),
             context=self.work.tail_context)
-        mean_step = held / longest if longest > 0 and self.decode_step_at is not None else full
+        mean_step = held / longest if longest > 0 else full
         waits = self.work.wait_per_conversation + self._after_last_token()
         if sampled.size <= 1:
             last = mean_step * longest + float(waits.max(initial=0.0))
