@@ -220,11 +220,16 @@ class TimeTerms(BaseModel):
     """Fraction [0-1] of the shorter of a step's compute-or-memory time and its expert-parallel
     all-to-all that two-batch overlap hides (1: the step takes the longer of the two); no effect
     without ``two_batch_overlap``."""
-    host_link_efficiency: float = Field(default=0.78, gt=0, le=1)
-    """Fraction [0-1] of the GPU-host link bandwidth (``host_link_bandwidth_gbps``) that KV offload
-    copies reach. Default: vLLM's KV offloading connector on an H100 (PCIe Gen5 x16, 64 GB/s each
-    way) reaches "about 50GB/s" in one direction (vLLM blog, 2026-01-08, "Inside vLLM's New KV
-    Offloading Connector"), 50 / 64."""
+    host_link_efficiency: float = Field(default=0.823, gt=0, le=1)
+    """Fraction [0-1] of the GPU-host link bandwidth (``host_link_bandwidth_gbps``) that a large KV
+    offload copy streams at. Default: fitted with ``host_copy_latency_s`` to the copy rates of the
+    vLLM blog's "Inside vLLM's New KV Offloading Connector" (2026-01-08), Figure 4 (H100,
+    host-to-device DMA, 4 KiB-16 MiB blocks; ``validation/sources/host_copy_dma.csv``,
+    :func:`capplan.offload.fit_host_copy`): 52.7 of PCIe Gen5 x16's 64 GB/s each way."""
+    host_copy_latency_s: float = Field(default=3.54e-6, ge=0)
+    """Fixed cost [s] of one KV offload copy, paid once per physical block (``block_size``
+    positions of every layer) on top of streaming its bytes. Default: fitted with
+    ``host_link_efficiency`` to the same Figure 4 (13 block sizes, every rate within 6%)."""
     kv_transfer_efficiency: float = Field(default=0.475, gt=0, le=1)
     """Fraction [0-1] of the network bandwidth that a disaggregated deployment's prefill-to-decode
     KV transfer reaches. Default: Mooncake Transfer Engine, "up to ... 190 GB/s of bandwidth in

@@ -4,14 +4,21 @@ An engine with a CPU tier (vLLM's OffloadingConnector, ``--kv_offloading_size``;
 hierarchical cache) copies KV blocks to host DRAM and, when a later request starts with a prefix
 held there, copies them back instead of recomputing them. Per GPU::
 
-    host capacity  = offload_gib x 2^30 / b_gpu                          [positions]
-    load time      = P_hit x b_gpu / (host_link x host_link_efficiency)  [s]
+    host capacity  = offload_gib x 2^30 / b_gpu                                        [positions]
+    load time      = P_hit x (b_gpu / (host_link x host_link_efficiency)
+                              + host_copy_latency_s / block_size)                      [s]
     TTFT (hit)     = step_overhead + load + prefill(new positions after P_hit cached)
     TTFT (miss)    = prefill(P_hit + new positions)
 
 with ``b_gpu`` the KV bytes per position on one GPU (:func:`capplan.kv.kv_bytes_per_token`), the
 hardware profile's ``host_link_bandwidth_gbps`` (PCIe Gen5 x16: 64 GB/s each way; Grace
-superchips: NVLink-C2C) and the engine profile's ``host_link_efficiency``. The load waits one
+superchips: NVLink-C2C) and the engine profile's ``host_link_efficiency``, ``host_copy_latency_s``
+and ``block_size``. The connector copies one physical block at a time (vLLM >= 0.12 keeps a
+block's positions of every layer contiguous: ``block_size x b_gpu`` bytes, 2 MiB for
+Llama-3.1-8B), and each copy pays a fixed latency before it streams: a small block (a small model,
+or a large one split by tensor parallelism) loads well below the link's rate. The two terms are
+fitted to the blog's copy micro-benchmark (:func:`fit_host_copy`,
+``validation/sources/host_copy_dma.csv``). The load waits one
 scheduler step (the connector loads asynchronously and the request is scheduled after it), so a
 short prefix is faster to recompute; :func:`break_even_tokens` finds where loading starts to win.
 A saturated engine's loads add to its compute rather than hide behind it (:func:`offload_throughput`):
@@ -24,12 +31,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from capplan.errors import InputError
 from capplan.units import GIB
 
 if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
     from capplan.benchmark import Server
 
 
@@ -42,6 +52,78 @@ def _host_link(server: "Server") -> float:
         )
     t = server.pricer.inp.profile().time_on(hw.name)
     return hw.host_link_bandwidth_gbps * 1e9 * t.host_link_efficiency
+
+
+def _copy_latency_per_position(server: "Server") -> float:
+    """The fixed cost of a block copy shared by the block's positions [s/position]."""
+    profile = server.pricer.inp.profile()
+    return profile.time_on(server.pricer.hw.name).host_copy_latency_s / profile.memory.block_size
+
+
+@dataclass(frozen=True)
+class HostCopyFit:
+    """A GPU-host copy as a fixed latency and a streaming rate: ``t(bytes) = latency_s + bytes / bandwidth``."""
+
+    latency_s: float
+    """Fixed cost of one copy [s]."""
+    bandwidth_bytes_per_s: float
+    """Streaming rate of a large copy [B/s] (decimal: GB/s x 1e9)."""
+    max_rel_error: float
+    """Largest relative error of the fitted rate over the points [fraction]."""
+
+    def rate_bytes_per_s(self, block_bytes: float) -> float:
+        """The rate a copy of ``block_bytes`` reaches [B/s]."""
+        return block_bytes / (self.latency_s + block_bytes / self.bandwidth_bytes_per_s)
+
+
+def fit_host_copy(block_bytes: "ArrayLike", rate_bytes_per_s: "ArrayLike") -> HostCopyFit:
+    """Fit ``t(b) = latency + b / bandwidth`` to measured copy rates at several block sizes, by
+    least squares on the log of the rates (each point counts for its relative error).
+
+    Raises
+    ------
+    InputError
+        Fewer than two points, unequal lengths, or a size or rate that is not > 0.
+
+    >>> f = fit_host_copy([64 * 1024, 2 * 2**20], [14.45e9, 47.9e9])  # two points: solved exactly
+    >>> round(f.latency_s * 1e6, 2), round(f.bandwidth_bytes_per_s / 1e9, 1), f.max_rel_error < 1e-9
+    (3.27, 51.8, True)
+    """
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    b = np.asarray(block_bytes, dtype=float)
+    r = np.asarray(rate_bytes_per_s, dtype=float)
+    if b.shape != r.shape or b.ndim != 1 or b.size < 2:
+        raise InputError("host copy fit: give at least two (block size, rate) points of equal count")
+    if not (np.all(b > 0) and np.all(r > 0)):
+        raise InputError("host copy fit: block sizes and rates must be > 0")
+
+    def residuals(x: "np.ndarray") -> "np.ndarray":
+        latency, inv_bw = x[0] * 1e-6, x[1] * 1e-9
+        return np.log(b / (latency + b * inv_bw)) - np.log(r)
+
+    t = b / r  # a start from the smallest and the largest block
+    i, j = int(np.argmin(b)), int(np.argmax(b))
+    inv_bw0 = max((t[j] - t[i]) / (b[j] - b[i]), 1e-12) if b[j] > b[i] else 1.0 / r.max()
+    start = [max(t[i] - b[i] * inv_bw0, 1e-9) * 1e6, inv_bw0 * 1e9]
+    sol = least_squares(residuals, start, bounds=([0.0, 1e-6], [np.inf, np.inf]))
+    latency, inv_bw = float(sol.x[0]) * 1e-6, float(sol.x[1]) * 1e-9
+    fitted = b / (latency + b * inv_bw)
+    return HostCopyFit(latency, 1.0 / inv_bw, float(np.max(np.abs(fitted / r - 1.0))))
+
+
+def host_copy_points(path: Path | None = None) -> tuple[list[float], list[float]]:
+    """Block sizes [B] and host-to-device rates [B/s] of the bundled copy micro-benchmark
+    (``validation/sources/host_copy_dma.csv``: the vLLM blog's Figure 4, DMA series), or of ``path``."""
+    import csv
+
+    from capplan.resources import bundled_dir
+
+    path = path or bundled_dir("validation") / "sources" / "host_copy_dma.csv"
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = [r for r in csv.DictReader(f) if r["direction"] == "host_to_device"]
+    return [float(r["block_kib"]) * 1024 for r in rows], [float(r["gb_per_s"]) * 1e9 for r in rows]
 
 
 def _kv_bytes_per_gpu(server: "Server") -> float:
@@ -80,12 +162,12 @@ def kv_load_s(server: "Server", tokens: float) -> float:
     >>> from capplan.hardware import load_hardware
     >>> from capplan.modelspec import load_model_spec
     >>> s = server_for(load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm"))
-    >>> round(kv_load_s(s, 8192) * 1e3, 1)  # 1.07 GB over 64 GB/s x 0.78
-    21.5
+    >>> round(kv_load_s(s, 8192) * 1e3, 1)  # 1.07 GB over 64 GB/s x 0.823, and 512 copies of 3.54 us
+    22.2
     """
     if tokens < 0:
         raise InputError(f"tokens {tokens}: must be >= 0")
-    return tokens * _kv_bytes_per_gpu(server) / _host_link(server)
+    return tokens * (_kv_bytes_per_gpu(server) / _host_link(server) + _copy_latency_per_position(server))
 
 
 @dataclass(frozen=True)
@@ -116,7 +198,7 @@ def offload_hit(server: "Server", prefix_tokens: float, new_tokens: float = 1.0)
     >>> from capplan.modelspec import load_model_spec
     >>> s = server_for(load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm"))
     >>> round(offload_hit(s, 32768).speedup, 1)
-    9.6
+    9.3
     """
     from capplan.roofline import causal_pairs
 
@@ -216,7 +298,7 @@ def offload_tier(server: "Server", offload_gib: float) -> OffloadTier:
     >>> from capplan.modelspec import load_model_spec
     >>> t = offload_tier(server_for(load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm")), 100.0)
     >>> t.capacity_tokens, t.break_even_tokens  # 100 GiB at 128 KiB a position
-    (819200, 461)
+    (819200, 463)
     """
     capacity = host_kv_capacity_tokens(server, offload_gib)
     hw = server.pricer.hw

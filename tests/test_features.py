@@ -341,6 +341,55 @@ def test_offload_throughput_adds_the_loads_to_the_compute():
     assert r[0.0] < r[0.5] < r[0.9] < r[1.0]
 
 
+def test_host_copy_fit_recovers_a_known_latency_and_bandwidth():
+    """Rates made from ``t(b) = 4 us + b / 50 GB/s`` at 4 KiB-16 MiB give back both terms."""
+    from capplan.offload import fit_host_copy
+
+    sizes = [4096.0 * 2**k for k in range(13)]
+    rates = [b / (4e-6 + b / 50e9) for b in sizes]
+    f = fit_host_copy(sizes, rates)
+    assert f.latency_s == pytest.approx(4e-6, rel=0.01)
+    assert f.bandwidth_bytes_per_s == pytest.approx(50e9, rel=0.01)
+    assert f.max_rel_error < 0.01
+    with pytest.raises(InputError, match="at least two"):
+        fit_host_copy([4096.0], [1e9])
+    with pytest.raises(InputError, match="must be > 0"):
+        fit_host_copy([4096.0, 0.0], [1e9, 2e9])
+
+
+def test_profiles_carry_the_host_copy_fit_of_the_bundled_benchmark():
+    """The vLLM blog's Figure 4 (H100 host-to-device DMA copies of 1000 blocks, 4 KiB-16 MiB,
+    ``validation/sources/host_copy_dma.csv``) fits 3.54 us a copy and 52.7 GB/s, 0.823 of PCIe
+    Gen5 x16's 64 GB/s; every bundled profile carries those two terms, and the fit reproduces
+    every rate within 6% (1 MiB: 44.4 GB/s measured)."""
+    from capplan.engine import load_engine
+    from capplan.offload import fit_host_copy, host_copy_points
+    from capplan.resources import bundled_names
+
+    sizes, rates = host_copy_points()
+    assert len(sizes) == 13
+    f = fit_host_copy(sizes, rates)
+    assert f.max_rel_error < 0.06
+    assert f.rate_bytes_per_s(2**20) == pytest.approx(44.4e9, rel=0.02)
+    for name in bundled_names("engine_profiles"):
+        t = load_engine(name).time
+        assert t.host_copy_latency_s == pytest.approx(f.latency_s, rel=0.005), name
+        assert t.host_link_efficiency == pytest.approx(f.bandwidth_bytes_per_s / 64e9, rel=0.005), name
+
+
+def test_a_smaller_block_loads_below_the_link_rate():
+    """Each block copy pays the fixed latency: Llama-3.1-8B's 16-position block is 2 MiB on one
+    GPU and 1 MiB a GPU at TP 2, so a position's load at TP 2 takes more than half the TP 1 time:
+    (65,536 B / 52.7 GB/s + 3.54 us / 16) / (131,072 B / 52.7 GB/s + 3.54 us / 16) = 0.541."""
+    from capplan.benchmark import server_for
+    from capplan.offload import kv_load_s
+
+    spec, hw = load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm")
+    one = kv_load_s(server_for(spec, hw), 1000)
+    two = kv_load_s(server_for(spec, hw, tp=2), 1000)
+    assert two / one == pytest.approx(0.541, abs=0.002)
+
+
 def test_offload_needs_the_host_link_in_the_profile():
     from capplan.benchmark import server_for
     from capplan.offload import kv_load_s

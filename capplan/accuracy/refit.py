@@ -56,7 +56,8 @@ FEATURE_TIME_TERMS: dict[str, float] = {
     "weight_only_moe_efficiency": 0.535,
     "eager_s_per_layer": 0.00034,
     "alltoall_efficiency": 0.96,
-    "host_link_efficiency": 0.78,
+    "host_link_efficiency": 0.823,
+    "host_copy_latency_s": 3.54e-6,
     "kv_transfer_efficiency": 0.475,
 }
 """Time terms of the engine features (expert parallelism, two-batch overlap, FP4 and FP8 GEMMs,
@@ -103,8 +104,13 @@ FEATURE_SOURCES: dict[str, str] = {
         "DeepEP docs/legacy.md (deepseek-ai/DeepEP @ 0297fc8), low-latency dispatch at EP32 on H800 with one 400 Gb/s CX7 "
         "per GPU: 48 GB/s of ~50 GB/s."),
     "time.host_link_efficiency": (
-        "vLLM blog 2026-01-08, 'Inside vLLM's New KV Offloading Connector': GPU-CPU copies on an H100 reach 'up to about "
-        "50GB/s' one way; PCIe Gen5 x16 carries 64 GB/s each way: 50 / 64."),
+        "FITTED by capplan.offload.fit_host_copy (t = latency + bytes / bandwidth, least squares on log rates) with "
+        "time.host_copy_latency_s on validation/sources/host_copy_dma.csv: the vLLM blog 2026-01-08 ('Inside vLLM's New KV "
+        "Offloading Connector'), Figure 4, H100 host-to-device DMA copies of 1000 blocks of 4 KiB-16 MiB; bandwidth 52.7 GB/s "
+        "of PCIe Gen5 x16's 64 GB/s each way. Not fitted on corpus rows: the blog's Figure 1 and 2 rows test it."),
+    "time.host_copy_latency_s": (
+        "FITTED with time.host_link_efficiency (same fit, same file): 3.54 us a copy; every one of the 13 rates within 6%. "
+        "The connector copies one physical block (block_size positions of every layer, contiguous since vLLM 0.12) per copy."),
     "time.kv_transfer_efficiency": (
         "kvcache-ai/Mooncake README: Transfer Engine 'delivers up to ... 190 GB/s of bandwidth in ... 8x400 Gbps RoCE "
         "networks' (40 GB of KV): 190 of 400 GB/s."),
@@ -403,6 +409,13 @@ def _fit_hardware_overrides(result: Any, prepared: list[Any]) -> Any:
     return FitResult(engine, result.terms, result.residuals_before, after, result.row_ids)
 
 
+def _rounded(v: Any) -> Any:
+    """A float as a profile writes it: 6 decimals, or 6 significant digits below 1e-3 (microsecond terms)."""
+    if not isinstance(v, float):
+        return v
+    return float(f"{v:.6g}") if 0 < abs(v) < 1e-3 else round(v, 6)
+
+
 def write_profile(engine: Any, folder: Path | None = None) -> Path:
     """Write ``engine`` as ``<folder>/<name>.yaml`` (default: the bundled ``engine_profiles/``)."""
     import yaml
@@ -412,8 +425,8 @@ def write_profile(engine: Any, folder: Path | None = None) -> Path:
     folder = folder or bundled_dir("engine_profiles")
     data = engine.model_dump(mode="json")
     for section in ("memory", "time"):
-        data[section] = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in data[section].items()}
-    data["hardware"] = {hw: {k: (round(v, 6) if isinstance(v, float) else v) for k, v in terms.items() if v is not None}
+        data[section] = {k: _rounded(v) for k, v in data[section].items()}
+    data["hardware"] = {hw: {k: _rounded(v) for k, v in terms.items() if v is not None}
                         for hw, terms in data["hardware"].items()}
     header = (
         f"# {engine.name}: {engine.description}\n"

@@ -309,8 +309,11 @@ Where the model is still wrong, and why:
   anyone sweeping `max_num_batched_tokens`, and moved the TTFT p99 rows from -4% to -14%
   signed: not kept. Whatever slows these steps depends on the run (sustained prefill against
   prefill mixed into decodes), not on one step's shape. The loaded side of
-  the offload comparison is 10-16% fast from 20,000 tokens (24% at 10,000; the host link at
-  the profile's 78% of PCIe Gen5).
+  the offload comparison is 7-12% fast from 20,000 tokens (21% at 10,000). Its copies are priced
+  from the same blog's copy micro-benchmark (Figure 4: 3.54 us a block copy, then 52.7 GB/s;
+  48 GB/s for Llama-3.1-8B's 2 MiB blocks), while the one request's loads of Figure 1 rise at
+  44 GB/s and start about 5 ms later than the model's one scheduler step: the copies of a single
+  request run slower than 1,000 blocks in one transfer.
 - **Runs past the instance's capacity.** An open-loop run whose arrivals outpace the instance has
   no steady state: its queue grows for as long as the run lasts. When the row states the run's
   length (`num_prompts`: inference-sim's stages, DataCrunch's and TensorRT-LLM 0.14's runs), the

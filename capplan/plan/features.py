@@ -325,7 +325,7 @@ def feature_explain(speculative: dict[str, Any] | None, offload: dict[str, Any] 
         out.append(
             f"CPU KV tier = {f['host_kv_gib_per_gpu']:g} GiB x 2^30 / KV bytes a position per GPU = {f['capacity_tokens']:,} positions; "
             f"load {f['load_s_per_token'] * 1e6:.3f} us a position (host link {f['host_link_bandwidth_gbps']:g} GB/s x the engine "
-            f"profile's efficiency); a request alone loads a cached prefix faster than it recomputes it from {f['break_even_tokens']:,} "
+            f"profile's efficiency, and one copy latency a block: capplan.offload.kv_load_s); a request alone loads a cached prefix faster than it recomputes it from {f['break_even_tokens']:,} "
             "positions (capplan.offload.break_even_tokens)"
             + (f"; a position recomputed costs {f['recompute_s_per_token'] * 1e6:.3f} us, so {f['loaded_tokens_per_step']:,.0f} "
                "positions a step are loaded instead" if "loaded_tokens_per_step" in f else "")

@@ -31,7 +31,7 @@ the retained prefixes it evicts and of the sequences it preempts there (least re
 dropped first when full; a preempted context but its last position, which is always computed);
 the conversation's next turn, or the sequence's readmission, loads it back over the host link
 (:func:`capplan.offload.kv_load_s`: the hardware profile's ``host_link_bandwidth_gbps`` times
-the engine profile's ``host_link_efficiency``) instead of prefilling it again, when loading a
+the engine profile's ``host_link_efficiency``, plus its ``host_copy_latency_s`` a block) instead of prefilling it again, when loading a
 position is faster than prefilling it (``capplan plan``'s rule, with the prefill priced per
 position of one full chunk). The load is charged in series,
 with the step that starts the turn's prefill (as the plan charges it).
