@@ -483,3 +483,56 @@ def test_a_flashinfer_log_on_a_profile_without_its_term(tmp_path):
     assert kv["available_kv_gib"].error_before < -0.03
     assert kv["available_kv_gib"].after == pytest.approx(24.83, rel=5e-3)
     assert cal.engine.memory.flashinfer_sampler_bytes_per_seq_vocab < 2048 * (3 * 3584 + 3 * 18944) * 2 / (256 * 152064)
+
+
+def _graph_log(tmp_path: Path, version: str, graph_line: str, kv_gib: float, tokens: int) -> Path:
+    """A start-up log shaped as vLLM prints one (Qwen3-8B on an A100-40GB, the figures of the
+    0.19.1 log in validation/kv_capacity.csv with a later version's graph lines)."""
+    log = tmp_path / f"server-{version}.log"
+    log.write_text(
+        f"(APIServer pid=1) INFO 05-28 08:00:00 [utils.py:1] vLLM API server version {version}\n"
+        "(APIServer pid=1) INFO 05-28 08:00:00 [utils.py:1] non-default args: {'model': 'Qwen/Qwen3-8B'}\n"
+        "(EngineCore pid=2) INFO 05-28 08:00:10 [gpu_model_runner.py:1] Model loading took 15.27 GiB memory\n"
+        "(EngineCore pid=2) INFO 05-28 08:00:24 [gpu_model_runner.py:1] Profiling CUDA graph memory: PIECEWISE=51 "
+        "(largest=512), FULL=35 (largest=256)\n"
+        "(EngineCore pid=2) INFO 05-28 08:00:25 [gpu_model_runner.py:1] Estimated CUDA graph memory: 0.52 GiB total\n"
+        f"(EngineCore pid=2) INFO 05-28 08:00:26 [gpu_worker.py:1] Available KV cache memory: {kv_gib} GiB\n"
+        f"(EngineCore pid=2) INFO 05-28 08:00:26 [gpu_worker.py:1] {graph_line}\n"
+        f"(EngineCore pid=2) INFO 05-28 08:00:26 [kv_cache_utils.py:1] GPU KV cache size: {tokens:,} tokens\n")
+    return log
+
+
+SUBTRACTED = ("CUDA graph memory profiling is enabled (default since v0.21.0). The current --gpu-memory-utilization=0.9200 "
+              "is equivalent to --gpu-memory-utilization=0.9068 without CUDA graph memory profiling.")
+NOT_YET = ("In v0.19, CUDA graph memory profiling will be enabled by default (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1), "
+           "which more accurately accounts for CUDA graph memory during KV cache allocation.")
+
+
+def test_a_log_that_subtracts_its_graph_estimate_sets_the_profiles_graph_term(tmp_path):
+    """From vLLM 0.20 the engine takes its 'Estimated CUDA graph memory' out of the KV budget; a
+    log that says so pins memory.cudagraph_gib of the calibrated profile to the printed 0.52 GiB
+    (read, not fitted), in place of the base profile's 2.35. Budget of the constructed log:
+    0.92 x 39.43 GiB - 15.27 weights - 0.86 activation and non-torch (the 0.19.1 log's residual)
+    - 0.52 graph = 19.63 GiB, 142,944 positions of 147,456 B. A 0.19 log prints the estimate and
+    says the subtraction is still to come: nothing is read."""
+    later = _graph_log(tmp_path, "0.21.0", SUBTRACTED, 19.63, 142944)
+    assert read_file(later).settings["cudagraph_gib"] == 0.52
+    assert "cudagraph_gib" not in read_file(_graph_log(tmp_path, "0.19.1", NOT_YET, 19.36, 140960)).settings
+    # the version alone decides when the log has neither line
+    assert read_file(_graph_log(tmp_path, "0.22.0", "", 19.63, 142944)).settings["cudagraph_gib"] == 0.52
+
+    from capplan.accuracy.refit import write_profile
+    from capplan.engine import load_engine
+
+    latest = load_engine("vllm-latest")
+    base = write_profile(latest.model_copy(update={"name": "base", "memory": latest.memory.model_copy(
+        update={"cudagraph_gib": 2.35})}), tmp_path)
+    cal = calibrate([later], CalibrateSettings(hardware="a100-40gb", engine=str(base)))
+    assert cal.engine.memory.cudagraph_gib == 0.52
+    assert "server-0.21.0.log 0.52 GiB" in cal.engine.sources["memory.cudagraph_gib"]
+    assert any("memory.cudagraph_gib 0.52 GiB" in n for n in cal.notes)
+    kv = [p for p in cal.points if p.metric == "available_kv_gib"][0]
+    assert abs(kv.after / kv.measured - 1) < 0.02 < abs(kv.before / kv.measured - 1)
+    # a compare-only run changes nothing
+    same = calibrate([later], CalibrateSettings(hardware="a100-40gb", engine=str(base), terms=()))
+    assert same.engine.memory.cudagraph_gib == 2.35

@@ -199,10 +199,10 @@ PROFILES: list[ProfileSpec] = [
     ),
     ProfileSpec(
         "vllm-latest", "vllm", "0.20 and later", "vLLM V1 0.20 and later: CUDA-graph memory subtracted by default; default utilisation 0.92.",
-        "vllm", memory={"gpu_memory_utilization": 0.92, "cudagraph_gib": 2.35},
+        "vllm", memory={"gpu_memory_utilization": 0.92, "cudagraph_gib": 0.52},
         sources={**_VLLM_SOURCES,
                  "memory.gpu_memory_utilization": f"PR #38284 raised the default to 0.92 in 0.20.0 ({KV_SOURCES} section 1)",
-                 "memory.cudagraph_gib": f"subtracted by default from 0.20.0 (PR #38284); 2.35 GiB is the estimate a 0.19.1 log prints for Qwen3-8B on an A100-40GB (tokenkaki row; {KV_SOURCES}); the estimate varies with the model and the capture sizes"},
+                 "memory.cudagraph_gib": f"subtracted by default from 0.20.0 (PR #38284); 0.52 GiB is the estimate a 0.21.0 log prints for Qwen3-8B with the default capture sizes (LMCache/LMCache#3430, RTX A5000; {KV_SOURCES} section 9), where a 0.19.1 log of the same model printed 2.35 GiB without subtracting it; the estimate varies with the model, the capture sizes and a drafter ('capplan calibrate' reads it from a log)"},
     ),
     ProfileSpec(
         "sglang", "sglang", "0.3-0.5", "SGLang: static memory fraction for weights and KV, chunked prefill.",

@@ -416,6 +416,18 @@ def _grab(pattern: str, text: str) -> str | None:
     return found[-1] if found else None
 
 
+def _graph_subtracted(text: str, version: str | None) -> bool:
+    """Whether the engine took its CUDA-graph estimate out of the KV budget (:func:`read_vllm_log`)."""
+    from capplan.accuracy.predict import vllm_version
+
+    if "CUDA graph memory profiling is enabled" in text:
+        return True
+    if "CUDA graph memory profiling will be enabled by default" in text:
+        return False
+    v = vllm_version(version)
+    return v is not None and v >= (0, 20, 0)
+
+
 def read_vllm_log(path: Path, label: str, text: str) -> FileData:
     """A vLLM (V1) start-up log: the KV budget and capacity it printed, and its settings.
 
@@ -426,9 +438,12 @@ def read_vllm_log(path: Path, label: str, text: str) -> FileData:
     ``tensor_parallel_size``, ``max_model_len``, ``block_size``, ``kv_cache_dtype``), the engine
     config line (``dtype=``, ``quantization=``, ``kv_cache_dtype=``, ``tensor_parallel_size=``,
     ``max_seq_len=``), ``Chunked prefill is enabled with max_num_batched_tokens=N``,
-    ``Model loading took X GiB`` (the weights per GPU), and the sampler's top-k/top-p path
+    ``Model loading took X GiB`` (the weights per GPU), the sampler's top-k/top-p path
     (``Using FlashInfer for top-p & top-k sampling`` or ``Falling back to the PyTorch-native
-    implementation``). Hard-wrapped lines are joined first.
+    implementation``), and ``Estimated CUDA graph memory: X GiB total`` with whether the engine
+    took it out of the KV budget (``cudagraph_gib``: only when it did -- the log says ``CUDA graph
+    memory profiling is enabled``, or the version is 0.20 or later and the log does not say the
+    profiling is still to come, as 0.17-0.19 logs do). Hard-wrapped lines are joined first.
     """
     t = _unwrap(text)
     notes: list[str] = []
@@ -473,6 +488,9 @@ def read_vllm_log(path: Path, label: str, text: str) -> FileData:
         settings["sampler"] = "flashinfer"
     elif "Falling back to the PyTorch-native implementation of top-p & top-k sampling" in t:
         settings["sampler"] = "pytorch"
+    graph = _number(_grab(r"Estimated CUDA graph memory: ([\d.]+) GiB total", t))
+    if graph is not None and _graph_subtracted(t, version):
+        settings["cudagraph_gib"] = graph
     blocks = _number(_grab(r"num_gpu_blocks is: (\d+)", t))
     if settings["block_size"] is None and blocks and settings["kv_cache_tokens"]:
         settings["block_size"] = settings["kv_cache_tokens"] / blocks

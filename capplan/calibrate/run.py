@@ -507,6 +507,9 @@ def _calibrate_once(files: list["FileData"], rows_by_file: list[list["CorpusRow"
                      "PyTorch sampler's bytes per entry")
     kv_logs = [(file, int(p.row.fields["tp"]), _layout(p.row), paths[file], _sampler_peak_counts(p, base, paths[file]))
                for file, p in logs.items()]
+    graph = None if settings.terms == () else _logged_graph(files, notes)
+    start = base if graph is None else base.model_copy(
+        update={"memory": base.memory.model_copy(update={"cudagraph_gib": graph[0]})})
 
     time_rows = [r for r in rows if r.kind in ("serving", "step")]
     overrides = _log_overrides(files, rows_by_file)
@@ -526,14 +529,15 @@ def _calibrate_once(files: list["FileData"], rows_by_file: list[list["CorpusRow"
         raise InputError("no point capplan can price constrains a term (give a benchmark result, a step-time CSV or a "
                          f"vLLM start-up log with its KV lines){reasons}")
 
-    engine = base
+    engine = start
     mem_values: dict[str, float] = {}
     if memory_terms:
-        engine, mem_values = fit_memory_terms(base, kv_prepared, memory_terms)
+        engine, mem_values = fit_memory_terms(start, kv_prepared, memory_terms)
         fitted_on = dict(engine.fitted_on)
         for t in mem_values:
             fitted_on[f"memory.{t}"] = [p.row.id for p in kv_prepared]
         engine = engine.model_copy(update={"fitted_on": fitted_on})
+    if memory_terms or graph is not None:
         time_prepared, _ = _prepare_time([p.row for p, _ in time_prepared], engine, overrides, waves_for, [])
     time_values: dict[str, float] = {}
     if time_terms:
@@ -560,7 +564,26 @@ def _calibrate_once(files: list["FileData"], rows_by_file: list[list["CorpusRow"
     names = [str(d.path) for d in files]
     hardware = sorted({load_hardware(r.fields["hardware"]).name for r in rows})
     engine = _finish_profile(engine, base, settings, names, files, hardware, terms)
+    if graph is not None:
+        engine = engine.model_copy(update={"sources": {**engine.sources, "memory.cudagraph_gib": graph[1]}})
     return Calibration(engine, base.name, names, points, terms, notes, skipped)
+
+
+def _logged_graph(files: list["FileData"], notes: list[str]) -> tuple[float, str] | None:
+    """The CUDA-graph estimate the start-up logs printed and took out of their KV budget (vLLM 0.20
+    and later), as the calibrated profile's ``memory.cudagraph_gib`` with its source; the largest
+    when the logs differ (a note says so); ``None`` when no log shows one."""
+    read = {d.path.name: float(d.settings["cudagraph_gib"]) for d in files if d.settings.get("cudagraph_gib") is not None}
+    if not read:
+        return None
+    value = max(read.values())
+    named = ", ".join(f"{name} {v:g} GiB" for name, v in read.items())
+    if max(read.values()) - min(read.values()) > 0.01:
+        notes.append(f"the start-up logs print different CUDA-graph estimates ({named}); the profile keeps the largest, "
+                     f"{value:g} GiB, which under-counts none of them")
+    notes.append(f"memory.cudagraph_gib {value:g} GiB: the 'Estimated CUDA graph memory' the start-up log took out of its "
+                 "KV budget (read from the log, not fitted)")
+    return value, f"read from the start-up log ({named}): 'Estimated CUDA graph memory: X GiB total', subtracted from the KV budget"
 
 
 def _prepare_time(rows: list["CorpusRow"], engine: "EngineProfile", overrides: dict[tuple[str, int], dict[str, Any]],
