@@ -290,7 +290,7 @@ class Controller:
         self.state = TRAINER_WAITING
         if self.options.mode != "async":
             for replica in self.replicas:
-                replica.policy_version = replica.target_version = self.version
+                replica.adopt_version(self.version)
                 replica.regate()
         self.gate(t)
         self.try_training(t)

@@ -969,6 +969,13 @@ class ReplicaScheduler:
         self.regate()
         self.wake(t)
 
+    def adopt_version(self, version: int) -> None:
+        """Decode with the weights of policy version ``version`` from now on (a synchronous push):
+        the drafter's acceptance follows them (:meth:`SpecCosts.tokens_at`)."""
+        self.policy_version = self.target_version = version
+        if self.spec is not None:
+            self.spec_tokens = self.spec.tokens_at(version)
+
     def finish_weight_load(self, t: float) -> None:
         """The weights are loaded (or a hold is over): resume at ``t`` [s]."""
         self.loading_weights = False
