@@ -133,8 +133,10 @@ def test_acceptance_zero_never_helps_a_plan():
 
 def test_eagle3_serving_plan_uses_its_speculative_block(runner):
     """``capplan plan eagle3-serving`` decodes with the workload's EAGLE-3 block (2.53 tokens a
-    step): one replica meets the 20 ms TPOT target that plain decoding needs two replicas for
-    (``--spec-method none``), and the drafter's memory comes out of the KV capacity."""
+    step): fewer replicas meet the 20 ms TPOT target than plain decoding needs
+    (``--spec-method none``), each at a larger batch (so its TPOT, 11.0 ms at p95, is not below
+    plain decoding's 10.6 ms on more replicas), and the drafter's memory comes out of the KV
+    capacity."""
     spec = _json(runner, ["plan", "eagle3-serving", "-H", "h100-sxm", "--conversations", "20000"])[0]
     plain = _json(runner, ["plan", "eagle3-serving", "-H", "h100-sxm", "--conversations", "20000", "--spec-method", "none"])[0]
     f = spec["speculative"]
@@ -142,7 +144,7 @@ def test_eagle3_serving_plan_uses_its_speculative_block(runner):
     assert f["acceptance_source"] == "the workload's speculative.acceptance_rate"
     assert f["kv_capacity_tokens"] < f["kv_capacity_tokens_without"] and spec["kv_capacity_tokens"] == f["kv_capacity_tokens"]
     assert spec["replicas"] < plain["replicas"] and "speculative" not in plain
-    assert spec["tpot_s"]["p95"] < plain["tpot_s"]["p95"]  # on half the replicas
+    assert spec["tpot_s"]["p95"] <= 0.020 and spec["targets_met"]
     text = runner.invoke(app, ["plan", "eagle3-serving", "-H", "h100-sxm", "--conversations", "20000"]).output
     assert "speculative decoding: eagle3, 3 drafted" in text.replace("\n", " ")
 

@@ -82,7 +82,8 @@ def test_batch_one_decode_is_the_speculative_pricers_time_per_token(write_yaml):
     priced at :meth:`SpeculativePricer.decode` of batch 1 at contexts ``P .. P + A - 2``, so the
     request ends at ``prefill(P) + sum(decode)`` (to rounding: the run is summed in closed form).
     The decode throughput over the plain run's is then the pricer's speed-up at the mean context,
-    within 1 % (the speed-up varies slowly along the run: 2.2x at 1,000 positions).
+    within 1 % (the speed-up varies slowly along the run: 1.3x at 1,000 positions, where the test
+    engine's 2 ms host time a step is paid by the verify step and by each of the 3 draft steps).
     """
     P, A = 1000, 2000
     spec = load_model_spec("llama-3.1-8b")
@@ -97,7 +98,7 @@ def test_batch_one_decode_is_the_speculative_pricers_time_per_token(write_yaml):
     mid = P + (A - 2) / 2
     ref = float(pricer.target.decode(1, mid).step_time_s) / float(pricer.decode(1, mid).step_time_s)
     assert sim_speedup == pytest.approx(ref, rel=0.01)
-    assert sim_speedup > 2.0
+    assert 1.25 < sim_speedup < 1.45
 
 
 def test_acceptance_zero_is_never_faster(write_yaml):
@@ -113,19 +114,20 @@ def test_acceptance_zero_is_never_faster(write_yaml):
         assert spec0.summary["simulated_s"] > plain.summary["simulated_s"]
 
 
-def test_the_speedup_shrinks_with_the_batch(write_yaml):
-    """The verify step forwards ``k + 1`` positions per sequence: at batch 1 decode is memory-bound
-    and the drafts are nearly free (rollout speed-up 2.26x, near ``E = 2.53``); at batch 256 the
-    verify step's ``4 x 256`` positions approach the compute roof and the speed-up falls (1.74x),
-    as :func:`capplan.speculative.spec_speedup_curve` says it does. Measured as plain over
-    speculative rollout time (the prefill, the same in both, included)."""
+def test_the_drafts_host_time_holds_the_small_batch_speedup_down(write_yaml):
+    """The verify step forwards ``k + 1`` positions per sequence and each of the ``k`` drafts is a
+    step of its own. At batch 1 the test engine's 2 ms host time a step, paid by the verify step and
+    by each of the 3 drafts, holds the rollout speed-up to about 1.33x (``E = 2.53``); at batch 64
+    the GPU work outweighs it (about 1.46x) and at 256 it is about 1.47x, every one below ``E``.
+    Where the verify step is compute-bound a larger batch never raises the speed-up
+    (tests/test_features.py::test_speedup_shrinks_with_batch_once_verify_is_compute_bound).
+    Measured as plain over speculative rollout time (the prefill, the same in both, included)."""
     speedups = []
     for n in (1, 64, 256):
         plain = _one(write_yaml, 512, 1024, n=n)
         spec = _one(write_yaml, 512, 1024, n=n, speculative=EAGLE3)
         speedups.append(plain.updates[0]["start_s"] / spec.updates[0]["start_s"])
-    assert speedups[0] > speedups[1] > speedups[2]
-    assert speedups[0] > 2.0 and speedups[2] < 0.8 * speedups[0]
+    assert 1.0 < speedups[0] < speedups[1] and max(speedups) < EAGLE3.tokens_per_step
 
 
 def test_acceptance_follows_the_policy_version_of_the_weights(write_yaml):
@@ -145,7 +147,7 @@ def test_acceptance_follows_the_policy_version_of_the_weights(write_yaml):
 
     d, f = rollouts(drift), rollouts(flat)
     assert d[0] == pytest.approx(f[0], rel=1e-9) and f[1] == pytest.approx(f[0], rel=1e-6)
-    assert d[0] < d[1] < d[2]
+    assert d[1] > 1.2 * d[0] and d[2] > 1.2 * d[1]  # not float noise: the pushes reach the drafter (sync mode too)
 
 
 # ------------------------------------------------------------------------------ KV

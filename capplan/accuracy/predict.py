@@ -506,7 +506,9 @@ def predict_phase(row: "CorpusRow", engine: "EngineProfile | None") -> tuple[flo
       prompt tokens/s at saturation, :func:`capplan.disagg.prefill_capacity`;
     * ``decode`` -- a decode pool alone at ``batch`` sequences of ``context`` cached positions:
       output tokens/s, with speculative decoding when ``spec`` is given
-      (:func:`capplan.speculative.spec_step`);
+      (:func:`capplan.speculative.spec_step`), or for a ``speedup_x`` row the speculative
+      rate over the plain one at the same batch and context, and for a ``tpot_ms`` / ``itl_ms``
+      row a sequence's time per output token;
     * ``offload_ttft`` / ``offload_throughput`` -- CPU KV offload against recomputation
       (:mod:`capplan.offload`), a ratio; or, for a ``ttft_ms`` row, one request's TTFT with its
       prefix loaded (``ttft: hit``) or recomputed (``ttft: recompute``), and for an
@@ -543,19 +545,26 @@ def predict_phase(row: "CorpusRow", engine: "EngineProfile | None") -> tuple[flo
             raise Unsupported("prompt length not stated")
         return disagg.prefill_capacity(server, float(P)).input_tokens_per_s * instances / divisor, assumed
     if phase == "decode":
-        if row.metric != "output_tokens_per_s":
-            raise Unsupported(f"metric {row.metric} of a decode measurement is not predicted")
         B, c = float(fs["batch"]), float(fs["context"])
+        if row.metric == "speedup_x":  # decoding with speculation over without, at the same batch
+            if not fs.get("spec"):
+                raise Unsupported("a speed-up row needs the speculative setting (spec)")
+        elif row.metric not in ("output_tokens_per_s", "tpot_ms", "itl_ms"):
+            raise Unsupported(f"metric {row.metric} of a decode measurement is not predicted")
         if fs.get("spec"):
             from capplan.speculative import SpecInputs, spec_pricers, spec_step
 
             sinp = SpecInputs(**fs["spec"])
             target, drafter = spec_pricers(spec, hw, server.pricer.inp, sinp)
             step = spec_step(target, drafter, sinp, B, c)
-            rate = B / step.time_per_token_s
+            if row.metric == "speedup_x":
+                return step.speedup, assumed
+            per_token = step.time_per_token_s
         else:
-            rate = B / float(server.pricer.decode(B, c).step_time_s)
-        return rate * instances / divisor, assumed
+            per_token = float(server.pricer.decode(B, c).step_time_s)
+        if row.metric in ("tpot_ms", "itl_ms"):  # a sequence's time per output token
+            return per_token * 1e3, assumed
+        return B / per_token * instances / divisor, assumed
     if phase == "offload_ttft":
         hit = offload.offload_hit(server, float(fs["input_tokens"]) - 1.0)
         if row.metric == "ttft_ms":  # one side of the comparison: the TTFT with the load, or recomputing

@@ -8,7 +8,8 @@ step of ``B`` sequences is priced at what :class:`capplan.speculative.Speculativ
     (verify step of B x n positions + the k drafter forwards) / E
 
 with ``n`` positions verified per sequence (``k + 1`` for a chain), ``E`` the mean tokens a verify
-step yields (Leviathan et al. 2023, eq. 1) and the drafts priced without their host time. A
+step yields (Leviathan et al. 2023, eq. 1) and each draft priced as a step of its own, host
+time included. A
 sequence that samples ``L`` tokens then takes ``L / E`` verify steps in expectation, so a run of
 decode steps costs, in expectation, exactly what the engine's verify steps cost. The verify
 step is one :data:`~capplan.sim.stepcost.DecodeLine` (every context grows by one position per
@@ -79,7 +80,7 @@ class SpecCosts:
 
     def draft_line(self, batch: int, cached: float) -> "DecodeLine | None":
         """The drafter's decode step of ``batch`` sequences with ``cached`` positions summed, as a
-        line in the context offset, host time excluded (``None`` without a drafter)."""
+        line in the context offset, host time included (``None`` without a drafter)."""
         d = self.drafter
         if d is None or batch <= 0:
             return None
@@ -87,7 +88,7 @@ class SpecCosts:
         memory_0 = d.decode_memory_base + d.decode_memory_per_sequence * batch + d.m_read * cached
         if d.m_routed:
             memory_0 += d.m_routed * (1.0 - d.q**batch)
-        fixed = d.k_0 + d.k_head + (d.k_new + d.k_logit) * batch
+        fixed = d.overhead + d.k_0 + d.k_head + (d.k_new + d.k_logit + d.h_seq) * batch
         return (compute_0, d.c_pair * batch, memory_0, d.m_read * batch, fixed)
 
     def draft_s(self, line: "DecodeLine | None", start: int, steps: int) -> float:
