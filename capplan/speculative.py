@@ -14,10 +14,11 @@ over ``B (k + 1)`` positions (:class:`capplan.roofline.StepPricer`), ``t_draft``
 the drafter over ``B`` positions, priced with the same roofline and engine terms; each draft
 step is a forward of its own and pays the engine's host time per step, as the verify step does
 (measured: vLLM V1's EAGLE-3 on Llama-3.1-8B at batch 1 adds about 1.1 ms a drafted token where
-the head's bytes alone take 0.3 ms, vllm-project/vllm#20780; docs/features.md).
-The speed-up over plain decoding at the same batch,
-``E t_decode / (t_verify + t_draft)``, is at most ``E`` and shrinks where decode is compute-bound
-(the verify step's ``k + 1`` positions cost ``k + 1`` times the FLOPs); at long contexts, where
+the head's bytes alone take 0.3 ms, vllm-project/vllm#20780; docs/features.md). The speed-up
+over plain decoding at the same batch, ``E t_decode / (t_verify + t_draft)``, is at most ``E``
+and shrinks where decode is compute-bound (the verify step's ``k + 1`` positions cost ``k + 1``
+times the FLOPs); at small batches, where the drafts' host time weighs most, it can rise with
+the batch, and at long contexts, where
 reading the KV cache dominates both, a growing batch can *raise* it (the drafter reads far less
 KV than the target; MagicDec, Chen et al. 2024). At ``a = 0`` it is never above 1.
 

@@ -9,8 +9,8 @@ step of ``B`` sequences is priced at what :class:`capplan.speculative.Speculativ
 
 with ``n`` positions verified per sequence (``k + 1`` for a chain), ``E`` the mean tokens a verify
 step yields (Leviathan et al. 2023, eq. 1) and each draft priced as a step of its own, host
-time included. A
-sequence that samples ``L`` tokens then takes ``L / E`` verify steps in expectation, so a run of
+time included. A sequence that samples ``L`` tokens then takes ``L / E`` verify steps in
+expectation, so a run of
 decode steps costs, in expectation, exactly what the engine's verify steps cost. The verify
 step is one :data:`~capplan.sim.stepcost.DecodeLine` (every context grows by one position per
 output token) and draft ``j`` (``j = 1..k``) of output token ``i`` is the drafter's decode step at
@@ -32,9 +32,9 @@ the retained prefixes it evicts and of the sequences it preempts there (least re
 dropped first when full; a preempted context but its last position, which is always computed);
 the conversation's next turn, or the sequence's readmission, loads it back over the host link
 (:func:`capplan.offload.kv_load_s`: the hardware profile's ``host_link_bandwidth_gbps`` times
-the engine profile's ``host_link_efficiency``, plus its ``host_copy_latency_s`` a block) instead of prefilling it again, when loading a
-position is faster than prefilling it (``capplan plan``'s rule, with the prefill priced per
-position of one full chunk). The load is charged in series,
+the engine profile's ``host_link_efficiency``, plus its ``host_copy_latency_s`` a block) instead
+of prefilling it again, when loading a position is faster than prefilling it (``capplan plan``'s
+rule, with the prefill priced per position of one full chunk). The load is charged in series,
 with the step that starts the turn's prefill (as the plan charges it).
 """
 
