@@ -181,3 +181,27 @@ def test_an_accuracy_bound_over_no_rows_fails():
     assert "accuracy gate failed: no rows matched" in r.stderr
     r = CliRunner().invoke(app, ["accuracy", "--source", "nonesuch"])
     assert r.exit_code == 0 and "no corpus rows match --source nonesuch" in r.stderr  # no bound: said, not failed
+
+
+def test_a_family_fit_claims_only_the_terms_it_fitted(rows):
+    """SGLang's profile fits only the host terms (``refit.FAMILY_TERMS``) on its few rows; its kernel
+    efficiencies and collectives are vLLM's fitted values, so their ``fitted_on`` must name the vLLM
+    rows that set them, not the SGLang rows that never moved them (validation's record of which rows
+    fitted which term)."""
+    from capplan.accuracy.predict import engine_family
+    from capplan.accuracy.refit import FAMILY_TERMS, FEATURE_TIME_TERMS
+    from capplan.engine import load_engine
+
+    by_id = {r.id: r for r in rows}
+    sglang, vllm = load_engine("sglang"), load_engine("vllm-0.19")
+    for key, ids in sglang.fitted_on.items():
+        section, _, term = key.partition(".")
+        if section != "time" or term in FEATURE_TIME_TERMS:
+            continue
+        families = {engine_family(by_id[i].get("engine")) for i in ids if i in by_id}
+        if term in FAMILY_TERMS:
+            assert families == {"sglang"}, (term, families)
+        else:
+            assert getattr(sglang.time, term) == getattr(vllm.time, term), term
+            assert ids == vllm.fitted_on[key], term
+            assert families == {"vllm"}, (term, families)

@@ -351,9 +351,15 @@ def refit(folder: Path | None = None, write: bool = True) -> dict[str, Any]:
         result = time_fits[spec.family]
         fixed = set(spec.time)
         engine = engine.model_copy(update={"time": result.engine.time.model_copy(update={**FEATURE_TIME_TERMS, **spec.time})})
+        # a term the family fit left alone keeps the base family's value, so it records the base's rows
+        base_rows = time_fits[BASE_FAMILY].row_ids if BASE_FAMILY in time_fits else []
         for t in TIME_TERMS:
-            if t not in fixed:
+            if t in fixed:
+                continue
+            if t in result.terms:
                 fitted_on[f"time.{t}"] = result.row_ids
+            elif spec.family != BASE_FAMILY and base_rows:
+                fitted_on[f"time.{t}"] = base_rows
         engine = engine.model_copy(update={"fitted_on": fitted_on})
         out[spec.name] = engine
         if write:

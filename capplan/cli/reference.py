@@ -212,10 +212,12 @@ Each engine profile records the corpus rows its fitted terms saw (`fitted_on` in
 
 Memory terms are fitted per vLLM version range on that range's start-up logs (the sampler's
 profiling peak, non-torch memory by parallelism); time terms per engine family on its serving
-rows, with per-hardware overrides where a chip's rows stay biased after the family fit. A chip
-whose rows mostly run tensor-parallel also gets its own all-reduce terms (latency and link
-efficiency: vLLM's custom all-reduce over NVLink and RCCL over Infinity Fabric differ as much as
-the kernels do); `python -m capplan.accuracy.refit --hardware FAMILY:CHIP` fits one chip's
+rows, with per-hardware overrides where a chip's rows stay biased after the family fit. A family
+with few rows (SGLang) fits only its host terms (bandwidth efficiency, step, sequence and request
+overheads) and keeps vLLM's fitted kernel and all-reduce terms, whose `fitted_on` names the vLLM
+rows that set them. A chip whose rows mostly run tensor-parallel also gets its own all-reduce
+terms (latency and link efficiency: vLLM's custom all-reduce over NVLink and RCCL over Infinity
+Fabric differ as much as the kernels do); `python -m capplan.accuracy.refit --hardware FAMILY:CHIP` fits one chip's
 override on the bundled profiles, outside the family fit (`hardware.CHIP.*` above), and
 `--terms FAMILY:TERM[,TERM...]` refits some of a family's terms with the others kept.
 
