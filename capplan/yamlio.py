@@ -176,8 +176,15 @@ def _expanded_size(root: yaml.Node) -> int:
 
     An alias is the same node object in the composed graph, so the size of each node is
     computed once (memoised by identity): linear in the document, however much it expands.
+
+    Raises
+    ------
+    YAMLRefused
+        An alias inside the node it names (``a: &a [*a]``): a structure that contains itself
+        expands without end.
     """
     sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()  # nodes whose children are still being sized (the current path)
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
         node, done = stack.pop()
@@ -189,7 +196,12 @@ def _expanded_size(root: yaml.Node) -> int:
         children = [c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode) else list(node.value)
         if done:
             sizes[id(node)] = min(1 + sum(sizes[id(c)] for c in children), MAX_NODES + 1)
+            open_nodes.discard(id(node))
             continue
+        if id(node) in open_nodes:  # reached again below itself
+            raise YAMLRefused(f"an alias (*name) at line {node.start_mark.line + 1} refers to a value that contains "
+                              "it, which expands without end; write the values out")
+        open_nodes.add(id(node))
         stack.append((node, True))
         stack.extend((c, False) for c in children if id(c) not in sizes)
     return sizes[id(root)]

@@ -388,6 +388,25 @@ def test_alias_bomb_refused_fast():
         safe_load(text)  # refused while counting, before 10^10 values are built
 
 
+@pytest.mark.parametrize("text", ["a: &a [*a]\n", "conversation: &c {prompt_tokens: 5, x: *c}\n",
+                                  "a: &a\n  b: [1, {c: *a}]\n"])
+def test_self_referencing_alias_refused(text):
+    """An alias inside the value it names is a structure that contains itself: it used to loop for
+    ever while the expanded size was counted (every YAML input: workloads, profiles, engines)."""
+    from capplan.yamlio import YAMLRefused, safe_load
+
+    with pytest.raises(YAMLRefused, match="refers to a value that contains it"):
+        safe_load(text)
+
+
+def test_repeated_alias_is_not_a_cycle():
+    """The same anchor used twice, side by side or nested under another key, is a shared value, not a cycle."""
+    from capplan.yamlio import safe_load
+
+    assert safe_load("a: &x [1, 2]\nb: [*x, *x]\nc: {p: *x, q: [*x]}\n") == {
+        "a": [1, 2], "b": [[1, 2], [1, 2]], "c": {"p": [1, 2], "q": [[1, 2]]}}
+
+
 def test_tie_word_embeddings_string_false():
     """"tie_word_embeddings": "false" used to be read as true: 7.50B instead of 8.03B parameters."""
     from capplan.hf_import import spec_from_hf_config
