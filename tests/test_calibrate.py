@@ -90,6 +90,26 @@ def test_vllm_startup_log_reader():
     assert [(r.metric, r.measured) for r in d.rows] == [("available_kv_gib", 24.83), ("kv_cache_tokens", 464848.0)]
 
 
+def test_vllm_startup_log_with_no_kv_cache_is_refused(tmp_path):
+    """'GPU KV cache size: 0 tokens' constrains nothing; it used to reach the fit and fail inside scipy
+    (non-finite residuals) as an internal error."""
+    text = (EXAMPLES / "vllm-startup.log").read_text().replace("GPU KV cache size: 464,848 tokens", "GPU KV cache size: 0 tokens")
+    (tmp_path / "zero.log").write_text(text)
+    with pytest.raises(InputError, match=r"zero.log: 'GPU KV cache size: 0 tokens': the engine found no memory"):
+        read_file(tmp_path / "zero.log")
+
+
+def test_vllm_startup_log_of_a_future_version_uses_the_newest_profile(tmp_path):
+    """A version past every profile's upper bound (here 9.9.9) is priced with vllm-latest; it used to
+    stop the run with StopIteration."""
+    from capplan.accuracy.report import VLLM_VERSION_PROFILES, kv_profile_name
+
+    text = (EXAMPLES / "vllm-startup.log").read_text().replace("server version 0.10.1.1", "server version 9.9.9")
+    (tmp_path / "future.log").write_text(text)
+    row = read_file(tmp_path / "future.log").rows[0]
+    assert kv_profile_name(row) == VLLM_VERSION_PROFILES[-1][1] == "vllm-latest"
+
+
 def test_step_csv_reader_and_its_label():
     """The bundled step CSV says it is synthetic; row 1 is 6.0 + 0.05 + 0.00002 x 1024 = 6.07048 ms."""
     assert (EXAMPLES / "step-times.csv").read_text().startswith("# SYNTHETIC, not a measurement.")

@@ -242,7 +242,8 @@ def kv_profile_name(row: Any) -> str:
     v = vllm_version(text)
     if v is None:
         return "vllm-0.15" if "latest" in text else "vllm"
-    return next(name for top, name in VLLM_VERSION_PROFILES if v <= top)
+    # a version past every bound (a future release) is the newest profile's
+    return next((name for top, name in VLLM_VERSION_PROFILES if v <= top), VLLM_VERSION_PROFILES[-1][1])
 
 
 def default_engines(override: str | None = None) -> "dict[str, EngineProfile | None]":

@@ -452,6 +452,10 @@ def read_vllm_log(path: Path, label: str, text: str) -> FileData:
     if kv_gib is None and kv_tokens is None:
         raise InputError(f"{path}: vLLM start-up log has no 'Available KV cache memory' or 'GPU KV cache size' line "
                          "(did the engine finish starting?)")
+    for what, value, unit in (("Available KV cache memory", kv_gib, "GiB"), ("GPU KV cache size", kv_tokens, "tokens")):
+        if value is not None and not float(value.replace(",", "")) > 0:
+            raise InputError(f"{path}: '{what}: {value} {unit}': the engine found no memory for a KV cache, so the "
+                             "log constrains nothing (allowed: a start-up log whose KV cache is larger than 0)")
     version = (_grab(r"vLLM API server version ([\w.+\-]+)", t) or _grab(r"Initializing a V1 LLM engine \(v([\w.+\-]+)\)", t)
                or _grab(r"\bversion:? v?(\d+\.\d+[\w.+\-]*)", t))
     args = _grab(r"non-default args: (\{.*\})", t) or ""
