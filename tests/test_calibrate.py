@@ -367,6 +367,18 @@ def test_cli_refuses_to_overwrite_and_bad_files_exit_2(runner, tmp_path):
     assert out.read_text() == "keep" and not (tmp_path / "n.yaml").exists()
 
 
+def test_cli_refuses_a_fit_that_does_not_describe_its_data(runner, tmp_path):
+    """Step times a million times too long (seconds written as ms, say): every term ends on a bound and the
+    points stay ~100% off; the profile used to be written with exit 0. Now: exit 3, nothing written."""
+    csv = tmp_path / "steps.csv"
+    csv.write_text("batch,context_tokens,step_ms\n8,1024,1e9\n16,2048,1e9\n32,1024,1e9\n")
+    out = tmp_path / "e.yaml"
+    result = runner.invoke(app, ["calibrate", str(csv), "-m", "llama-3.1-8b", "--hardware", "h100-sxm", "-o", str(out)])
+    assert result.exit_code == 3, result.output
+    assert "the fit leaves the points 100% off" in result.stderr and "time.bandwidth_efficiency" in result.stderr
+    assert result.stderr.rstrip().endswith("the profile is not written") and not out.exists()
+
+
 def test_profile_yaml_keeps_small_terms_precise(one_run):
     """6 significant digits, not 6 decimals: per_sequence_s 8e-06 and the like survive."""
     cal, _ = one_run

@@ -107,6 +107,11 @@ class PointResult:
         return {**asdict(self), "error_before": self.error_before, "error_after": self.error_after}
 
 
+MAX_FIT_ERROR = 0.5
+"""Median ``|predicted / measured - 1|`` of the points above which a fit is refused: a profile that
+far from its own data describes neither."""
+
+
 @dataclass(frozen=True)
 class TermResult:
     """One fitted term."""
@@ -150,9 +155,24 @@ class Calibration:
         """... and with the calibrated profile."""
         return self._median("error_after")
 
+    def fit_failure(self) -> str | None:
+        """Why the fitted profile does not describe the data, or ``None``: after the fit the median
+        error of the points is still above :data:`MAX_FIT_ERROR` (measurements in the wrong unit,
+        or a setting capplan priced differently from the run), with the terms that ended on a bound."""
+        from capplan.accuracy.fit import BOUNDS
+
+        after = self.median_abs_error_after
+        if not self.terms or after is None or after <= MAX_FIT_ERROR:
+            return None
+        at_bound = [t.name for t in self.terms if t.name.startswith("time.")
+                    and t.after in BOUNDS.get(t.name.removeprefix("time."), ())]
+        bounds = f"; at a bound: {', '.join(at_bound)}" if at_bound else ""
+        return (f"the fit leaves the points {after:.0%} off (median |predicted / measured - 1|, allowed at most "
+                f"{MAX_FIT_ERROR:.0%}{bounds}): check the measurements' units and the run's settings")
+
     def as_dict(self) -> dict[str, Any]:
         return {
-            "profile": self.engine.name, "base": self.base, "files": self.files,
+            "profile": self.engine.name, "base": self.base, "files": self.files, "fit_failure": self.fit_failure(),
             "median_abs_error_before": self.median_abs_error_before, "median_abs_error_after": self.median_abs_error_after,
             "terms": [asdict(t) for t in self.terms], "points": [p.as_dict() for p in self.points],
             "notes": self.notes, "skipped": [{"id": i, "reason": r} for i, r in self.skipped],

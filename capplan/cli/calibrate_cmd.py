@@ -100,6 +100,10 @@ def calibrate(
         emit(to_json({**cal.as_dict(), "output": str(output) if output else None}), None, False)
     else:
         render(console(), cal)
+    failure = cal.fit_failure()
+    if failure is not None:
+        typer.echo(f"Error: {failure}; the profile is not written", err=True)
+        raise typer.Exit(3)
     if output is not None:
         emit(profile_yaml(cal, command), output, force)
 
