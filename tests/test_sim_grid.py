@@ -48,6 +48,9 @@ def test_points_are_the_product_in_order():
         ({"tp": [1, 1]}, "--sweep tp: 1 appears twice"),
         ({"inference_gpus": [8], "inference_replicas": [2]}, "--sweep inference_gpus with inference_replicas: sweep one"),
         ({"seed": list(range(101)), "tp": list(range(1, 101))}, "--sweep: 10,100 points, more than 10,000"),
+        # one axis of 99,993 values: refused on its count (the check for repeated values was quadratic
+        # and ran first, so `--sweep inference_gpus=8:100000:1` never returned)
+        ({"inference_gpus": list(range(8, 100_001))}, "--sweep: 99,993 points, more than 10,000"),
     ],
 )
 def test_bad_axes(axes, message):

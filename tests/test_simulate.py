@@ -450,3 +450,16 @@ def test_cli_timeline_plot(runner, write_yaml, tmp_path):
     res = runner.invoke(app, ["simulate", str(w), "-H", "h100-sxm", "--steps", "2", "--timeline", str(png)])
     assert res.exit_code == 0, res.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_replicas_beyond_what_one_simulation_plays_are_refused(runner):
+    """100,000 replicas were accepted (up to a million) and the run did not end within a minute;
+    the limit is 10,000 (about a minute for two steps), and the message names the flag and the range."""
+    from capplan.sim.config import MAX_SIM_REPLICAS
+
+    from capplan.errors import InputError
+
+    with pytest.raises(InputError, match=r"--inference-replicas 10001: must be in \[1, 10,000\]"):
+        SimConfig(inference_replicas=MAX_SIM_REPLICAS + 1)
+    result = runner.invoke(app, ["simulate", "agentic-tool-rl", "-H", "h100-sxm", "--steps", "2", "--inference-replicas", "100000"])
+    assert result.exit_code == 2 and result.stderr == "Error: --inference-replicas 100000: must be in [1, 10,000]\n"

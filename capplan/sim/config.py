@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from capplan.workload import Workload
 
 
+MAX_SIM_REPLICAS = 10_000
+"""Most inference replicas one simulation plays (each replica's steps are events of their own:
+10,000 replicas take about a minute for two steps); a larger fleet is sized by ``capplan plan``."""
+
 class EngineFeatures(BaseModel):
     """The engine features a simulated replica runs with: expert and data parallelism, quantised
     experts and KV scales, the all-to-all kernels (as :class:`capplan.roofline.RooflineInputs`).
@@ -96,7 +100,7 @@ class SimConfig(EngineFeatures, Options, BaseModel):
 
     tp: int = Field(default=1, ge=1, le=MAX_GPUS)
     """Tensor-parallel degree of each inference replica [GPUs]."""
-    inference_replicas: int = Field(default=1, ge=1, le=MAX_GPUS)
+    inference_replicas: int = Field(default=1, ge=1, le=MAX_SIM_REPLICAS)
     """Inference engine replicas [count]."""
     env_workers: int | None = Field(default=None, ge=1, le=MAX_SEQUENCES)
     """Environment workers executing tool calls; ``None`` = one per call (no queueing)."""

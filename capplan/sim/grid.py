@@ -21,6 +21,7 @@ Examples
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -131,17 +132,17 @@ def grid_points(axes: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
             raise InputError(f"--sweep {key}: unknown setting (allowed: {', '.join(GRID_AXES)})")
         if not values:
             raise InputError(f"--sweep {key}: give at least one value, e.g. {key}=V1,V2")
-        seen = [str(v) for v in values]
-        twice = next((v for v in seen if seen.count(v) > 1), None)
-        if twice is not None:
-            raise InputError(f"--sweep {key}: {twice} appears twice (each value names one point)")
-    if "inference_gpus" in axes and "inference_replicas" in axes:
-        raise InputError("--sweep inference_gpus with inference_replicas: sweep one (GPUs = replicas x tp)")
-    count = 1
-    for values in axes.values():
-        count *= len(values)
+    count = math.prod(len(values) for values in axes.values())  # before any per-value work
     if count > MAX_GRID_POINTS:
         raise InputError(f"--sweep: {count:,} points, more than {MAX_GRID_POINTS:,}; narrow the axes")
+    for key, values in axes.items():
+        seen: set[str] = set()
+        for v in map(str, values):
+            if v in seen:
+                raise InputError(f"--sweep {key}: {v} appears twice (each value names one point)")
+            seen.add(v)
+    if "inference_gpus" in axes and "inference_replicas" in axes:
+        raise InputError("--sweep inference_gpus with inference_replicas: sweep one (GPUs = replicas x tp)")
     keys = list(axes)
     return [dict(zip(keys, values)) for values in itertools.product(*(axes[k] for k in keys))]
 
