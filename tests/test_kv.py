@@ -252,7 +252,20 @@ def test_profiles_list_and_show(runner):
     r = runner.invoke(app, ["profiles", "show", "qwen3-30b-a3b"])
     assert r.exit_code == 0 and "derived active params" in r.stdout
     r = runner.invoke(app, ["profiles", "show", "nope"])
-    assert r.exit_code == 2 and "no hardware profile or model preset" in r.stderr
+    assert r.exit_code == 2 and "no hardware profile, model preset or engine profile" in r.stderr
+
+
+def test_profiles_list_and_show_engines(runner):
+    """Every --engine help points at `capplan profiles list engines`, which used to be refused ('engines'
+    is not one of all, hardware, models); `show` reads an engine profile, its fitted terms as row counts."""
+    from capplan.cli.app import app
+    from capplan.engine import list_engines, load_engine
+
+    r = runner.invoke(app, ["profiles", "list", "engines"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0 and all(name in r.stdout for name in list_engines()) and "h100-sxm" not in r.stdout
+    r = runner.invoke(app, ["profiles", "show", "vllm-0.19"], env={"COLUMNS": "250"})
+    n = len(load_engine("vllm-0.19").fitted_on["time.gemm_efficiency"])
+    assert r.exit_code == 0 and "time.gemm_efficiency" in r.stdout and f"fitted on {n:,} validation corpus rows" in r.stdout
 
 
 def test_model_import_roundtrip(runner, tmp_path):

@@ -12,11 +12,13 @@ from capplan.cli.common import ForceOpt, call, console, emit, fail, safe
 
 profiles_app = typer.Typer(
     help=(
-        "List and show the bundled hardware profiles and model presets.\n\n"
+        "List and show the bundled hardware profiles, model presets and engine profiles.\n\n"
         "Examples:\n\n"
         "\b\n"
         "  capplan profiles list\n"
         "  capplan profiles list models\n"
+        "  capplan profiles list engines\n"
+        "  capplan profiles show vllm-0.19\n"
         "  capplan profiles show h100-sxm\n"
         "  capplan profiles show deepseek-v3"
     ),
@@ -40,19 +42,20 @@ class ProfileKind(str, Enum):
     all = "all"
     hardware = "hardware"
     models = "models"
+    engines = "engines"
 
 
 @profiles_app.command(
     "list",
     help=(
-        "List bundled hardware profiles and/or model presets in tables.\n\n"
+        "List bundled hardware profiles, model presets and/or engine profiles in tables.\n\n"
         "Examples:\n\n"
         "\b\n"
         "  capplan profiles list\n"
         "  capplan profiles list hardware"
     ),
 )
-def list_(kind: Annotated[ProfileKind, typer.Argument(help="hardware, models or all.")] = ProfileKind.all) -> None:
+def list_(kind: Annotated[ProfileKind, typer.Argument(help="hardware, models, engines or all.")] = ProfileKind.all) -> None:
     from rich.table import Table
 
     from capplan.hardware import list_hardware
@@ -96,27 +99,41 @@ def list_(kind: Annotated[ProfileKind, typer.Argument(help="hardware, models or 
                 f"{s.active_params() / 1e9:,.2f}",
             )
         con.print(t)
+    if kind in (ProfileKind.all, ProfileKind.engines):
+        from capplan.engine import list_engines, load_engine
+
+        t = Table(title="Engine profiles (--engine NAME; what an engine adds to the chip: memory and time terms)",
+                  title_justify="left")
+        for col in ("name", "engine", "versions", "calibration", "description"):
+            t.add_column(col, no_wrap=col == "name", overflow="fold")
+        for name in list_engines():
+            e = load_engine(name)
+            t.add_row(e.name, e.engine, safe(e.version), safe(e.calibration or "-"), safe(e.description))
+        con.print(t)
 
 
 @profiles_app.command(
     "show",
     help=(
-        "Show one hardware profile or model preset with every field and its source.\n\n"
+        "Show one hardware profile, model preset or engine profile with every field and its source "
+        "(an engine profile's fitted terms: how many corpus rows fitted them).\n\n"
         "Examples:\n\n"
         "\b\n"
         "  capplan profiles show h100-sxm\n"
+        "  capplan profiles show vllm-0.19\n"
         "  capplan profiles show qwen3-30b-a3b"
     ),
 )
 def show(name: Annotated[str, typer.Argument(help="Profile or preset name, or a path to one.")]) -> None:
     from rich.table import Table
 
+    from capplan.engine import load_engine
     from capplan.errors import NotFoundError
     from capplan.hardware import load_hardware
     from capplan.modelspec import load_model_spec
 
     obj = None
-    for loader in (load_hardware, load_model_spec):
+    for loader in (load_hardware, load_model_spec, load_engine):
         try:
             obj = loader(name)
             break
@@ -130,15 +147,18 @@ def show(name: Annotated[str, typer.Argument(help="Profile or preset name, or a 
             last = exc
             continue
     if obj is None:
+        from capplan.engine import list_engines
         from capplan.hardware import list_hardware
         from capplan.modelspec import list_models
 
         if Path(name).is_file():
             raise fail(str(last))  # noqa: F821
-        names = [h.name for h in list_hardware()] + list_models()
-        raise fail(f"{name[:80]}: no hardware profile or model preset of that name; known: {', '.join(names)}")
+        names = [h.name for h in list_hardware()] + list_models() + list_engines()
+        raise fail(f"{name[:80]}: no hardware profile, model preset or engine profile of that name; known: {', '.join(names)}")
     data = obj.model_dump(exclude_none=True)
     sources = data.pop("sources", {})
+    for term, rows in data.pop("fitted_on", {}).items():  # an engine profile's fitted terms: the row count
+        sources.setdefault(term, f"fitted on {len(rows):,} validation corpus rows (fitted_on)")
     con = console()
     t = Table(title=safe(name), title_justify="left", show_lines=False)
     t.add_column("field")
@@ -150,7 +170,8 @@ def show(name: Annotated[str, typer.Argument(help="Profile or preset name, or a 
             for k, v in value.items():
                 walk(f"{prefix}.{k}" if prefix else k, v)
         else:
-            src = sources.get(prefix) or sources.get(prefix.split(".")[0], "")
+            parts = prefix.split(".")  # the most specific source: memory.max_num_seqs for memory.max_num_seqs.large
+            src = next((sources[k] for k in (".".join(parts[:i]) for i in range(len(parts), 0, -1)) if k in sources), "")
             t.add_row(safe(prefix), safe(value), safe(src))
 
     walk("", data)
