@@ -81,3 +81,33 @@ def method_flag_error(workload: str, method: str, flags: dict[str, str], table: 
         if name in table and method not in table[name][0]:
             return f"{flag} does not apply to {workload} (method {method}): {table[name][1]}"
     return None
+
+
+ASYNC_FLAGS = ("max_staleness", "async_ingest", "inflight_updates")
+"""Parameters that shape an asynchronous trainer's inputs: they mean nothing when rollouts and
+training alternate (``--mode sync`` or ``colocated``)."""
+
+
+def mode_flag_error(mode: str, flags: dict[str, str], chooses_mode: bool = False, max_staleness: int | None = None) -> str | None:
+    """The error for an asynchronous-only flag given with a step mode that has no asynchrony
+    (``None`` when every given flag applies).
+
+    ``mode`` is the ``--mode`` value; ``auto`` counts as ``sync`` unless ``chooses_mode`` (with
+    ``--total-gpus`` the plan may pick ``async``). ``--mode async --max-staleness 0`` is refused
+    too: a bound of 0 is synchronous training, which ``--mode sync`` plans.
+
+    >>> mode_flag_error("sync", {"max_staleness": "--max-staleness"})
+    '--max-staleness applies to --mode async; with --mode sync rollouts and training alternate, so there is no asynchrony for it to shape'
+    >>> mode_flag_error("async", {"max_staleness": "--max-staleness"}, max_staleness=0)
+    '--mode async --max-staleness 0 is synchronous training (no rollout may run ahead of the trainer): use --mode sync, or a bound of 1 or more'
+    """
+    effective = "sync" if mode == "auto" and not chooses_mode else mode
+    if effective in ("sync", "colocated"):
+        for name, flag in flags.items():
+            if name in ASYNC_FLAGS:
+                shown = f"--mode {mode}" + (" (sync without --total-gpus)" if mode == "auto" else "")
+                return f"{flag} applies to --mode async; with {shown} rollouts and training alternate, so there is no asynchrony for it to shape"
+    if mode == "async" and max_staleness == 0 and "max_staleness" in flags:
+        return ("--mode async --max-staleness 0 is synchronous training (no rollout may run ahead of the trainer): "
+                "use --mode sync, or a bound of 1 or more")
+    return None

@@ -768,7 +768,7 @@ def plan(
     from capplan.plan.inputs import load_policy, load_teacher, speculative_setting
     from capplan.plan.serving import plan_serving
 
-    from capplan.cli.method_flags import PLAN_FLAGS, given, method_flag_error
+    from capplan.cli.method_flags import ASYNC_FLAGS, PLAN_FLAGS, given, method_flag_error, mode_flag_error
 
     from capplan.workload import check_sample_size
 
@@ -806,7 +806,8 @@ def plan(
         )
         workload = workload_settings(workload, prefix_caching=e["prefix_caching"], max_model_len=e["max_model_len"])
         call(lambda: check_sample_size(workload, conversations))
-        wrong = method_flag_error(workload.name, workload.method, flags, PLAN_FLAGS)
+        wrong = method_flag_error(workload.name, workload.method, flags, PLAN_FLAGS) or mode_flag_error(
+            mode.value, given(ctx, ASYNC_FLAGS), chooses_mode=bool(total_gpus), max_staleness=max_staleness)
         if wrong:
             raise fail(wrong)
         teacher = call(lambda: load_teacher(workload))

@@ -361,6 +361,12 @@ def simulate(
     serving_only = given(ctx, SIMULATE_SERVING_FLAGS)
     if serving_only:
         raise fail(f"{next(iter(serving_only.values()))} does not apply to {w.name} (method {w.method}): it drives a serving simulation")
+    if sweep_staleness is None and "mode" not in (axes or {}):  # a sweep of modes or bounds runs async points too
+        from capplan.cli.method_flags import mode_flag_error
+
+        clash = mode_flag_error(mode.value, given(ctx, ["max_staleness"]))  # --inflight-updates: checked with the config
+        if clash:
+            raise fail(clash)
     bounds = None
     if sweep_staleness is not None:
         bounds = parse_ints(sweep_staleness, "--sweep-staleness", minimum=0)

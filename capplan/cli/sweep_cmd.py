@@ -307,6 +307,11 @@ def sweep_cmd(
     names = parse_names(hardware)
     if not names:
         raise fail("--hardware: give at least one hardware profile, e.g. -H h100-sxm,h200")
+    from capplan.cli.method_flags import ASYNC_FLAGS, given, mode_flag_error
+
+    clash = mode_flag_error(mode, given(ctx, ASYNC_FLAGS), max_staleness=max_staleness)
+    if clash:
+        raise fail(clash)
     loaded_workload, spec = call(lambda: load_policy(workload, model, draft_model is not None))
     if loaded_workload.method == "serving":
         from capplan.cli.method_flags import SWEEP_SERVING_ERROR

@@ -113,7 +113,8 @@ class PlanInputs(Options, BaseModel):
     or ``auto``: with ``--total-gpus`` the mode that maximises trained tokens/s, else ``sync``."""
     max_staleness: int = Field(default=1, ge=0, le=1_000_000)
     """Async: the most policy versions a trajectory may lag the trainer (K); up to K + 1 steps of
-    rollouts are in flight. K = 0 is synchronous."""
+    rollouts are in flight. K = 0 is synchronous training (plan it with ``--mode sync``); the
+    async-only flags are refused in sync and colocated modes."""
     async_ingest: Literal["groups", "batches"] = "groups"
     """Async: the trainer takes finished prompt ``groups`` in completion order and rejects those
     more than ``max_staleness`` versions old (AReaL's gate, OLMo 3, PipelineRL), or each step's
