@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from capplan.errors import DoesNotFitError, InputError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from capplan.engine import EngineProfile, MemoryTerms
 from capplan.options import Options
@@ -99,6 +99,14 @@ def default_max_num_seqs(hw: "HardwareProfile", terms: MemoryTerms = DEFAULTS) -
     return terms.max_num_seqs.large if large else terms.max_num_seqs.small
 
 
+MAX_BLOCK_TOKENS = 4096
+"""Largest ``--block-size`` taken [tokens]: engines page KV in 1-256-token blocks (vLLM's
+``--block-size`` choices, SGLang's page size, TensorRT-LLM's ``tokens_per_block``), and vLLM
+sizes a hybrid model's attention blocks up to about a thousand tokens to match its state pages;
+a block longer than a whole request's context makes the block and token concurrency figures
+disagree."""
+
+
 class KVInputs(Options, BaseModel):
     """Everything the calculator needs besides the model and the hardware.
 
@@ -142,7 +150,7 @@ class KVInputs(Options, BaseModel):
     head, ``4 / head_dim`` bytes more per element)."""
     context: int = Field(default=8192, ge=1, le=MAX_CONTEXT_TOKENS)
     """Tokens per sequence for concurrency figures [tokens]."""
-    block_size: int | None = Field(default=None, ge=1, le=MAX_CONTEXT_TOKENS)
+    block_size: int | None = Field(default=None, ge=1, le=MAX_BLOCK_TOKENS)
     """Paged-attention block size [tokens]; default the engine profile's (vLLM 16)."""
     gpu_mem_util: float | None = Field(default=None, gt=0, le=1)
     """Fraction of GPU memory the engine may use (vLLM ``--gpu-memory-utilization``); default the
@@ -171,6 +179,13 @@ class KVInputs(Options, BaseModel):
     engine: EngineProfile | None = None
     """Engine profile whose memory terms give every default above (its budget rule, batch limits,
     profiling peaks); ``None``: the default engine profile (``capplan.engine.DEFAULT_ENGINE``)."""
+
+    @model_validator(mode="after")
+    def _block_within_context(self) -> "KVInputs":
+        if self.block_size is not None and self.block_size > self.context:
+            raise InputError(f"--block-size {self.block_size} is longer than --context {self.context}: every sequence "
+                             "would hold a block it cannot fill (allowed: a block size up to the context)")
+        return self
 
 
 @dataclass(frozen=True)
