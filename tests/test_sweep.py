@@ -40,6 +40,17 @@ def test_sweep_rows_equal_plans():
         assert row["binding_constraint"] == p.binding_constraint
 
 
+def test_sft_sweep_has_no_inference_gpus_and_equals_the_plan():
+    """SFT has no rollout engine: the sweep used to cross inference GPUs 1..512 with the trainer sizes
+    (a phantom inference GPU in every per-GPU figure: 5,432.5 against the plan's 5,443.1 tokens/s/GPU)."""
+    w, spec, hw = load_workload("sft"), load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm")
+    grid = sweep(w, spec, [hw], [1], ["bf16"], trainer_gpus=[8, 16], conversations=3000)
+    assert list(grid["inference_gpus"]) == [0, 0] and list(grid["total_gpus"]) == [8, 16]
+    for _, row in grid.iterrows():
+        p = plan_workload(w, PlanInputs(hardware=hw, model=spec, trainer_gpus=int(row["trainer_gpus"])), conversations=3000)
+        assert row["trained_tokens_per_s_per_gpu"] == pytest.approx(p.trained_tokens_per_s / p.trainer_gpus)
+
+
 def test_async_sweep_rows_equal_async_plans():
     """An async row reports the steady state's own decode batch (the smallest that keeps up with
     one step per period, below a synchronised step's) and trains only the groups the staleness

@@ -145,7 +145,7 @@ def render(grid: "pd.DataFrame", top_rows: "pd.DataFrame", subject: str, objecti
         title_justify="left",
     )
     columns = [
-        ("step\n[s]", "step_time_s", lambda v: f"{v:,.0f}"),
+        ("step\n[s]", "step_time_s", lambda v: f"{v:,.0f}" if v >= 100 else f"{v:.3g}"),
         ("trained\ntok/s", "trained_tokens_per_s", lambda v: f"{v:,.0f}"),
         ("per GPU\n[tok/s]", "trained_tokens_per_s_per_gpu", lambda v: f"{v:,.1f}"),
         ("node\nratio", "node_ratio", lambda v: f"{v:,.2f}"),
@@ -317,6 +317,11 @@ def sweep_cmd(
         from capplan.cli.method_flags import SWEEP_SERVING_ERROR
 
         raise fail(f"workload {loaded_workload.name} (method serving): {SWEEP_SERVING_ERROR}")
+    if not loaded_workload.has_rollout:  # sft: the grid is trainer sizes alone
+        engine_only = given(ctx, ["inference_gpus", "tp", "kv_dtype", "weight_dtype"])
+        if engine_only:
+            raise fail(f"{next(iter(engine_only.values()))} does not apply to {loaded_workload.name} (method "
+                       f"{loaded_workload.method}): the workload has no inference engine, so sweep varies the trainer GPUs alone")
     # the workload's engine: block gives what is not swept; a flag wins
     e = engine_defaults(
         ctx, loaded_workload, features=True, tp=tp, pp=pp, kv_dtype=kv_dtype, weight_dtype=weight_dtype, engine=engine,

@@ -296,8 +296,10 @@ def sweep(
                 sinp = None  # reported below as the row's reason
             base.update(_feature_base(ep, ranks, sinp or (speculative if k_spec is None else None), k_spec, kv_offload_gib))
         unit = tp * ranks  # GPUs of an instance: counts come in multiples of it
-        inference = np.array(
-            list(inference_gpus) if inference_gpus else default_inference_gpus(unit, work.conversations / ranks), dtype=float
+        inference = np.array(  # a workload without a rollout engine (sft) has no inference GPUs to sweep
+            (list(inference_gpus) if inference_gpus else default_inference_gpus(unit, work.conversations / ranks))
+            if workload.has_rollout else [0],
+            dtype=float,
         )
         try:
             trainer_min = min_trainer_gpus(spec, trainer_hw, MICRO_BATCH_TOKENS) if has_trainer else 0
