@@ -160,10 +160,12 @@ def test_sweep_refuses_a_workload_no_point_can_run(runner, tmp_path):
     assert r.exit_code == 2, r.output
     assert "conversation.max_context (line" in r.stderr and "must hold the prompt" in r.stderr  # refused as the file is read
     assert not (tmp_path / "g.csv").exists()
-    # a model too large for the GPU at every point is infeasibility, reported per row (exit 0)
+    # a model too large for the GPU at every point is infeasibility, reported per row and written; with no row
+    # feasible the command exits 3 (it exited 0, so a script took an empty answer for one)
     r = runner.invoke(app, ["sweep", "reasoning-rl-olmo3-32b", "-H", "l4", "--tp", "1", "--trainer-hardware", "h100-sxm",
                             "--conversations", "200", "-o", str(tmp_path / "l4.csv")])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 3, r.output
+    assert r.stderr.endswith("Error: no feasible combination in the grid\n")
     assert "No feasible combination" in r.stdout and "exceed the memory budget" in (tmp_path / "l4.csv").read_text()
 
 

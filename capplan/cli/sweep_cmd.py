@@ -195,14 +195,15 @@ def _blank_or(fmt, value) -> str:  # noqa: ANN001
         "Objectives: per-gpu (trained tokens/s per GPU, default), throughput (trained tokens/s), "
         "cost (USD per million trained tokens; needs a GPU-hour price for every profile: --gpu-hour-price, one "
         "price or HARDWARE=PRICE pairs, else the profile's price_usd_per_gpu_hour). Infeasible rows keep their "
-        "reason and have blank figures.\n\n"
+        "reason and have blank figures; when no row is feasible the command exits 3 (the table and --output "
+        "still written).\n\n"
         "Examples:\n\n"
         "\b\n"
         "  capplan sweep reasoning-rl-olmo3-7b --hardware h100-sxm,h200,b200 --tp 1,2,4,8 --kv-dtype bf16,fp8\n"
         "  capplan sweep agentic-tool-rl --hardware h100-sxm --tp 1,2 --inference-gpus 8:256:8 \\\n"
         "      --trainer-gpus 8,16,32 --output grid.csv\n"
         "  capplan sweep reasoning-rl-olmo3-32b --hardware h100-sxm,b200 --tp 8 --gpu-hour-price h100-sxm=2.5,b200=4 --objective cost\n"
-        "  capplan sweep reasoning-rl-olmo3-7b --hardware h100-sxm --max-total-gpus 8 --max-num-seqs 256\n"
+        "  capplan sweep reasoning-rl-olmo3-7b --hardware h100-sxm --max-total-gpus 16 --max-num-seqs 256\n"
         "  capplan sweep reasoning-rl-olmo3-7b -m qwen3-30b-a3b -H h100-sxm --tp 1,2 --ep 1,8 --inference-gpus 8:64:8\n"
         "  capplan sweep reasoning-rl-olmo3-7b -H h100-sxm --spec-method eagle3 --spec-tokens 1:5 --acceptance-rate 0.7\n\n"
         "The workload's engine: block gives the settings not swept (a flag of the same name wins). A serving workload is "
@@ -400,3 +401,6 @@ def sweep_cmd(
         shown = sorted({(p.name, hourly_price(p, prices)) for p in [*profiles, *([trainer_profile] if trainer_profile else [])]})
         origin = "--gpu-hour-price" if prices is not None else "the profiles' price_usd_per_gpu_hour"
         console().print(safe("GPU-hour prices (" + origin + "): " + ", ".join(f"{n} ${v:,.2f}" for n, v in shown) + "."))
+    if not grid["feasible"].astype(bool).any():  # the table says why; a script sees the exit code (as plan's unmet targets)
+        typer.echo("Error: no feasible combination in the grid", err=True)
+        raise typer.Exit(3)
