@@ -325,7 +325,7 @@ def check_expert_parallelism(
     >>> check_expert_parallelism(load_model_spec("qwen3-30b-a3b"), tp=1, dp=3, ep=3)
     Traceback (most recent call last):
     ...
-    capplan.errors.InputError: --ep 3: qwen3-30b-a3b has 128 routed experts per MoE layer, which 3 does not divide (expert-parallel degrees that divide them: 1, 2, 4, 8, 16, 32, 64, 128); --redundant-experts R makes 128 + R experts to split
+    capplan.errors.InputError: --ep 3: qwen3-30b-a3b has 128 routed experts per MoE layer, which 3 does not divide (expert-parallel degrees that divide 128: 1, 2, 4, 8, 16, 32, 64, 128); --redundant-experts R makes 128 + R experts to split
     """
     at = {"ep": "--ep", "dp": "--dp", "redundant_experts": "--redundant-experts", **(where or {})}
     flag = at["ep"] == "--ep"
@@ -345,11 +345,11 @@ def check_expert_parallelism(
         )
     total = m.num_experts + redundant_experts
     if total % ep:
-        ok = [d for d in range(1, m.num_experts + 1) if m.num_experts % d == 0]
+        ok = [d for d in range(1, total + 1) if total % d == 0]
         raise InputError(
             f"{ep_at}: {spec.name} has {m.num_experts} routed experts per MoE layer"
-            f"{f' (+ {redundant_experts} redundant)' if redundant_experts else ''}, which {ep} does not divide "
-            f"(expert-parallel degrees that divide them: {', '.join(map(str, ok))}); --redundant-experts R makes "
+            f"{f' + {redundant_experts} redundant = {total}' if redundant_experts else ''}, which {ep} does not divide "
+            f"(expert-parallel degrees that divide {total}: {', '.join(map(str, ok))}); --redundant-experts R makes "
             f"{m.num_experts} + R experts to split"
         )
     if ep > total:
@@ -801,6 +801,7 @@ def _kv_fixed(spec: "ModelSpec", hw: "HardwareProfile", inp: KVInputs) -> _KVFix
     check_parallelism(spec, inp.tp, inp.pp)
     dp = resolve_dp(inp.tp, inp.ep, inp.dp)
     check_expert_parallelism(spec, inp.tp, dp, inp.ep, inp.redundant_experts)
+    check_expert_dtype(spec, inp.expert_dtype)
     from capplan.engine import default_engine
 
     engine = inp.engine or default_engine()
