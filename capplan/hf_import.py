@@ -361,6 +361,11 @@ def spec_from_hf_config(config: dict[str, Any], name: str, source: str) -> Model
     archs = config.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs else None
     reader = SUPPORTED_ARCHITECTURES.get(arch) if isinstance(arch, str) else None
+    if arch is None:
+        nested = " (it nests a text_config: a multimodal model's config; give the language model's own config.json)" if isinstance(
+            config.get("text_config"), dict) else ""
+        raise InputError(f"{source}: architectures: missing or empty{nested}; supported architectures: "
+                         + ", ".join(SUPPORTED_ARCHITECTURES))
     if reader is None:
         raise InputError(
             f"{source}: architecture {arch!r} is not supported; supported architectures: "

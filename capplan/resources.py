@@ -72,6 +72,9 @@ def resolve(kind: Kind, name_or_path: str | Path) -> Path:
         return candidate
     names = bundled_names(kind)
     label = _KIND_LABEL[kind]
+    if path.exists():  # a directory or a device: there, but not a file to read
+        raise NotFoundError(f"{name_or_path}: not a regular file (a {label} is a YAML file or a bundled name); "
+                            f"bundled {label}s: {', '.join(names) or 'none'}")
     close = difflib.get_close_matches(stem, names, n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     raise NotFoundError(

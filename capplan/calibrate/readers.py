@@ -57,6 +57,11 @@ class FileData:
     """Engine settings the file states (start-up logs: tp, dtypes, scheduler limits, KV capacity)."""
 
 
+MAX_STEP_BATCH = 65_536
+"""Largest batch a step-time CSV row may give [sequences]: no engine runs more sequences in a step
+(vLLM's ``max_num_seqs`` and TensorRT-LLM's ``max_batch_size`` stay in the thousands)."""
+
+
 def read_file(path: str | Path, label: str | None = None) -> FileData:
     """Read one benchmark file of any supported format.
 
@@ -371,10 +376,16 @@ def _read_csv(path: Path, label: str, text: str) -> FileData:
     reader = csv.DictReader(io.StringIO("\n".join(line for _, line in lines)))
     for (n, _), rec in zip(lines[1:], reader):
         vals = {}
+        extra = rec.get(None)  # fields past the header's
+        if any(rec.get(c) is None for c in STEP_COLUMNS) or extra:
+            got = sum(v is not None for v in rec.values() if not isinstance(v, list)) + len(extra or [])
+            raise InputError(f"{path}:{n}: {got} field(s) where the header names {len(header)} ({','.join(header)})")
         for c in STEP_COLUMNS:
             x = _number((rec.get(c) or "").strip())
             if x is None or not x > 0 or x == math.inf or (c == "context_tokens" and x < 0):
                 raise InputError(f"{path}:{n}: {c} {rec.get(c)!r}: expected a number > 0")
+            if c == "batch" and (x != int(x) or x > MAX_STEP_BATCH):
+                raise InputError(f"{path}:{n}: batch {rec.get(c)!r}: expected a whole number of sequences up to {MAX_STEP_BATCH:,}")
             vals[c] = x
         rows.append(_row(label, f"{n}", STEP_CSV, path, "step_time_ms", "ms", vals["step_ms"], "step",
                          {"model_named": None, "batch": vals["batch"], "context_tokens": vals["context_tokens"],

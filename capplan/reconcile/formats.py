@@ -52,7 +52,7 @@ def mask_bytes(value: Any, field: str, from_str: bytes, from_int: bytes, letters
         if 255 not in letters_mask:
             return letters_mask
         bad = mask.index(255)
-        raise BadRecord(field, f"position {bad} is byte {value[bad]}; allowed: {letters} or {codes}")
+        raise BadRecord(field, f"position {bad} is byte {value[bad]}; allowed: {letters if letters == codes else f'{letters} or {codes}'}")
     if kind is str:
         try:
             mask = value.encode("latin-1").translate(from_str)
@@ -67,7 +67,7 @@ def mask_bytes(value: Any, field: str, from_str: bytes, from_int: bytes, letters
         raise BadRecord(field, f"missing: a string of {letters} or a list of {codes}, one entry per position")
     if 255 in mask:  # an int needle: a bytes needle first fails as an int, at the cost of an exception
         bad = mask.index(255)
-        raise BadRecord(field, f"position {bad} is {value[bad]!r}; allowed: {letters} or {codes}")
+        raise BadRecord(field, f"position {bad} is {value[bad]!r}; allowed: {letters if letters == codes else f'{letters} or {codes}'}")
     return mask
 
 

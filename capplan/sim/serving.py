@@ -188,7 +188,7 @@ def read_trace(path: str | Path, shared_prefix_tokens: int = 0, prefix_hit_rate:
         v = pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=float)
         bad = ~np.isfinite(v) | (v < 1)
         if bad.any():
-            raise InputError(f"--trace {p}: {col} row {int(bad.argmax()) + 1} is {frame[col].iloc[int(bad.argmax())]!r} (allowed: a count >= 1)")
+            raise InputError(f"--trace {p}: {col} row {int(bad.argmax()) + 1} is {frame[col].iloc[int(bad.argmax())].item()!r} (allowed: a count >= 1)")
         lengths.append(np.rint(v).astype(np.int64))
     order = np.argsort(t, kind="stable")
     t = t[order] - t[order][0]
