@@ -150,6 +150,9 @@ def kv(
         from capplan.workload import load_workload
 
         w = call(lambda: load_workload(workload, model_given=True, draft_model_given=draft_model is not None))  # -m is required
+        if not w.has_rollout:
+            raise fail(f"--workload {w.name} (method {w.method}): the workload has no inference engine, so it holds no KV "
+                       "cache to size; give a workload that generates (RL, distillation or serving)")
         e = engine_defaults(
             cli, w, tp=tp, pp=pp, kv_dtype=kv_dtype, weight_dtype=weight_dtype, context=context, gpu_mem_util=gpu_mem_util,
             block_size=block_size, max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, engine=engine,

@@ -94,8 +94,8 @@ def parse_prices(values: list[str] | None) -> "float | dict[str, float] | None":
             value = float(text)
         except ValueError:
             value = math.nan
-        if not (math.isfinite(value) and 0 <= value <= 1e6):
-            raise fail(f"--gpu-hour-price {text!r}: a price is a number of USD per GPU-hour in [0, 1,000,000]")
+        if not (math.isfinite(value) and 0.0001 <= value <= 10_000):
+            raise fail(f"--gpu-hour-price {text!r}: a price is a number of USD per GPU-hour in [0.0001, 10,000] (as capplan plan takes it)")
         out[name] = value
     return out[""] if "" in out else out
 
