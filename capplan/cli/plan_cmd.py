@@ -760,7 +760,7 @@ def plan(
             "(the table still prints).", file_okay=False,
         ),
     ] = None,
-    force: ForceOpt = False,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite existing files in --output-dir.")] = False,
 ) -> None:
     from capplan.hardware import load_hardware
     from capplan.output import ensure_new, to_json, write_atomic

@@ -262,10 +262,11 @@ def simulate(
         typer.Option(help="Ray cluster to run on (auto or HOST:PORT; needs --executor ray); default: a local Ray instance."),
     ] = None,
     format: Annotated[
-        str, typer.Option("--format", "-f", help="Output format: table or json (no CSV: the result is nested).", metavar="[table|json]")
+        str, typer.Option("--format", "-f", help="Output format: table or json (no CSV: one run's result is nested; a --sweep grid is a table, "
+                     "written as CSV, Parquet or JSON by -o's extension).", metavar="[table|json]")
     ] = "table",
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write the full result as JSON to this file.", dir_okay=False)
+        Path | None, typer.Option("--output", "-o", help="Write the full result as JSON to this file (a --sweep grid: .csv, .parquet or .json).", dir_okay=False)
     ] = None,
     trajectories: Annotated[
         Path | None,
