@@ -363,7 +363,7 @@ def _plan_check(plan_rows: list[PlanRow], tolerance: float, workload_name: str) 
     bad = [r for r in plan_rows if r.status == "FAIL"]
     if bad:
         worst = max(bad, key=lambda r: math.inf if r.relative_error is None else abs(r.relative_error))
-        error = "inf" if worst.relative_error is None else f"{worst.relative_error:+.1%}"
+        error = "the plan has none" if worst.relative_error is None else f"{worst.relative_error:+.1%}"
         detail = (
             f"{len(bad)} per-conversation mean(s) differ from the plan by more than {tolerance:.1%}; worst: "
             f"{worst.counter}/{worst.token_class} observed {worst.observed:,.1f} vs planned {worst.planned:,.1f} ({error})"
