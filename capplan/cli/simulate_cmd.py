@@ -149,7 +149,9 @@ def simulate(
     ] = None,
     trainer_gpus: Annotated[
         int | None,
-        typer.Option("--trainer-gpus", help="Trainer GPUs (default: the fewest that hold the training state).", min=1),
+        typer.Option("--trainer-gpus", help="Trainer GPUs (default: the fewest that hold the training state, rounded up "
+                     "to whole nodes, or enough for the workload's training.step_time_target_s; colocated: every "
+                     "inference GPU).", min=1),
     ] = None,
     mode: Annotated[Mode, typer.Option("--mode", help=_sim_help("mode"))] = Mode.sync,
     max_staleness: Annotated[
