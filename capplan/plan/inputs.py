@@ -231,6 +231,9 @@ class PlanInputs(Options, BaseModel):
                 raise InputError("--mode colocated: needs --total-gpus (generation and training share those GPUs)")
             if self.inference_gpus is not None or self.trainer_gpus is not None:
                 raise InputError("--mode colocated: give --total-gpus only (both sides use all of them)")
+        if self.weight_sync == "reshard" and self.mode != "colocated":
+            raise InputError(f"--weight-sync reshard is the colocated update (the same GPUs reshard in place), and --mode is "
+                             f"{self.mode}: give --mode colocated, or nccl / checkpoint-engine for split GPUs")
         return self
 
     def framework(self, workload: "Workload", mode: str = "sync") -> tuple[float, float]:

@@ -188,6 +188,11 @@ class SimConfig(EngineFeatures, Options, BaseModel):
             raise ValueError("--trainer-gpus: colocated training uses every inference GPU (give --inference-replicas)")
         if self.max_inflight_groups is not None and (self.mode != "async" or self.sampling != "active"):
             raise ValueError("--max-inflight-groups needs --mode async and --sampling active")
+        if self.oversample is not None and self.sampling != "oversample":
+            raise ValueError("--oversample needs --sampling oversample (active sampling refills each batch as groups finish)")
+        if self.weight_sync == "reshard" and self.mode != "colocated":
+            raise ValueError("--weight-sync reshard is the colocated update (the same GPUs reshard in place); split GPUs push "
+                             "weights with nccl or checkpoint-engine")
         return self
 
     def validate(self, workload: "Workload") -> None:
