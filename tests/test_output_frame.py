@@ -74,7 +74,7 @@ def test_write_frame_by_extension(tricky, tmp_path):
 def test_sweep_cli_writes_parquet(runner, tmp_path):
     pq = pytest.importorskip("pyarrow.parquet")
     out = tmp_path / "grid.parquet"
-    args = ["sweep", "seed-replay", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--inference-gpus", "1,2", "--trainer-gpus", "1", "-o", str(out)]
+    args = ["sweep", "seed-replay", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--inference-gpus", "1,2", "--trainer-gpus", "8", "-o", str(out)]
     result = runner.invoke(app_(), args)
     assert result.exit_code == 0, result.output
     csv_out = tmp_path / "grid.csv"
