@@ -521,6 +521,10 @@ def parse_ints(values: list[str] | str | None, flag: str, minimum: int = 1) -> l
     than :data:`MAX_LIST_VALUES` values is a one-line error naming the flag.
     """
     out: list[int] = []
+    for given_value in [values] if isinstance(values, str) else values or []:
+        items = str(given_value).split(",")
+        if any(not x.strip() for x in items) and any(x.strip() for x in items):  # wholly empty: the caller's message
+            raise fail(f"{flag} {given_value!r}: an empty item; expected integers, a list (1,2,4) or a range (8:512:8)")
     for item in parse_names(values):
         try:
             if ":" in item:
