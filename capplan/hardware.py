@@ -371,6 +371,24 @@ def _numeric_keys(data: dict[str, object]) -> list[str]:
     return keys
 
 
+def _warn_unfitted_copy(path: Path, profile: HardwareProfile) -> None:
+    """Warn when a user's profile under a new name is a bundled chip: engine profiles key their
+    fitted per-hardware terms by profile name, so the copy is priced with the family terms."""
+    import warnings
+
+    for name in resources.bundled_names("hardware_profiles"):
+        bundled = load_hardware(name)
+        if bundled.full_name == profile.full_name:
+            warnings.warn(
+                f"{path}: {profile.name} is the {bundled.full_name} of the bundled {name}, whose fitted engine terms "
+                f"(e.g. all-reduce latency, GEMM efficiency) are keyed by the name {name}: {profile.name} is priced "
+                f"with the engine family's terms instead; name it {name} to keep them",
+                UserWarning,
+                stacklevel=3,
+            )
+            return
+
+
 def load_hardware(name_or_path: str | Path) -> HardwareProfile:
     """Load a bundled hardware profile by name (``h100-sxm``) or a user's YAML file by path.
 
@@ -387,6 +405,8 @@ def load_hardware(name_or_path: str | Path) -> HardwareProfile:
     bundled = resources.bundled_dir("hardware_profiles")
     if path.resolve().parent == bundled.resolve() and profile.name != path.stem:
         raise InputError(f"{path}: name: must equal the file stem '{path.stem}', got '{profile.name}'")
+    if path.resolve().parent != bundled.resolve() and profile.name not in resources.bundled_names("hardware_profiles"):
+        _warn_unfitted_copy(path, profile)
     if profile.assumptions is not None:
         import warnings
 

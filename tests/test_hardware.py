@@ -282,3 +282,20 @@ def test_profile_is_frozen() -> None:
     with pytest.raises(Exception):
         hw.hbm_bandwidth_gbps = 1.0  # type: ignore[misc]
     assert math.isclose(hw.hbm_bandwidth_gbps, 300)
+
+
+def test_a_renamed_copy_of_a_bundled_chip_is_warned_that_it_loses_the_fitted_terms(tmp_path):
+    """Engine profiles key per-hardware fitted terms by profile name: a copy of h100-sxm.yaml renamed
+    my-h100 was priced with the family's all-reduce terms (35.5 us, not H100's 3.95 us) without a word."""
+    from capplan.hardware import load_hardware
+
+    text = (resources.bundled_dir("hardware_profiles") / "h100-sxm.yaml").read_text(encoding="utf-8")
+    (tmp_path / "my-h100.yaml").write_text(text.replace("name: h100-sxm", "name: my-h100", 1), encoding="utf-8")
+    with pytest.warns(UserWarning, match=r"my-h100 is the NVIDIA H100 SXM5 80GB of the bundled h100-sxm, .* name it h100-sxm"):
+        load_hardware(tmp_path / "my-h100.yaml")
+    (tmp_path / "h100-sxm.yaml").write_text(text, encoding="utf-8")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_hardware(tmp_path / "h100-sxm.yaml").name == "h100-sxm"  # same name: the overrides apply, no warning
