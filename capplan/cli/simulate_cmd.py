@@ -696,7 +696,7 @@ def render_serving(result: Any) -> None:
         ("output / input tokens/s", f"{s['output_tokens_per_s']:,.0f} / {s['input_tokens_per_s']:,.0f}"),
         ("goodput: requests/s meeting the targets", f"{s['goodput_requests_per_s']:,.3f} ({s['slo_attainment']:.1%})"),
         ("replicas stepping (busy)", f"{s['replica_busy_fraction']:.1%}"),
-        ("mean decode batch", f"{s['mean_decode_batch']:,.1f}"),
+        ("mean decode batch [sequences]", f"{s['mean_decode_batch']:,.1f}"),
         ("preemptions (recomputed tokens)", f"{s['preemptions']:,} ({s['recomputed_tokens']:,})"),
         ("engine steps", f"{s['engine_steps']:,}"),
     ):
@@ -786,7 +786,7 @@ def render(result: "SimResult") -> None:
         ("trainer idle (waiting for data)", _pct(s["trainer_idle_fraction"])),
         ("trainer training / pushing weights", f"{_pct(s['trainer_busy_fraction'])} / {_pct(s['trainer_sync_fraction'])}"),
         ("replica utilisation (stepping)", _pct(s["replica_utilisation"])),
-        ("mean running batch", f"{s['mean_running_batch']:,.1f}"),
+        ("mean running batch [sequences]", f"{s['mean_running_batch']:,.1f}"),
         ("KV occupancy p50 / p95", f"{_pct(s['kv_occupancy_p50'])} / {_pct(s['kv_occupancy_p95'])}"),
         ("preemptions / retained-KV evictions", f"{s['preemptions']:,} / {s['retained_kv_evictions']:,}"),
         ("recomputed tokens (both)", f"{s['recompute_tokens']:,}"),
