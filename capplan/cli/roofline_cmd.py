@@ -170,6 +170,11 @@ def roofline(
     for flag, given, values in (("--batch", batch, batches), ("--context", context, contexts), ("--prompt", prompt, prompts)):
         if not values:
             raise fail(f"{flag} {given!r}: give at least one value, e.g. 1,8,64")
+    from capplan.units import MAX_CONTEXT_TOKENS
+
+    for flag, values, low in (("--context", contexts, 0), ("--prompt", prompts, 1)):  # the cap kv and the workloads take
+        if max(values) > MAX_CONTEXT_TOKENS:
+            raise fail(f"{flag} {max(values)}: must be in [{low}, {MAX_CONTEXT_TOKENS:,}] tokens")
     if len(batches) * len(contexts) * len(prompts) > MAX_ROWS:
         raise fail(
             f"--batch x --context x --prompt: {len(batches) * len(contexts) * len(prompts):,} rows, above {MAX_ROWS:,}; "
