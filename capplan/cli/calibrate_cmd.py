@@ -84,6 +84,8 @@ def calibrate(
         raise fail("--output: --terms none fits nothing, so there is no profile to write; drop --output")
     if not compare_only and output is None:
         raise fail("--output: give the file to write the calibrated profile to (or --terms none to only compare)")
+    if output is not None and output.suffix.lower() not in (".yaml", ".yml"):
+        raise fail(f"--output {output}: the calibrated engine profile is YAML; give a .yaml file (it is read back with --engine)")
     if output is not None:
         call(lambda: ensure_new(output, force))
     settings = CalibrateSettings(
