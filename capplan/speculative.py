@@ -316,12 +316,8 @@ def spec_step(
         new_tokens=B * n, logits_tokens=B * n, attention_pairs=B * float(causal_pairs(c, n)), kv_read_tokens=B * c,
         sequences=B, window_attention_pairs=B * float(causal_pairs(c, n, W)), window_kv_read_tokens=B * min(c, W - 1),
     )
-    draft = 0.0
-    if drafter is not None:
-        k = inp.num_speculative_tokens
-        ctx = c + 1.0 + np.arange(k, dtype=float)
-        d = drafter.decode(B, ctx)
-        draft = float(np.sum(np.asarray(d.step_time_s)))
+    d = _draft_steps(drafter, inp, B, c)
+    draft = 0.0 if d is None else float(np.sum(np.asarray(d.step_time_s)))
     E = inp.tokens_per_step
     per_token = (float(verify.step_time_s) + draft) / E
     return SpecStep(
@@ -329,6 +325,16 @@ def spec_step(
         decode_step_s=float(plain.step_time_s), verify_step_s=float(verify.step_time_s), draft_s=draft,
         time_per_token_s=per_token, speedup=float(plain.step_time_s) / per_token, verify_bound=str(verify.bound),
     )
+
+
+def _draft_steps(drafter: "StepPricer | None", inp: SpecInputs, batch: Any, context: Any) -> "StepCost | None":
+    """The drafter's ``k`` forwards of a verify step of ``batch`` sequences at ``context`` cached:
+    one decode step each at contexts ``c + 1 .. c + k``, along a new last axis (vectorised;
+    ``None`` without a drafter, n-gram lookup)."""
+    if drafter is None:
+        return None
+    B, c = np.asarray(batch, dtype=float), np.asarray(context, dtype=float)
+    return drafter.decode(B[..., None], c[..., None] + 1.0 + np.arange(inp.num_speculative_tokens, dtype=float))
 
 
 def spec_speedup_curve(
@@ -478,12 +484,9 @@ class SpeculativePricer:
         each a step of its own with the engine's host time (vectorised; 0 for n-gram lookup)."""
         B = np.asarray(batch, dtype=float)
         c = np.asarray(context, dtype=float)
-        if self.drafter is None:
+        d = _draft_steps(self.drafter, self.setting, np.maximum(B, 1.0), c)  # a drafter step forwards at least one position
+        if d is None:
             return np.zeros(np.broadcast_shapes(B.shape, c.shape))
-        k = self.setting.num_speculative_tokens
-        offsets = 1.0 + np.arange(k, dtype=float)
-        Bd = np.maximum(B, 1.0)  # a drafter step forwards at least one position
-        d = self.drafter.decode(Bd[..., None], c[..., None] + offsets)
         return np.sum(np.asarray(d.step_time_s, dtype=float), axis=-1)
 
     def verify(self, batch: Any, context: Any, *, new_tokens: Any = 0.0, logits_tokens: Any = 0.0, attention_pairs: Any = 0.0,
@@ -529,9 +532,8 @@ class SpeculativePricer:
         E = self.tokens_per_step
         draft: Any = 0.0
         flops_d = bytes_d = 0.0
-        if self.drafter is not None:
-            k = self.setting.num_speculative_tokens
-            d = self.drafter.decode(B[..., None], c[..., None] + 1.0 + np.arange(k, dtype=float))
+        d = _draft_steps(self.drafter, self.setting, B, c)
+        if d is not None:
             draft = np.sum(np.asarray(d.step_time_s, dtype=float), axis=-1)
             flops_d = np.sum(np.asarray(d.flops, dtype=float), axis=-1)
             bytes_d = np.sum(np.asarray(d.bytes, dtype=float), axis=-1)

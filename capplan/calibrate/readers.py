@@ -374,11 +374,10 @@ def _read_csv(path: Path, label: str, text: str) -> FileData:
         raise InputError(f"{path}: a step-time CSV needs columns {','.join(STEP_COLUMNS)}; missing {', '.join(missing)}")
     rows: list[CorpusRow] = []
     reader = csv.DictReader(io.StringIO("\n".join(line for _, line in lines)))
-    for (n, _), rec in zip(lines[1:], reader):
+    for (n, line), rec in zip(lines[1:], reader):
         vals = {}
-        extra = rec.get(None)  # fields past the header's
-        if any(rec.get(c) is None for c in STEP_COLUMNS) or extra:
-            got = sum(v is not None for v in rec.values() if not isinstance(v, list)) + len(extra or [])
+        got = len(next(csv.reader([line])))
+        if got != len(header):
             raise InputError(f"{path}:{n}: {got} field(s) where the header names {len(header)} ({','.join(header)})")
         for c in STEP_COLUMNS:
             x = _number((rec.get(c) or "").strip())

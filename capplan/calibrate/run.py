@@ -164,8 +164,8 @@ class Calibration:
         after = self.median_abs_error_after
         if not self.terms or after is None or after <= MAX_FIT_ERROR:
             return None
-        at_bound = [t.name for t in self.terms if t.name.startswith("time.")
-                    and t.after in BOUNDS.get(t.name.removeprefix("time."), ())]
+        at_bound = [t.name for t in self.terms
+                    if any(math.isclose(t.after, b, rel_tol=1e-9, abs_tol=1e-15) for b in BOUNDS.get(t.name.removeprefix("time."), ()))]
         bounds = f"; at a bound: {', '.join(at_bound)}" if at_bound else ""
         return (f"the fit leaves the points {after:.0%} off (median |predicted / measured - 1|, allowed at most "
                 f"{MAX_FIT_ERROR:.0%}{bounds}): check the measurements' units and the run's settings")

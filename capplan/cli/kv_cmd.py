@@ -165,12 +165,14 @@ def kv(
         engine, prefix_caching, enforce_eager = e["engine"], e["prefix_caching"], e["enforce_eager"]
     spec = call(lambda: load_model_spec(model))
     hw = call(lambda: load_hardware(hardware))
-    for flag, given_values in (("--tensor-parallel-size", tp), ("--context", context)):
-        if given_values is not None and not parse_ints(given_values, flag):
+    tps = parse_ints(tp, "--tensor-parallel-size")
+    contexts = parse_ints(context, "--context")
+    for flag, given_values, values in (("--tensor-parallel-size", tp, tps), ("--context", context, contexts)):
+        if given_values is not None and not values:  # given, but only empty items: not the default
             raise fail(f"{flag} {','.join(given_values) if isinstance(given_values, list) else given_values!r}: give at least one value, e.g. 1,2,4")
-    tps = parse_ints(tp, "--tensor-parallel-size") or [1]
+    tps = tps or [1]
     engine_profile = load_engine_option(engine, enforce_eager)
-    contexts = parse_ints(context, "--context") or [8192]
+    contexts = contexts or [8192]
     rows: list[KVResult] = []
     for t in tps:
         for ctx in contexts:

@@ -778,6 +778,8 @@ def plan(
         counts = "--trainer-gpus" if trainer_gpus else "--inference-gpus" if inference_gpus else "--inference-replicas"
         raise fail(f"--total-gpus with {counts}: give --total-gpus alone (capplan chooses the split) or the GPU counts without it")
     flags = given(ctx, PLAN_FLAGS)
+    # reported after the method check, so a flag the workload's method cannot take is named first
+    mode_clash = mode_flag_error(mode.value, given(ctx, ASYNC_FLAGS), chooses_mode=bool(total_gpus), max_staleness=max_staleness)
     hw = call(lambda: load_hardware(hardware))
     thw = call(lambda: load_hardware(trainer_hardware)) if trainer_hardware else hw
     plans = []
@@ -806,8 +808,7 @@ def plan(
         )
         workload = workload_settings(workload, prefix_caching=e["prefix_caching"], max_model_len=e["max_model_len"])
         call(lambda: check_sample_size(workload, conversations))
-        wrong = method_flag_error(workload.name, workload.method, flags, PLAN_FLAGS) or mode_flag_error(
-            mode.value, given(ctx, ASYNC_FLAGS), chooses_mode=bool(total_gpus), max_staleness=max_staleness)
+        wrong = method_flag_error(workload.name, workload.method, flags, PLAN_FLAGS) or mode_clash
         if wrong:
             raise fail(wrong)
         teacher = call(lambda: load_teacher(workload))
