@@ -19,11 +19,14 @@ Assumptions and fits (each a named, overridable input, labelled in output):
   arXiv:1910.02054, section 3.1) spread evenly over the trainer GPUs; activations with full
   activation checkpointing: one bf16 hidden state per layer per token of a micro-batch, plus the
   working set of one layer and fp32 logits of a 4,096-token loss chunk.
-* **Weight sync** by framework pattern (:data:`WEIGHT_SYNC_FITS`): each GPU of an inference
-  replica receives its ``1/tp`` shard of the 16-bit weights, all replicas in parallel, in
+* **Weight sync** by framework pattern (:data:`WEIGHT_SYNC_FITS`): every GPU of every inference
+  replica receives, all in parallel, the bytes its pattern sends it (:func:`sync_bytes_per_gpu`) in
   ``latency + bytes / bandwidth``, with the two terms fitted per pattern on
-  ``validation/weight_sync.csv``: ``nccl`` (NeMo RL's NCCL reshard from the trainer layout,
-  split GPUs), ``checkpoint-engine`` (a bucketed broadcast through a checkpoint engine) and
+  ``validation/weight_sync.csv``: ``nccl`` (NeMo RL's NCCL reshard from the trainer layout, split
+  GPUs: each GPU its own shard), ``checkpoint-engine`` (MoonshotAI's checkpoint-engine: every
+  bucket is broadcast to all engine GPUs, each of which copies its subset, so each GPU receives
+  the whole model), ``nixl`` (NeMo RL's checkpoint-engine refit over NIXL with
+  ``shard_expert_weights``: dense tensors whole, routed experts as the rank's slice) and
   ``reshard`` (colocated: the same GPUs re-lay the weights out for the engine; no published
   colocated refit time was found, so it takes the ``nccl`` fit, an ASSUMPTION).
 * **Sane data-parallel layout** (:func:`sane_trainer_gpus`): a sized trainer is at least one
@@ -224,6 +227,55 @@ def trainer_mfu(spec: "ModelSpec", hw: "HardwareProfile", tp: int = 1, pp: int =
     return TRAINER_MFU_FIT.from_features(mfu_features(spec, hw, tp, pp, cp))
 
 
+SyncReceives = Literal["shard", "whole", "local"]
+"""What each receiving GPU of a weight sync gets (:func:`sync_bytes_per_gpu`): ``shard`` the weights
+it holds; ``whole`` every weight (a broadcast the engine picks its subset from); ``local`` every
+dense tensor whole and its own slice of the routed experts."""
+
+SYNC_RECEIVES_TEXT: dict[str, str] = {
+    "shard": "its own shard",
+    "whole": "the whole model, broadcast",
+    "local": "dense weights whole, its slice of the experts",
+}
+"""What each ``receives`` value means, as ``plan --explain`` prints it."""
+
+
+def sync_bytes_per_gpu(
+    spec: "ModelSpec",
+    tp: int,
+    receives: SyncReceives = "shard",
+    bytes_per_param: float = 2.0,
+    ep: int = 1,
+    dp: int = 1,
+    redundant_experts: int = 0,
+) -> float:
+    """Bytes a weight sync delivers to each GPU of an inference replica of ``tp`` GPUs (``tp x dp``
+    under expert parallelism) [bytes].
+
+    ``shard``: ``b (P - P_routed) / tp + b P_routed s``; ``local``: ``b (P - P_routed) + b P_routed s``;
+    ``whole``: ``b P``; with ``b`` bytes per parameter and ``s`` the share of the routed experts one
+    GPU holds: ``1 / tp`` under tensor parallelism, ``(E + R) / E / (tp dp)`` under expert
+    parallelism (whole experts, ``R`` redundant).
+
+    >>> from capplan.modelspec import load_model_spec
+    >>> v3 = load_model_spec("deepseek-v3")  # NeMo RL's DeepSeek-V3 NIXL refit: vLLM TP32, 69.95 GiB a rank
+    >>> round(sync_bytes_per_gpu(v3, 32, "local") / 2**30, 2)
+    69.95
+    """
+    from capplan.kv import routed_expert_params
+
+    total = bytes_per_param * spec.total_params()
+    if receives == "whole":
+        return total
+    routed = bytes_per_param * routed_expert_params(spec)
+    if spec.moe is not None and (ep > 1 or dp > 1):
+        share = (spec.moe.num_experts + redundant_experts) / spec.moe.num_experts / (max(tp, 1) * max(dp, 1))
+    else:
+        share = 1.0 / max(tp, 1)
+    dense = total - routed
+    return (dense if receives == "local" else dense / max(tp, 1)) + routed * share
+
+
 @dataclass(frozen=True)
 class SyncFit:
     """Weight-sync time of one pattern: ``latency_s + bytes per receiving GPU / bandwidth``."""
@@ -234,16 +286,20 @@ class SyncFit:
     """Effective bytes per second into each receiving GPU [bytes/s]."""
     fitted_on: tuple[str, ...]
     """Corpus rows (``validation/weight_sync.csv``) the two terms were fitted on."""
+    receives: SyncReceives = "shard"
+    """What each receiving GPU gets (:func:`sync_bytes_per_gpu`): how the pattern moves weights,
+    read from its source, not fitted."""
 
     def time_s(self, bytes_per_gpu: float) -> float:
         """Time to deliver ``bytes_per_gpu`` to every receiving GPU [s]."""
         return self.latency_s + bytes_per_gpu / self.bandwidth_bytes_per_s
 
 
-SyncPattern = Literal["nccl", "checkpoint-engine", "reshard"]
-SYNC_PATTERNS: tuple[str, ...] = ("nccl", "checkpoint-engine", "reshard")
+SyncPattern = Literal["nccl", "checkpoint-engine", "nixl", "reshard"]
+SYNC_PATTERNS: tuple[str, ...] = ("nccl", "checkpoint-engine", "nixl", "reshard")
 """Weight-sync patterns: ``nccl`` (split GPUs, NCCL reshard), ``checkpoint-engine`` (bucketed
-broadcast) and ``reshard`` (colocated, same GPUs)."""
+broadcast of the whole model), ``nixl`` (NeMo RL's NIXL refit of destination-local tensors) and
+``reshard`` (colocated, same GPUs)."""
 
 WEIGHT_SYNC_FITS: dict[str, SyncFit] = {
     "nccl": SyncFit(
@@ -260,23 +316,31 @@ WEIGHT_SYNC_FITS: dict[str, SyncFit] = {
         ),
     ),
     "checkpoint-engine": SyncFit(
-        latency_s=1.0,
-        bandwidth_bytes_per_s=4590000000.0,
+        latency_s=0.0,
+        bandwidth_bytes_per_s=63900000000.0,
         fitted_on=(
-            "nemorl_ckpt_engine_dsv3_nixl_async",
-            "nemorl_ckpt_engine_dsv3_nixl_sync",
-            "nemorl_ckpt_engine_dsv3_full_expert_sync",
             "moonshot_ckpt_engine_qwen3_235b_8xh800_broadcast",
             "moonshot_ckpt_engine_qwen3_235b_8xh800_p2p",
+            "moonshot_ckpt_engine_dsv31_16xh20_p2p",
             "moonshot_ckpt_engine_kimik2_16xh20_broadcast",
             "moonshot_ckpt_engine_kimik2_16xh20_p2p",
+            "moonshot_ckpt_engine_dsv31_256xh20_broadcast",
             "moonshot_ckpt_engine_kimik2_256xh20_p2p",
         ),
+        receives="whole",
+    ),
+    "nixl": SyncFit(
+        latency_s=0.0,
+        bandwidth_bytes_per_s=7470000000.0,
+        fitted_on=("nemorl_ckpt_engine_dsv3_nixl_async", "nemorl_ckpt_engine_dsv3_nixl_sync"),
+        receives="local",
     ),
     "reshard": SyncFit(latency_s=0.232, bandwidth_bytes_per_s=17900000000.0, fitted_on=()),
 }
 """Fitted terms per pattern (refit with ``python -m capplan.accuracy.rl``; a test checks them).
-``reshard`` has no published colocated refit time; it reuses the ``nccl`` terms (ASSUMPTION)."""
+``reshard`` has no published colocated refit time; it reuses the ``nccl`` terms (ASSUMPTION).
+``nixl`` is fitted on one deployment (DeepSeek-V3 to vLLM TP32, 69.95 GiB a rank): its latency
+is not separable from its bandwidth and is taken as 0 (:func:`capplan.accuracy.rl.fit_weight_sync`)."""
 
 
 def forward_flops(spec: "ModelSpec", lengths: "np.ndarray") -> float:
@@ -468,12 +532,15 @@ def weight_bytes_16bit(spec: "ModelSpec") -> float:
     return weight_bytes(spec, 2.0)
 
 
-def weight_sync_time_s(spec: "ModelSpec", tp: int, pattern: str = "nccl") -> float:
+def weight_sync_time_s(
+    spec: "ModelSpec", tp: int, pattern: str = "nccl", ep: int = 1, dp: int = 1, redundant_experts: int = 0
+) -> float:
     """Time to push new 16-bit parameters to the inference replicas [s].
 
-    Each of a replica's ``tp`` GPUs receives its ``2 P / tp`` bytes; replicas receive in
-    parallel: ``latency + 2 P / (tp x bandwidth)`` with the pattern's fitted terms
-    (:data:`WEIGHT_SYNC_FITS`).
+    Each GPU of a replica of ``tp`` GPUs (``tp x dp`` under expert parallelism) receives the bytes
+    its pattern sends it (:func:`sync_bytes_per_gpu`: its ``2 P / tp`` shard under ``nccl``, the
+    whole ``2 P`` under ``checkpoint-engine``); replicas receive in parallel:
+    ``latency + bytes / bandwidth`` with the pattern's fitted terms (:data:`WEIGHT_SYNC_FITS`).
 
     Raises
     ------
@@ -492,4 +559,5 @@ def weight_sync_time_s(spec: "ModelSpec", tp: int, pattern: str = "nccl") -> flo
         from capplan.errors import InputError
 
         raise InputError(f"--weight-sync {pattern}: allowed {', '.join(SYNC_PATTERNS)}")
-    return WEIGHT_SYNC_FITS[pattern].time_s(weight_bytes_16bit(spec) / max(tp, 1))
+    fit = WEIGHT_SYNC_FITS[pattern]
+    return fit.time_s(sync_bytes_per_gpu(spec, tp, fit.receives, 2.0, ep, dp, redundant_experts))

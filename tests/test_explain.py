@@ -89,7 +89,7 @@ def _line_checks() -> list[tuple[str, "callable"]]:
         return _close(m[5], _f(m[1]) / (_f(m[2]) * _f(m[3]) * 1e12 * _f(m[4])), m[1], m[3], m[4])
 
     def weight_sync(m):
-        return _close(m[5], _f(m[1]) + 2 * _f(m[2]) * 1e9 / (_f(m[3]) * _f(m[4]) * 1e9), m[2], m[4])
+        return _close(m[4], _f(m[1]) + _f(m[2]) / _f(m[3]), m[2], m[3])
 
     def serial_step(m):
         parts = [_f(m[i]) for i in range(1, 5)]
@@ -135,7 +135,7 @@ def _line_checks() -> list[tuple[str, "callable"]]:
         (rf"score GPU-s = {NUM} teacher-scored positions x tp {NUM} = {NUM}$", score),
         (rf"trainer time = {NUM} FLOP / \({NUM} GPUs x {NUM} TFLOP/s x MFU {NUM} .*?\) = {NUM} s$", trainer_time),
         (r"trainer GPUs holding the state = ", lambda m: True),  # two counts, no arithmetic
-        (rf"weight sync \(\w[\w-]*\) = {NUM} s \+ 2 B x {NUM}B params / \(tp {NUM} x {NUM} GB/s\) = {NUM} s$", weight_sync),
+        (rf"weight sync \(\w[\w-]*\) = {NUM} s \+ {NUM} GB into each engine GPU \([^)]*\) / {NUM} GB/s = {NUM} s$", weight_sync),
         (rf"(?:sync|colocated|async \(K 0\) step, serial,) step = rollout {NUM} \+ train {NUM} \+ sync {NUM} \+ framework {NUM} = {NUM} s;",
          serial_step),
         (rf"async step = max\(train {NUM} \+ sync {NUM} \+ framework {NUM}, production {NUM} / \(1 - rejected {NUM}\), staleness "

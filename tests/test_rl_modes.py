@@ -139,6 +139,43 @@ def test_weight_sync_fits_are_what_the_corpus_gives():
         assert (fit.latency_s, fit.bandwidth_bytes_per_s, fit.fitted_on) == (latency, bandwidth, tuple(fitted_on))
 
 
+def test_weight_sync_bytes_follow_what_each_pattern_sends():
+    """What one engine GPU receives, per pattern, for DeepSeek-V3 (671.0B parameters, 653.9B of
+    them routed experts) on a vLLM TP32 replica, 2 bytes a parameter:
+
+    * ``nccl`` (its own shard): 2 x 671.0B / 32 = 41.9 GB;
+    * ``nixl`` (dense whole + its expert slice): 2 x 17.1B + 2 x 653.9B / 32 = 75.1 GB = 69.95 GiB,
+      the "69.95 GiB" NeMo RL's checkpoint-engine guide logs for each vLLM rank of this layout;
+    * ``checkpoint-engine`` (MoonshotAI's broadcast: every GPU gets every bucket): 1,342 GB.
+    """
+    from capplan.kv import routed_expert_params
+    from capplan.modelspec import load_model_spec
+    from capplan.trainer import WEIGHT_SYNC_FITS, sync_bytes_per_gpu, weight_sync_time_s
+
+    v3 = load_model_spec("deepseek-v3")
+    total, routed = 2 * v3.total_params(), 2 * routed_expert_params(v3)
+    assert sync_bytes_per_gpu(v3, 32, "shard") == pytest.approx(total / 32)
+    assert sync_bytes_per_gpu(v3, 32, "local") / 2**30 == pytest.approx(69.95, abs=0.005)
+    assert sync_bytes_per_gpu(v3, 32, "whole") == total
+    assert sync_bytes_per_gpu(v3, 32, "local") == pytest.approx(total - routed + routed / 32)
+    # the checkpoint-engine broadcast does not shrink with the replica's tensor parallelism
+    assert weight_sync_time_s(v3, 8, "checkpoint-engine") == weight_sync_time_s(v3, 32, "checkpoint-engine")
+    assert weight_sync_time_s(v3, 8, "nccl") > weight_sync_time_s(v3, 32, "nccl")
+    assert WEIGHT_SYNC_FITS["nixl"].receives == "local" and WEIGHT_SYNC_FITS["checkpoint-engine"].receives == "whole"
+
+
+def test_full_weight_nixl_refit_is_reported_unsupported():
+    """NeMo RL's ``shard_expert_weights: false`` (every rank receives every expert whole, 36.8 s
+    against 10.9 s sharded) has no pattern of its own: its row says so instead of being priced as
+    the sharded path."""
+    from capplan.accuracy.corpus import load_corpus
+    from capplan.accuracy.rl import predict_weight_sync
+
+    row = next(r for r in load_corpus(kinds={"weight_sync"}) if r.id == "nemorl_ckpt_engine_dsv3_full_expert_sync")
+    prediction = predict_weight_sync(row)
+    assert prediction.value is None and "shard_expert_weights=false" in prediction.reason
+
+
 def test_rl_framework_fit_is_on_fit_rows_of_published_steps():
     """The fit itself plans every row (``python -m capplan.accuracy.rl`` reruns it); here: its rows
     are step times of the RL corpus that the split keeps in the fit."""

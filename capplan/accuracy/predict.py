@@ -46,6 +46,7 @@ MODEL_ALIASES = {
     "llama-3-70b": ("llama-3.1-70b", "Llama 3 70B has Llama 3.1 70B's dimensions (3.1 adds RoPE scaling to 128k)"),
     "llama-3-8b": ("llama-3.1-8b", "Llama 3 8B has Llama 3.1 8B's dimensions (3.1 adds RoPE scaling to 128k)"),
     "vicuna-13b": ("llama-2-13b", "Vicuna 13B is a LLaMA 13B fine-tune: Llama 2 13B's dimensions (40 layers, 5120 wide, 32k vocabulary)"),
+    "deepseek-v3.1": ("deepseek-v3", "DeepSeek-V3.1 is post-trained from a DeepSeek-V3 base: the same architecture (671B parameters, 61 layers, 7,168 wide, 256 routed experts)"),
 }
 """Corpus model names priced with the preset of an architecturally identical model (the row
 reports the substitution among its assumptions)."""

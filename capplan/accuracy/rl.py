@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from capplan.accuracy.predict import Prediction, Unsupported, _hardware, _model
+from capplan.accuracy.predict import Prediction, Unsupported, _hardware, _model, model_name
 
 if TYPE_CHECKING:
     from capplan.accuracy.corpus import CorpusRow
@@ -169,6 +169,7 @@ def predict_trainer(row: "CorpusRow") -> Prediction:
 SYNC_METHODS: list[tuple[str, str]] = [
     ("xferdtensor", "nccl"),
     ("nccl reshard", "nccl"),
+    ("nixl", "nixl"),
     ("checkpoint-engine", "checkpoint-engine"),
     ("per-tensor", "per-tensor"),
 ]
@@ -196,7 +197,12 @@ def sync_setup(row: "CorpusRow") -> tuple[str, Any, int, float]:
     if row.metric != "refit_time_s":
         raise Unsupported(f"metric {row.metric}: only whole refit times are predicted")
     pattern = sync_pattern(row.get("method") or "")
-    spec = _model(row.get("model") or "?")
+    if "shard_expert_weights=false" in (row.get("method") or "").replace(" ", "").lower():
+        raise Unsupported(
+            "shard_expert_weights=false: NeMo RL's full-weight loader sends every rank every expert "
+            "whole; one published run, no fit of its own (the nixl pattern sends each rank its slice)"
+        )
+    spec = _model(model_name(row)[0])
     notes = row.get("notes") or ""
     mapping = re.search(r"(?:→|->)\s*TP ?(\d+)", notes) or re.search(r"TP ?(\d+)'", notes) or re.search(r"vLLM TP(\d+)", notes)
     if mapping is None:
@@ -205,6 +211,13 @@ def sync_setup(row: "CorpusRow") -> tuple[str, Any, int, float]:
         raise Unsupported("an FP8 refit quantises on the way (not modelled)")
     byte = 1.0 if "(FP8)" in notes else 2.0
     return pattern, spec, int(mapping.group(1)), byte
+
+
+def _sync_bytes(pattern: str, spec: Any, tp: int, byte: float) -> float:
+    """Bytes each receiving GPU of a weight-sync row gets under its pattern's ``receives``."""
+    from capplan.trainer import WEIGHT_SYNC_FITS, sync_bytes_per_gpu
+
+    return sync_bytes_per_gpu(spec, tp, WEIGHT_SYNC_FITS[pattern].receives, byte)
 
 
 SYNC_LATENCY_BOUNDS_S = (0.0, 1.0)
@@ -217,19 +230,20 @@ def fit_weight_sync(rows: "list[CorpusRow] | None" = None) -> dict[str, tuple[fl
     The fit minimises ``sum log(predicted / measured)^2`` over the two terms, the latency within
     :data:`SYNC_LATENCY_BOUNDS_S` (the smallest published refit, NeMo RL's Qwen3-4B reshard, takes
     0.21 s; without the bound the checkpoint-engine rows, all 40-64 GB per GPU, would be read as
-    a constant 13 s whatever the model's size).
+    a constant 13 s whatever the model's size). A pattern whose fit rows all move the same bytes
+    (``nixl``: one published DeepSeek-V3 deployment) cannot separate the two terms: its latency is
+    0 and its bandwidth the geometric mean of ``bytes / time``.
 
     Returns
     -------
     dict
-        pattern -> (latency [s], bandwidth [bytes/s], fitted_on), both terms rounded to 3
-        significant digits.
+        pattern -> (latency [s], bandwidth [bytes/s], fitted_on): the latency rounded to the
+        millisecond, the bandwidth to 3 significant digits.
     """
     import numpy as np
     from scipy.optimize import least_squares
 
     from capplan.accuracy.corpus import load_corpus
-    from capplan.trainer import weight_bytes
 
     rows = load_corpus(kinds={"weight_sync"}) if rows is None else rows
     by_pattern: dict[str, list[tuple[str, float, float]]] = {}
@@ -240,7 +254,7 @@ def fit_weight_sync(rows: "list[CorpusRow] | None" = None) -> dict[str, tuple[fl
             pattern, spec, tp, byte = sync_setup(row)
         except Unsupported:
             continue
-        by_pattern.setdefault(pattern, []).append((row.id, weight_bytes(spec, byte) / tp, row.measured))
+        by_pattern.setdefault(pattern, []).append((row.id, _sync_bytes(pattern, spec, tp, byte), row.measured))
     out: dict[str, tuple[float, float, list[str]]] = {}
     for pattern, points in sorted(by_pattern.items()):
         size = np.array([p[1] for p in points])
@@ -249,25 +263,28 @@ def fit_weight_sync(rows: "list[CorpusRow] | None" = None) -> dict[str, tuple[fl
         def residual(x: "np.ndarray") -> "np.ndarray":
             return np.log((x[0] + size / (x[1] * 1e9)) / measured)
 
-        low, high = SYNC_LATENCY_BOUNDS_S
-        fit = least_squares(residual, x0=[0.2, 10.0], bounds=([low, 0.01], [high, 1000.0]))
-        latency, bandwidth = float(fit.x[0]), float(fit.x[1]) * 1e9
-        out[pattern] = (float(f"{latency:.3g}"), float(f"{bandwidth:.3g}"), [p[0] for p in points])
+        if np.ptp(size) <= 1e-6 * size.max():  # one size: the two terms are not separable
+            latency, bandwidth = 0.0, float(np.exp(np.mean(np.log(size / measured))))
+        else:
+            low, high = SYNC_LATENCY_BOUNDS_S
+            fit = least_squares(residual, x0=[0.2, 10.0], bounds=([low, 0.01], [high, 1000.0]))
+            latency, bandwidth = float(fit.x[0]), float(fit.x[1]) * 1e9
+        out[pattern] = (round(latency, 3), float(f"{bandwidth:.3g}"), [p[0] for p in points])
     return out
 
 
 def predict_weight_sync(row: "CorpusRow") -> Prediction:
     """A weight-sync row: the fitted pattern's time for the row's model and receiving layout."""
-    from capplan.trainer import WEIGHT_SYNC_FITS, weight_bytes
+    from capplan.trainer import WEIGHT_SYNC_FITS
 
     try:
         pattern, spec, tp, byte = sync_setup(row)
         if pattern not in WEIGHT_SYNC_FITS:
             raise Unsupported(f"pattern {pattern}: no fit")
-        value = WEIGHT_SYNC_FITS[pattern].time_s(weight_bytes(spec, byte) / tp)
+        value = WEIGHT_SYNC_FITS[pattern].time_s(_sync_bytes(pattern, spec, tp, byte))
     except Unsupported as exc:
         return Prediction(None, str(exc), "weight-sync fit")
-    return Prediction(value, "", f"weight-sync fit ({pattern})")
+    return Prediction(value, "", f"weight-sync fit ({pattern})", model_name(row)[1])
 
 
 # ------------------------------------------------------------------------------------- RL step rows

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Any
 
 import typer
+
+
+class WeightSync(str, Enum):
+    """``--weight-sync`` of plan and simulate (:data:`capplan.trainer.SYNC_PATTERNS` and ``auto``)."""
+
+    auto = "auto"
+    nccl = "nccl"
+    checkpoint_engine = "checkpoint-engine"
+    nixl = "nixl"
+    reshard = "reshard"
+
 
 RL_METHODS = frozenset({"distillation", "outcome-rl", "multi-turn-rl"})
 """Methods with both a rollout engine and a trainer."""

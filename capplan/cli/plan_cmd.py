@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from capplan.cli.method_flags import WeightSync
 from capplan.cli.registry import CommandSet
 from capplan.cli.common import (
     _kv_help,
@@ -76,13 +77,6 @@ class Mode(str, Enum):
 class AsyncIngest(str, Enum):
     groups = "groups"
     batches = "batches"
-
-
-class WeightSync(str, Enum):
-    auto = "auto"
-    nccl = "nccl"
-    checkpoint_engine = "checkpoint-engine"
-    reshard = "reshard"
 
 
 def _plan_help(field: str) -> str:

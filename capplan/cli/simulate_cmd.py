@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from capplan.cli.method_flags import WeightSync
 from capplan.cli.registry import CommandSet
 from capplan.cli.common import (
     AcceptanceLengthOpt,
@@ -68,13 +69,6 @@ class Mode(str, Enum):
     colocated = "colocated"
     sync = "sync"
     async_ = "async"
-
-
-class WeightSync(str, Enum):
-    auto = "auto"
-    nccl = "nccl"
-    checkpoint_engine = "checkpoint-engine"
-    reshard = "reshard"
 
 
 def _sim_help(field: str) -> str:

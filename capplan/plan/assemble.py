@@ -150,7 +150,7 @@ class Plan:
     step_overhead_s: float = 0.0
     """Wall time per trainer step outside the GPU phases [s]."""
     weight_sync_pattern: str = ""
-    """How weights reach the engines: ``nccl``, ``checkpoint-engine`` or ``reshard``."""
+    """How weights reach the engines: ``nccl``, ``checkpoint-engine``, ``nixl`` or ``reshard``."""
     inflight_updates: bool = True
     """Async: engines load new weights at a step boundary without draining."""
     async_ingest: str = "groups"

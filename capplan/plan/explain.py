@@ -112,7 +112,7 @@ def trainer_lines(
     params_billion = spec.total_params() / 1e9
     trainer_time, sync_s, step = times.trainer_time_s, trainer.weight_sync_s, times.step_time_s
     peak_tflops = trainer.hardware.peak_flops("bf16") / 1e12
-    from capplan.trainer import WEIGHT_SYNC_FITS
+    from capplan.trainer import SYNC_RECEIVES_TEXT, WEIGHT_SYNC_FITS, sync_bytes_per_gpu
 
     mfu_note = "fitted on validation/trainer.csv" if trainer.mfu_source == "fitted" else "given"
     lines = [
@@ -123,9 +123,10 @@ def trainer_lines(
     ]
     if has_rollout:
         fit = WEIGHT_SYNC_FITS[trainer.sync_pattern]
+        sent = sync_bytes_per_gpu(spec, inputs.tp, fit.receives, 2.0, inputs.ep, inputs.data_parallel, inputs.redundant_experts)
         lines.append(
-            f"weight sync ({trainer.sync_pattern}) = {fit.latency_s:g} s + 2 B x {params_billion:,.2f}B params / (tp {inputs.tp} x "
-            f"{fit.bandwidth_bytes_per_s / 1e9:.3g} GB/s) = {sync_s:,.2f} s"
+            f"weight sync ({trainer.sync_pattern}) = {fit.latency_s:g} s + {sent / 1e9:,.2f} GB into each engine GPU "
+            f"({SYNC_RECEIVES_TEXT[fit.receives]}, 2 B/param) / {fit.bandwidth_bytes_per_s / 1e9:.3g} GB/s = {sync_s:,.2f} s"
         )
     mode = times.mode
     framework = times.overhead_s

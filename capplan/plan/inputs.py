@@ -22,7 +22,7 @@ MODES: tuple[str, ...] = ("colocated", "sync", "async")
 """The step modes: ``colocated`` (generation, log-prob recompute, training and the weight reshard
 in series on the same GPUs), ``sync`` (split GPUs, in series) and ``async`` (split GPUs,
 overlapped, at most ``max_staleness`` policy versions apart)."""
-WeightSync = Literal["auto", "nccl", "checkpoint-engine", "reshard"]
+WeightSync = Literal["auto", "nccl", "checkpoint-engine", "nixl", "reshard"]
 MEMORY_LAYOUT_KEYS = frozenset({"ep", "dp", "expert_dtype", "redundant_experts", "kv_scale"})
 """Feature options that change the KV budget (:class:`capplan.kv.KVInputs` takes them); the
 others change step prices only."""
@@ -124,9 +124,10 @@ class PlanInputs(Options, BaseModel):
     """Async: replicas load new weights at their next step boundary, keeping running sequences
     and their KV (off: they drain running invocations first)."""
     weight_sync: WeightSync = "auto"
-    """How new weights reach the engines: ``nccl`` (split GPUs, NCCL reshard),
-    ``checkpoint-engine`` (bucketed broadcast), ``reshard`` (colocated, same GPUs) or ``auto``
-    (``reshard`` when colocated, else ``nccl``)."""
+    """How new weights reach the engines: ``nccl`` (split GPUs, NCCL reshard: each GPU its shard),
+    ``checkpoint-engine`` (MoonshotAI's bucketed broadcast: each GPU receives the whole model),
+    ``nixl`` (NeMo RL's NIXL refit: dense weights whole, each GPU's slice of the experts),
+    ``reshard`` (colocated, same GPUs) or ``auto`` (``reshard`` when colocated, else ``nccl``)."""
     gpu_mem_util: float | None = Field(default=None, gt=0, le=1)
     """Fraction of each inference GPU's memory the engine may use [fraction 0-1]; ``None``: the
     engine profile's default."""
@@ -233,7 +234,7 @@ class PlanInputs(Options, BaseModel):
                 raise InputError("--mode colocated: give --total-gpus only (both sides use all of them)")
         if self.weight_sync == "reshard" and self.mode != "colocated":
             raise InputError(f"--weight-sync reshard is the colocated update (the same GPUs reshard in place), and --mode is "
-                             f"{self.mode}: give --mode colocated, or nccl / checkpoint-engine for split GPUs")
+                             f"{self.mode}: give --mode colocated, or nccl / checkpoint-engine / nixl for split GPUs")
         return self
 
     def framework(self, workload: "Workload", mode: str = "sync") -> tuple[float, float]:

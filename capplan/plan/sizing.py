@@ -112,7 +112,7 @@ class TrainerSide:
     weight_sync_s: float
     """Time to push new weights to the inference replicas (0 without both sides) [s]."""
     sync_pattern: str
-    """The weight-sync pattern (``nccl``, ``checkpoint-engine``, ``reshard``)."""
+    """The weight-sync pattern (``nccl``, ``checkpoint-engine``, ``nixl``, ``reshard``)."""
     passes: "TrainerPasses"
     """The forward-equivalent passes of a step."""
     overhead_s: float = 0.0
@@ -145,20 +145,14 @@ def layout_sync_time_s(spec: "ModelSpec", tp: int, pattern: str, ep: int = 1, dp
     """Time to push new 16-bit weights to inference engines of ``tp`` GPUs (``tp x dp`` under
     expert parallelism) [s] (:func:`capplan.trainer.weight_sync_time_s`).
 
-    Every GPU receives the weights it holds, all in parallel: ``2 P / tp`` under tensor
-    parallelism; under expert parallelism ``2 (P - P_routed) / tp + 2 P_routed (E + R) / E / (tp dp)``
-    (its share of the routed experts, whole, and the rest split ``1/tp``).
+    Every GPU receives, all in parallel, what the pattern sends it
+    (:func:`capplan.trainer.sync_bytes_per_gpu`): under ``nccl`` the weights it holds, ``2 P / tp``
+    under tensor parallelism and ``2 (P - P_routed) / tp + 2 P_routed (E + R) / E / (tp dp)`` under
+    expert parallelism (its share of the routed experts, whole, and the rest split ``1/tp``).
     """
-    from capplan.trainer import WEIGHT_SYNC_FITS, weight_bytes_16bit, weight_sync_time_s
+    from capplan.trainer import weight_sync_time_s
 
-    if spec.moe is None or (ep == 1 and dp == 1):
-        return weight_sync_time_s(spec, tp, pattern)
-    from capplan.kv import routed_expert_params
-
-    weight_sync_time_s(spec, tp, pattern)  # refuses an unknown pattern
-    routed = 2.0 * routed_expert_params(spec)
-    share = (spec.moe.num_experts + redundant_experts) / spec.moe.num_experts / (tp * dp)
-    return WEIGHT_SYNC_FITS[pattern].time_s((weight_bytes_16bit(spec) - routed) / tp + routed * share)
+    return weight_sync_time_s(spec, tp, pattern, ep, dp, redundant_experts)
 
 
 def trainer_side(

@@ -127,7 +127,7 @@ class SimConfig(EngineFeatures, Options, BaseModel):
     inflight_updates: bool | None = None
     """Async: replicas load new weights at their next step boundary, keeping running sequences
     and their KV, instead of draining their running invocations first (default: on in async)."""
-    weight_sync: Literal["auto", "nccl", "checkpoint-engine", "reshard"] = "auto"
+    weight_sync: Literal["auto", "nccl", "checkpoint-engine", "nixl", "reshard"] = "auto"
     """Weight-sync pattern (:data:`capplan.trainer.WEIGHT_SYNC_FITS`); ``auto``: ``reshard`` when
     colocated, else ``nccl``."""
     trainer_mfu: float | None = Field(default=None, gt=0, le=1)
@@ -192,7 +192,7 @@ class SimConfig(EngineFeatures, Options, BaseModel):
             raise ValueError("--oversample needs --sampling oversample (active sampling refills each batch as groups finish)")
         if self.weight_sync == "reshard" and self.mode != "colocated":
             raise ValueError("--weight-sync reshard is the colocated update (the same GPUs reshard in place); split GPUs push "
-                             "weights with nccl or checkpoint-engine")
+                             "weights with nccl, checkpoint-engine or nixl")
         return self
 
     def validate(self, workload: "Workload") -> None:
