@@ -229,8 +229,7 @@ def fit_weight_sync(rows: "list[CorpusRow] | None" = None) -> dict[str, tuple[fl
 
     The fit minimises ``sum log(predicted / measured)^2`` over the two terms, the latency within
     :data:`SYNC_LATENCY_BOUNDS_S` (the smallest published refit, NeMo RL's Qwen3-4B reshard, takes
-    0.21 s; without the bound the checkpoint-engine rows, all 40-64 GB per GPU, would be read as
-    a constant 13 s whatever the model's size). A pattern whose fit rows all move the same bytes
+    0.21 s: a fit over rows of similar sizes must not read their time as a fixed cost). A pattern whose fit rows all move the same bytes
     (``nixl``: one published DeepSeek-V3 deployment) cannot separate the two terms: its latency is
     0 and its bandwidth the geometric mean of ``bytes / time``.
 
