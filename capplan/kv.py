@@ -182,6 +182,7 @@ class KVInputs(Options, BaseModel):
 
     @model_validator(mode="after")
     def _block_within_context(self) -> "KVInputs":
+        check_kv_scale(self.kv_dtype, self.kv_scale)
         if self.block_size is not None and self.block_size > self.context:
             raise InputError(f"--block-size {self.block_size} is longer than --context {self.context}: every sequence "
                              "would hold a block it cannot fill (allowed: a block size up to the context)")
@@ -371,6 +372,22 @@ def check_expert_dtype(spec: "ModelSpec", expert_dtype: str | None) -> None:
     """
     if expert_dtype is not None and spec.moe is None:
         raise InputError(f"--expert-dtype {expert_dtype}: {spec.name} is a dense model (no routed experts)")
+
+
+def check_kv_scale(kv_dtype: str, kv_scale: str) -> None:
+    """Refuse per-token quantisation scales on a 16-bit KV cache (it has no scales to size).
+
+    >>> check_kv_scale("fp8", "token_head")
+    >>> check_kv_scale("bf16", "token_head")
+    Traceback (most recent call last):
+    ...
+    capplan.errors.InputError: --kv-scale token_head sizes the scales of a quantised KV cache (--kv-dtype fp8, int8 or int4), and the cache is bf16
+    """
+    from capplan.units import KV_DTYPE_BYTES
+
+    if kv_scale != "tensor" and KV_DTYPE_BYTES.get(kv_dtype, 2) >= 2:
+        raise InputError(f"--kv-scale {kv_scale} sizes the scales of a quantised KV cache (--kv-dtype fp8, int8 or int4), "
+                         f"and the cache is {kv_dtype}")
 
 
 def routed_expert_params(spec: "ModelSpec", layers: "list[int] | range | None" = None) -> int:

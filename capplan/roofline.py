@@ -83,11 +83,12 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence, Union
 import numpy as np
 
 from capplan.errors import InputError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from capplan.engine import EngineProfile
 from capplan.kv import (
     check_expert_parallelism,
+    check_kv_scale,
     check_parallelism,
     fast_init,
     kv_layout,
@@ -136,6 +137,29 @@ class _EngineAssumptions:
         self.interconnect_efficiency = t.interconnect_efficiency
         self.allreduce_latency_us = t.allreduce_latency_us
         self.step_overhead_s = t.step_overhead_s
+
+
+def check_step_settings(
+    ep: int, weight_dtype: str, gemm_dtype: str | None = None, two_batch_overlap: bool = False, alltoall_mode: str = "auto"
+) -> None:
+    """Refuse step settings that describe no engine: two-batch overlap or an all-to-all kernel
+    without expert parallelism (there is no all-to-all), and GEMMs on a tensor unit narrower than
+    the weights (a bf16 checkpoint does not multiply on FP8 or FP4 units; an FP8 one is
+    ``--weight-dtype fp8``).
+
+    >>> check_step_settings(1, "nvfp4", gemm_dtype="bf16")  # a weight-only (W4A16) kernel
+    >>> check_step_settings(1, "bf16", two_batch_overlap=True)
+    Traceback (most recent call last):
+    ...
+    capplan.errors.InputError: --two-batch-overlap overlaps the all-to-all of expert-parallel MoE layers: it needs --ep > 1
+    """
+    if two_batch_overlap and ep <= 1:
+        raise InputError("--two-batch-overlap overlaps the all-to-all of expert-parallel MoE layers: it needs --ep > 1")
+    if alltoall_mode != "auto" and ep <= 1:
+        raise InputError(f"--alltoall-mode {alltoall_mode} picks the kernels of the expert-parallel all-to-all: it needs --ep > 1")
+    if gemm_dtype is not None and WEIGHT_DTYPE_BYTES[gemm_dtype] < WEIGHT_DTYPE_BYTES[weight_dtype]:
+        raise InputError(f"--gemm-dtype {gemm_dtype} is narrower than the {weight_dtype} weights: GEMMs run on a unit at least as "
+                         f"wide as the weights (bf16 for weight-only kernels); {gemm_dtype} weights are --weight-dtype {gemm_dtype}")
 
 
 class RooflineInputs(Options, BaseModel):
@@ -197,6 +221,12 @@ class RooflineInputs(Options, BaseModel):
     engine: EngineProfile | None = None
     """Engine profile whose time terms price the step (its per-hardware overrides applied);
     ``None``: the default engine profile. Fields given above override it."""
+
+    @model_validator(mode="after")
+    def _settings(self) -> "RooflineInputs":
+        check_kv_scale(self.kv_dtype, self.kv_scale)
+        check_step_settings(self.ep, self.weight_dtype, self.gemm_dtype, self.two_batch_overlap, self.alltoall_mode)
+        return self
 
     def profile(self) -> EngineProfile:
         """The engine profile in force (the default one when none is given)."""

@@ -100,6 +100,7 @@ MAKERS: dict[str, Callable[..., Any]] = {
     "deep_json": lambda depth: '{"architectures": ["LlamaForCausalLM"], "x": ' + "[" * depth + "]" * depth + "}",
     "big": lambda mib, line="# padding\n": line * int(mib * 2**20 / len(line) + 1),
     "long_list": lambda n, key="samples": f"{key}: [" + ", ".join(["1"] * n) + "]\n",
+    "step_points": lambda n: "batch,context_tokens,step_ms\n" + "".join(f"{1 + i % 64},{100 + i},{7.5 + i / n}\n" for i in range(n)),
 }
 
 

@@ -120,6 +120,17 @@ def test_step_csv_reader_and_its_label():
         "step-times.csv:8:step_time_ms", "step_time_ms", 6.07048, 1.0, 1024.0)
 
 
+def test_step_csv_rows_at_one_point_are_merged_at_their_median(tmp_path):
+    """A profiler's repeated samples of one (batch, context) fit as one point at their median:
+    (1, 1024) sampled at 6, 7 and 9 ms is one 7 ms point; (8, 1024) stays as given."""
+    f = tmp_path / "s.csv"
+    f.write_text("batch,context_tokens,step_ms\n1,1024,6\n1,1024,9\n8,1024,6.5\n1,1024,7\n")
+    d = read_file(f)
+    assert [(r.fields["batch"], r.measured) for r in d.rows] == [(1.0, 7.0), (8.0, 6.5)]
+    assert d.rows[0].id == "s.csv:2:step_time_ms"
+    assert any("4 rows at 2 distinct" in n for n in d.notes)
+
+
 # ---------------------------------------------------------------------------------------------
 # Bad input: one line naming the file, the key and what to do
 # ---------------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@ held-out rows outside every fit."""
 
 from __future__ import annotations
 
+import json
+
 from collections import defaultdict
 
 import pytest
@@ -181,6 +183,22 @@ def test_an_accuracy_bound_over_no_rows_fails():
     assert "accuracy gate failed: no rows matched" in r.stderr
     r = CliRunner().invoke(app, ["accuracy", "--source", "nonesuch"])
     assert r.exit_code == 0 and "no corpus rows match --source nonesuch" in r.stderr  # no bound: said, not failed
+
+
+def test_accuracy_output_format_follows_the_file_extension(tmp_path):
+    """``-o x.json`` writes the JSON object and ``-o x.csv`` the rows (``--format`` defaults to the
+    extension, as every other command's does); a clash with ``--format`` is refused."""
+    from typer.testing import CliRunner
+
+    from capplan.cli.app import app
+
+    r = CliRunner().invoke(app, ["accuracy", "--kind", "kv", "-o", str(tmp_path / "a.json")])
+    assert r.exit_code == 0, r.output
+    assert set(json.loads((tmp_path / "a.json").read_text())) >= {"rows", "summary"}
+    r = CliRunner().invoke(app, ["accuracy", "--kind", "kv", "-o", str(tmp_path / "a.csv")])
+    assert (tmp_path / "a.csv").read_text().startswith("id,source,kind,metric")
+    r = CliRunner().invoke(app, ["accuracy", "--kind", "kv", "-o", str(tmp_path / "b.csv"), "--format", "json"])
+    assert r.exit_code == 2 and "is a .csv file but --format is json" in r.stderr
 
 
 def test_a_family_fit_claims_only_the_terms_it_fitted(rows):

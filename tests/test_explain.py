@@ -91,6 +91,9 @@ def _line_checks() -> list[tuple[str, "callable"]]:
     def weight_sync(m):
         return _close(m[4], _f(m[1]) + _f(m[2]) / _f(m[3]), m[2], m[3])
 
+    def inference_idle(m):
+        return m[1] == m[2] and _close(m[4], 100 * (1 - _f(m[2]) / _f(m[3])), m[2], m[3], slack=0.002)
+
     def serial_step(m):
         parts = [_f(m[i]) for i in range(1, 5)]
         return _close(m[5], sum(parts), *(m[i] for i in range(1, 5)), slack=0.001)
@@ -140,6 +143,7 @@ def _line_checks() -> list[tuple[str, "callable"]]:
          serial_step),
         (rf"async step = max\(train {NUM} \+ sync {NUM} \+ framework {NUM}, production {NUM} / \(1 - rejected {NUM}\), staleness "
          rf"bound (.*)\) = {NUM} s, set by", async_step),
+        (rf"generation = production at the steady batch {NUM} s; inference idle = 1 - {NUM} / {NUM} = {NUM}% ", inference_idle),
         (rf"node ratio = \({NUM} / {NUM}\) / \({NUM} / {NUM}\) = {NUM} inference", node_ratio),
     ]
 

@@ -164,6 +164,22 @@ def test_weight_sync_bytes_follow_what_each_pattern_sends():
     assert WEIGHT_SYNC_FITS["nixl"].receives == "local" and WEIGHT_SYNC_FITS["checkpoint-engine"].receives == "whole"
 
 
+def test_a_split_gpu_weight_sync_leaves_colocated_out_of_the_mode_choice():
+    """With --total-gpus and --mode auto every mode competes; a push between split GPUs (nccl) has
+    no colocated form, so colocated is not among the candidates, and --mode colocated with it is refused."""
+    from capplan.errors import InputError
+    from capplan.hardware import load_hardware
+    from capplan.plan import PlanInputs, plan_workload
+    from capplan.plan.inputs import load_policy
+
+    w, spec = load_policy("reasoning-rl-olmo3-7b")
+    h100 = load_hardware("h100-sxm")
+    auto = plan_workload(w, PlanInputs(model=spec, hardware=h100, total_gpus=32, weight_sync="nccl"), conversations=256)
+    assert {c["mode"] for c in auto.as_dict()["mode_choice"]} == {"sync", "async"}
+    with pytest.raises(InputError, match="--mode colocated reshards them on the same GPUs"):
+        PlanInputs(model=spec, hardware=h100, total_gpus=32, weight_sync="nccl", mode="colocated")
+
+
 def test_full_weight_nixl_refit_is_reported_unsupported():
     """NeMo RL's ``shard_expert_weights: false`` (every rank receives every expert whole, 36.8 s
     against 10.9 s sharded) has no pattern of its own: its row says so instead of being priced as

@@ -275,6 +275,25 @@ def test_trace_formats(tmp_path, name, text, seconds):
     assert t.prompt_tokens.tolist() == [10, 20] and t.output_tokens.tolist() == [5, 6]
 
 
+def test_trace_responses_are_cut_at_the_context_limit(tmp_path):
+    """chat-serving's conversation.max_context is 8,192 positions: a 3,000-token prompt asking for
+    6,000 tokens gets 8,192 - 3,000 = 5,192 (an engine's max_model_len cut), and the run says so;
+    a prompt of 8,192 or more is refused."""
+    from capplan.modelspec import load_model_spec
+    from capplan.sim.serving import context_limit, within_context
+
+    w = load_workload("chat-serving")
+    limit = context_limit(w, load_model_spec("llama-3.1-8b"))
+    assert limit[0] == 8192
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,input_tokens,output_tokens\n0,3000,6000\n1,100,50\n")
+    t = within_context(read_trace(path), limit)
+    assert t.output_tokens.tolist() == [5192, 50] and "1 response(s) cut" in t.source
+    path.write_text("arrival_s,input_tokens,output_tokens\n0,8192,1\n")
+    with pytest.raises(InputError, match="8,192-token prompt"):
+        within_context(read_trace(path), limit)
+
+
 def test_trace_with_unknown_columns_is_refused(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("a,b\n1,2\n")

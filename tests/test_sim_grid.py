@@ -154,7 +154,7 @@ def test_cli_failed_point_exits_1_after_the_table():
     result = CliRunner().invoke(app, [*CLI, "--sweep", "gpu_mem_util=0.05,0.9", "--executor", "serial"])
     assert result.exit_code == 1
     assert "0.9" in result.stdout
-    (line,) = [line for line in result.stderr.splitlines() if line.strip()]
+    (line,) = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("Warning: ")]
     assert line.startswith("point failed: gpu_mem_util=0.05: DoesNotFitError: ") and line.endswith("(failed 2 time(s))")
 
 

@@ -291,6 +291,15 @@ def test_sync_generation_pauses_while_training(agentic):
     assert busy and max(busy) == 0
 
 
+def test_a_run_too_short_for_a_steady_window_says_so(agentic):
+    """Async with K = 1 needs 2 (K + 1) = 4 warm-up updates and two more for a window: 2 updates
+    have none (their "steady" step averaged two batches dispatched together), 6 have one."""
+    short = simulate(agentic, H100, SimConfig(steps=2, chunk_conversations=SMALL, mode="async", max_staleness=1))
+    assert short.summary["steady_window"] is False
+    enough = simulate(agentic, H100, SimConfig(steps=6, chunk_conversations=SMALL, mode="async", max_staleness=1))
+    assert enough.summary["steady_window"] is True
+
+
 @pytest.mark.parametrize("K", [0, 1, 2])
 def test_async_accepts_nothing_staler_than_the_bound(agentic, K):
     r = simulate(agentic, load_hardware("l4"), SimConfig(steps=5, chunk_conversations=SMALL, mode="async",
@@ -408,7 +417,8 @@ def test_cli_sweep_table(runner, write_yaml):
         (["--timeline", "t.jpg"], "Error: --timeline t.jpg: give a .png or .svg file name\n"),
         (["--format", "csv"], "Error: --format csv is not available for simulate; use table or json\n"),
         (["--max-inflight-groups", "4"], "Error: --max-inflight-groups needs --mode async and --sampling active\n"),
-        (["--inflight-updates"], "Error: --inflight-updates needs --mode async (a synchronous update has nothing in flight)\n"),
+        (["--inflight-updates"], "Error: --inflight-updates applies to --mode async; with --mode sync rollouts and training "
+                                 "alternate, so there is no asynchrony for it to shape\n"),
     ],
 )
 def test_cli_errors_are_one_line(runner, args, message):

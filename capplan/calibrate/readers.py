@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,11 @@ class FileData:
 MAX_STEP_BATCH = 65_536
 """Largest batch a step-time CSV row may give [sequences]: no engine runs more sequences in a step
 (vLLM's ``max_num_seqs`` and TensorRT-LLM's ``max_batch_size`` stay in the thousands)."""
+
+MAX_STEP_POINTS = 2_000
+"""Most distinct ``(batch, context_tokens)`` points a step-time CSV may give: every fit iteration
+prices each point (about 3.5 ms a point over a whole fit), so 2,000 points fit in seconds; a
+profiler's raw dump of more is binned first (rows at the same point are merged by :func:`_read_csv`)."""
 
 
 def read_file(path: str | Path, label: str | None = None) -> FileData:
@@ -372,7 +378,7 @@ def _read_csv(path: Path, label: str, text: str) -> FileData:
     missing = [c for c in STEP_COLUMNS if c not in header]
     if missing:
         raise InputError(f"{path}: a step-time CSV needs columns {','.join(STEP_COLUMNS)}; missing {', '.join(missing)}")
-    rows: list[CorpusRow] = []
+    points: dict[tuple[float, float], list[tuple[int, float]]] = {}
     reader = csv.DictReader(io.StringIO("\n".join(line for _, line in lines)))
     for (n, line), rec in zip(lines[1:], reader):
         vals = {}
@@ -386,12 +392,23 @@ def _read_csv(path: Path, label: str, text: str) -> FileData:
             if c == "batch" and (x != int(x) or x > MAX_STEP_BATCH):
                 raise InputError(f"{path}:{n}: batch {rec.get(c)!r}: expected a whole number of sequences up to {MAX_STEP_BATCH:,}")
             vals[c] = x
-        rows.append(_row(label, f"{n}", STEP_CSV, path, "step_time_ms", "ms", vals["step_ms"], "step",
-                         {"model_named": None, "batch": vals["batch"], "context_tokens": vals["context_tokens"],
-                          "scenario": "decode_step"}))
-    if not rows:
+        points.setdefault((vals["batch"], vals["context_tokens"]), []).append((n, vals["step_ms"]))
+    if not points:
         raise InputError(f"{path}: no data rows under the header {','.join(header)}")
-    return FileData(path, STEP_CSV, rows)
+    if len(points) > MAX_STEP_POINTS:
+        raise InputError(f"{path}: {len(points):,} distinct (batch, context_tokens) points; calibrate fits at most "
+                         f"{MAX_STEP_POINTS:,}: bin the contexts first (e.g. round context_tokens to a multiple of 256)")
+    rows: list[CorpusRow] = []
+    notes: list[str] = []
+    for (batch, context), obs in points.items():
+        step = statistics.median(ms for _, ms in obs)
+        rows.append(_row(label, f"{obs[0][0]}", STEP_CSV, path, "step_time_ms", "ms", step, "step",
+                         {"model_named": None, "batch": batch, "context_tokens": context, "scenario": "decode_step"}))
+    merged = sum(len(obs) for obs in points.values()) - len(points)
+    if merged:
+        notes.append(f"{merged + len(points):,} rows at {len(points):,} distinct (batch, context_tokens) points: each point "
+                     "fitted at the median step_ms of its rows")
+    return FileData(path, STEP_CSV, rows, notes)
 
 
 # ---------------------------------------------------------------------------------------------

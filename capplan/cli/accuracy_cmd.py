@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from capplan.cli.common import Format, FormatOpt, ForceOpt, OutputOpt, call, console, emit, file_console
+from capplan.cli.common import Format, FormatOpt, ForceOpt, OutputOpt, call, console, emit, file_console, pick_format
 
 if TYPE_CHECKING:
     from capplan.accuracy import AccuracyReport
@@ -63,7 +63,7 @@ def accuracy(
     max_error: Annotated[
         float | None, typer.Option("--max-error", help="Fail when any row's absolute error exceeds this fraction, or a latency row is predicted saturated.", min=0)
     ] = None,
-    format: FormatOpt = Format.table,
+    format: FormatOpt = None,
     output: OutputOpt = None,
     force: ForceOpt = False,
 ) -> None:
@@ -71,6 +71,7 @@ def accuracy(
     from capplan.accuracy.report import default_engines
     from capplan.cli.common import parse_names
 
+    format = pick_format(format, output)
     kinds = set(parse_names(kind)) or None
     corpus = call(lambda: load_corpus(kinds=kinds))
     if source:
@@ -155,6 +156,19 @@ def render(con, report: "AccuracyReport", by: str, show_rows: bool) -> None:  # 
                   "--format csv lists each with the reason.")
 
 
+def _percentages(value: float, bound: float, sign: str = "") -> tuple[str, str]:
+    """``value`` and ``bound`` as percentages with the decimals that tell them apart (an error just
+    past a tiny bound never reads "+0.0% outside +/-0.0%").
+
+    >>> _percentages(0.00012, 0.00001, "+")
+    ('+0.012%', '0.001%')
+    """
+    digits = 1
+    while digits < 6 and (f"{abs(value):.{digits}%}" == f"{bound:.{digits}%}" or 0 < bound < 0.5 * 10 ** -(digits + 2)):
+        digits += 1
+    return f"{value:{sign}.{digits}%}", f"{bound:.{digits}%}"
+
+
 def _gate(report: "AccuracyReport", median: float | None, signed: float | None, worst: float | None) -> None:
     held = report.summary(lambda r: r.held_out)
     s = held if held.n else report.summary()
@@ -166,11 +180,11 @@ def _gate(report: "AccuracyReport", median: float | None, signed: float | None, 
         raise typer.Exit(1)
     failed = []
     if median is not None and s.median_abs_error is not None and s.median_abs_error > median:
-        failed.append(f"median absolute error {s.median_abs_error:.1%} > {median:.1%}")
+        failed.append("median absolute error {} > {}".format(*_percentages(s.median_abs_error, median)))
     if signed is not None and s.median_signed_error is not None and abs(s.median_signed_error) > signed:
-        failed.append(f"median signed error {s.median_signed_error:+.1%} outside +/-{signed:.1%}")
+        failed.append("median signed error {} outside +/-{}".format(*_percentages(s.median_signed_error, signed, "+")))
     if worst is not None and s.max_abs_error is not None and s.max_abs_error > worst:
-        failed.append(f"largest absolute error {s.max_abs_error:.1%} > {worst:.1%}")
+        failed.append("largest absolute error {} > {}".format(*_percentages(s.max_abs_error, worst)))
     sat = report.saturated()
     n_sat = sat["held_out"] if held.n else sat["n"]
     if worst is not None and n_sat:

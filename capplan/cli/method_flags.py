@@ -63,6 +63,7 @@ SWEEP_SERVING_ERROR = (
 SIMULATE_RL_FLAGS = (
     "trainer_hardware", "env_workers", "trainer_gpus", "mode", "max_staleness", "max_inflight_groups", "sampling", "oversample",
     "static_batching", "inflight_updates", "steps", "sweep_staleness", "trajectories", "timeline",
+    "weight_sync", "trainer_mfu", "rollout_slowdown", "step_overhead",
 )
 """``capplan simulate`` parameters that only a workload with a rollout engine and a trainer takes."""
 

@@ -714,7 +714,7 @@ def plan(
         float | None,
         typer.Option(
             "--gpu-hour-price", help="Price of one GPU-hour in USD for a serving plan's cost per million tokens "
-            "(default: the workload's serving.price_usd_per_gpu_hour, else the hardware profile's).", min=0.0001, max=10000,
+            "(default: the workload's serving.price_usd_per_gpu_hour, else the hardware profile's); in [0.0001, 10,000].",
         ),
     ] = None,
     ep: EpOpt = 1,
@@ -750,8 +750,8 @@ def plan(
         Path | None,
         typer.Option(
             "--output-dir", help="Write plan.json, and plan.csv (training workloads) and plan-serving.csv (serving workloads), "
-            "here (atomically; never overwriting without --force); with --format json or csv they replace standard output "
-            "(the table still prints).", file_okay=False,
+            "here (atomically; never overwriting without --force); the table still prints, unless --format json or csv: then "
+            "the files replace standard output, which stays empty.", file_okay=False,
         ),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite existing files in --output-dir.")] = False,
@@ -766,6 +766,10 @@ def plan(
 
     from capplan.workload import check_sample_size
 
+    import math
+
+    if gpu_hour_price is not None and not (math.isfinite(gpu_hour_price) and 0.0001 <= gpu_hour_price <= 10_000):
+        raise fail(f"--gpu-hour-price {gpu_hour_price:g}: a price is a finite number of USD per GPU-hour in [0.0001, 10,000]")
     if inference_gpus and inference_replicas:
         raise fail("--inference-gpus with --inference-replicas: give one (GPUs = replicas x --tensor-parallel-size)")
     if total_gpus and (trainer_gpus or inference_gpus or inference_replicas):
@@ -833,7 +837,7 @@ def plan(
     docs = [p.as_dict() for p in plans]
     serving = [p for p in plans if p.method == "serving"]
     training = [p for p in plans if p.method != "serving"]
-    if format is Format.csv and serving and training:
+    if format is Format.csv and serving and training and output_dir is None:
         raise fail("serving and training workloads have different CSV columns: plan them in separate runs (or use --output-dir)")
     if output_dir is not None:
         targets = {output_dir / "plan.json": to_json(docs)}
@@ -847,7 +851,7 @@ def plan(
             call(lambda: write_atomic(path, text, force=force))
             typer.echo(f"wrote {path}", err=True)
     if format is not Format.table and output_dir is not None:
-        pass  # the files hold the JSON and CSV; standard output only the table (as -o elsewhere)
+        pass  # the files hold the JSON and CSV; standard output stays empty
     elif format is Format.json:
         emit(to_json(docs), None, False)
     elif format is Format.csv:

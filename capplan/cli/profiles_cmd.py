@@ -112,6 +112,18 @@ def list_(kind: Annotated[ProfileKind, typer.Argument(help="hardware, models, en
         con.print(t)
 
 
+def _looks_like_workload(path: Path) -> bool:
+    """Whether ``path`` is a YAML mapping with a workload's keys (``method``, ``conversation``)."""
+    from capplan.errors import CapplanError
+    from capplan.yamlio import read_yaml
+
+    try:
+        data, _ = read_yaml(path)
+    except CapplanError:  # unreadable: the profile loader's own message says why
+        return False
+    return isinstance(data, dict) and {"method", "conversation"} <= set(data)
+
+
 @profiles_app.command(
     "show",
     help=(
@@ -152,6 +164,9 @@ def show(name: Annotated[str, typer.Argument(help="Profile or preset name, or a 
         from capplan.modelspec import list_models
 
         if Path(name).is_file():
+            if _looks_like_workload(Path(name)):
+                raise fail(f"{name}: a workload file, not a hardware profile, model preset or engine profile "
+                           "(capplan workloads show or capplan validate read it)")
             raise fail(str(last))  # noqa: F821
         names = [h.name for h in list_hardware()] + list_models() + list_engines()
         raise fail(f"{name[:80]}: no hardware profile, model preset or engine profile of that name; known: {', '.join(names)}")

@@ -361,7 +361,7 @@ def simulate(
     if sweep_staleness is None and "mode" not in (axes or {}):  # a sweep of modes or bounds runs async points too
         from capplan.cli.method_flags import mode_flag_error
 
-        clash = mode_flag_error(mode.value, given(ctx, ["max_staleness"]))  # --inflight-updates: checked with the config
+        clash = mode_flag_error(mode.value, given(ctx, ["max_staleness", "inflight_updates"]))
         if clash:
             raise fail(clash)
     bounds = None
@@ -407,6 +407,8 @@ def simulate(
                                   trajectories=trajectories, force=force))
     for caveat in result.setup.get("caveats", []):
         warn(caveat)
+    if not result.summary["steady_window"]:
+        warn(_no_steady_window(cfg))
     from capplan.output import to_json
 
     if format is Format.json:
@@ -422,6 +424,23 @@ def simulate(
 
         path = call(lambda: plot_timeline(result, timeline, force=force))
         typer.echo(f"wrote {path}", err=True)
+
+
+def _steps_needed(mode: str, max_staleness: int) -> int:
+    """Updates a run needs for a steady window: 2, and in async the ``2 (K + 1)`` warm-up ones more."""
+    return 2 * (max_staleness + 1) + 2 if mode == "async" else 2
+
+
+def _no_steady_window(cfg: Any, grid_points: list[dict[str, Any]] | None = None) -> str:
+    """The warning for runs too short for a steady window (``docs/simulate.md``, ``steady_window``):
+    one run, or the points (rows) of a ``--sweep`` grid that had none."""
+    if grid_points is None:
+        need, which = _steps_needed(cfg.mode, cfg.max_staleness), f"--steps {cfg.steps}"
+    else:
+        need = max(_steps_needed(p.get("mode", cfg.mode), int(p.get("max_staleness", cfg.max_staleness))) for p in grid_points)
+        which = f"{len(grid_points):,} point(s) of the grid"
+    return (f"{which}: too few updates for a steady window (async: the first 2 (K + 1) updates are warm-up); the step, "
+            f"steady trained tokens/s and idle figures average the warm-up: give --steps {need} or more")
 
 
 def _engine_features(ctx, w, tp, ep, dp, expert_dtype, redundant_experts, kv_scale, two_batch_overlap, alltoall_mode,  # noqa: ANN001
@@ -563,6 +582,9 @@ def _grid(w, hw, thw, cfg, axes, model, executor, workers, ray_address, format, 
     if output is not None:
         path = call(lambda: write_frame(grid.as_frame(), output, force=force))
         typer.echo(f"wrote {path}", err=True)
+    short = [row for row in grid.rows if not row.get("steady_window", True)]
+    if short:
+        warn(_no_steady_window(cfg, short))
     for failure in grid.failures:
         typer.echo(f"point failed: {failure}", err=True)
     if not grid.ok:
@@ -610,6 +632,11 @@ def _simulate_serving(ctx, w, hardware, model, tp, inference_replicas, seed, kv_
     if rl_only:
         raise fail(f"{next(iter(rl_only.values()))} does not apply to {w.name} (method serving): it drives the trainer side "
                    "of an RL simulation")
+    if trace is not None:
+        drawn = given(ctx, ["requests", "request_rate"])
+        if drawn:
+            raise fail(f"{next(iter(drawn.values()))} does not apply with --trace: the trace gives the requests and their "
+                       "arrival times (drop one)")
     if format is Format.csv:
         raise fail("--format csv is not available for simulate; use table or json (--records writes per-request CSV)")
     for path in (output, records):

@@ -187,6 +187,8 @@ def init(
     ] = None,
     force: ForceOpt = False,
 ) -> None:
+    if output is not None and output.suffix and output.suffix.lower() not in (".yaml", ".yml"):
+        raise fail(f"--output {output}: a workload file is YAML; give a .yaml file (capplan plan and simulate read it back)")
     text = template(kind.value)
     emit(text, output or Path(f"{kind.value}.yaml"), force)
 

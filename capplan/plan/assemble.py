@@ -248,7 +248,7 @@ def plan_workload(workload: "Workload", inputs: "PlanInputs", conversations: int
     if inputs.mode != "auto":
         modes = [inputs.mode]
     elif inputs.total_gpus is not None and both and inputs.inference_gpus is None and inputs.trainer_gpus is None:
-        modes = ["colocated", "sync", "async"]
+        modes = ["colocated", "sync", "async"] if inputs.weight_sync in ("auto", "reshard") else ["sync", "async"]
     else:
         modes = ["sync"]
     candidates = []

@@ -148,11 +148,20 @@ def trainer_lines(
             if times.edge_s:
                 bound += (f", slowest group latency {times.slowest_latency_s / times.stretch:,.1f} x stretch {times.stretch:.3f} / "
                           f"(K + 1/2) {k + 0.5:g} (a shorter period would reject it)")
+        largest = max(trainer_time + sync_s + framework, times.production_time_s / max(1.0 - r, 1e-12), times.chain_s, times.edge_s)
+        above = (f" (the shortest period that rejects no group: the replicas' batch moves in steps, so it sits "
+                 f"{step / largest - 1:.1%} above the largest term)") if step > largest * 1.0005 else ""
         lines.append(
             f"async step = max(train {trainer_time:,.1f} + sync {sync_s:,.2f} + framework {framework:,.2f}, production "
-            f"{times.production_time_s:,.1f} / (1 - rejected {r:.3f}), staleness bound {bound}) = {step:,.1f} s, set by the "
+            f"{times.production_time_s:,.1f} / (1 - rejected {r:.3f}), staleness bound {bound}) = {step:,.1f} s{above}, set by the "
             f"{times.bound_by}; stretch = P / (P - weight load and framework hold); stale (lag >= 1) {figures.stale_fraction:.1%}, "
             f"mean lag {figures.mean_policy_lag:.2f}"
+        )
+        lines.append(
+            f"generation = production at the steady batch {times.production_time_s:,.1f} s; inference idle = 1 - "
+            f"{times.production_time_s:,.1f} / {step:,.1f} = {max(0.0, 1 - figures.inference_busy_fraction):.1%} (the replicas' "
+            f"spare throughput: they run at batch {times.decode_batch_sequences:,.2f}, the smallest that keeps pace with the "
+            f"period, each decoding {times.decode_replica_s / max(times.replicas, 1):,.1f} s of it)"
         )
     if mode != "colocated":
         lines.append(

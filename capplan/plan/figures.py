@@ -181,7 +181,7 @@ def plan_warnings(times: "SplitTimes", trainer: "TrainerSide", recompute_fractio
     out = []
     if has_rollout and recompute_fraction > RECOMPUTE_WARNING:
         out.append(
-            f"KV thrash: {recompute_fraction:.0%} of the forwarded positions are recomputed after preemption or eviction "
+            f"KV thrash: {recompute_fraction:.1%} of the forwarded positions are recomputed after preemption or eviction "
             f"(above {RECOMPUTE_WARNING:.0%}); give each replica more KV (--tp, fewer conversations per replica, "
             "kv_during_tool_wait: evict) or fewer steps in flight"
         )

@@ -189,10 +189,13 @@ class PlanInputs(Options, BaseModel):
 
     @model_validator(mode="after")
     def _features(self) -> "PlanInputs":
-        from capplan.kv import check_expert_dtype, check_expert_parallelism, resolve_dp
+        from capplan.kv import check_expert_dtype, check_expert_parallelism, check_kv_scale, resolve_dp
+        from capplan.roofline import check_step_settings
 
         check_expert_parallelism(self.model, self.tp, resolve_dp(self.tp, self.ep, self.dp), self.ep, self.redundant_experts)
         check_expert_dtype(self.model, self.expert_dtype)
+        check_kv_scale(self.kv_dtype, self.kv_scale)
+        check_step_settings(self.ep, self.weight_dtype, self.gemm_dtype, self.two_batch_overlap, self.alltoall_mode)
         if any(not (r > 0 and r <= 1000) for r in self.prefill_decode_ratios):
             bad = next(r for r in self.prefill_decode_ratios if not (r > 0 and r <= 1000))
             raise InputError(f"--prefill-decode-ratio {bad:g}: a ratio of prefill to decode GPUs must be in (0, 1,000]")
@@ -232,6 +235,9 @@ class PlanInputs(Options, BaseModel):
                 raise InputError("--mode colocated: needs --total-gpus (generation and training share those GPUs)")
             if self.inference_gpus is not None or self.trainer_gpus is not None:
                 raise InputError("--mode colocated: give --total-gpus only (both sides use all of them)")
+        if self.mode == "colocated" and self.weight_sync not in ("auto", "reshard"):
+            raise InputError(f"--weight-sync {self.weight_sync} pushes weights from trainer GPUs to separate inference GPUs, and "
+                             "--mode colocated reshards them on the same GPUs: give --weight-sync reshard (or auto), or a split --mode")
         if self.weight_sync == "reshard" and self.mode != "colocated":
             raise InputError(f"--weight-sync reshard is the colocated update (the same GPUs reshard in place), and --mode is "
                              f"{self.mode}: give --mode colocated, or nccl / checkpoint-engine / nixl for split GPUs")

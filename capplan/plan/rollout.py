@@ -579,8 +579,11 @@ class RolloutModel:
         period = np.where(value <= lower, lower, high)
         _, rejected, index = rhs(period)
         chain = chain_of(index, period, rejected)
-        bound = np.where(chain >= np.maximum(busy, production / (1.0 - rejected)) * (1 - 1e-6), "staleness bound",
-                         np.where(production / (1.0 - rejected) > busy, "rollout production", "trainer"))
+        # above every term, the period is the shortest that rejects no group (a shorter one would reject
+        # the slowest, and the batch the replicas run at moves in steps): the staleness bound sets it
+        throughput = np.maximum(busy, production / (1.0 - rejected))
+        bound = np.where((chain >= throughput * (1 - 1e-6)) | (period > np.maximum(throughput, chain) * (1 + 1e-6)),
+                         "staleness bound", np.where(production / (1.0 - rejected) > busy, "rollout production", "trainer"))
         groups = latencies.shape[1]
         accepted = np.clip(np.rint((1.0 - rejected) * groups).astype(int), 1, groups)
         # the policy lag of what is trained (the simulator's: trainer version - the group's

@@ -73,7 +73,12 @@ class EngineFeatures(BaseModel):
 
     @model_validator(mode="after")
     def _whole_instances(self) -> "EngineFeatures":
+        from capplan.kv import check_kv_scale
+        from capplan.roofline import check_step_settings
+
         check_instances(getattr(self, "inference_replicas", 1), getattr(self, "tp", 1), self.data_parallel)
+        check_kv_scale(getattr(self, "kv_dtype", "bf16"), self.kv_scale)
+        check_step_settings(self.ep, getattr(self, "weight_dtype", "bf16"), self.gemm_dtype, alltoall_mode=self.alltoall_mode)
         return self
 
     @property
@@ -190,6 +195,9 @@ class SimConfig(EngineFeatures, Options, BaseModel):
             raise ValueError("--max-inflight-groups needs --mode async and --sampling active")
         if self.oversample is not None and self.sampling != "oversample":
             raise ValueError("--oversample needs --sampling oversample (active sampling refills each batch as groups finish)")
+        if self.mode == "colocated" and self.weight_sync not in ("auto", "reshard"):
+            raise ValueError(f"--weight-sync {self.weight_sync} pushes weights from trainer GPUs to separate inference GPUs, and "
+                             "--mode colocated reshards them on the same GPUs: give --weight-sync reshard (or auto), or a split --mode")
         if self.weight_sync == "reshard" and self.mode != "colocated":
             raise ValueError("--weight-sync reshard is the colocated update (the same GPUs reshard in place); split GPUs push "
                              "weights with nccl, checkpoint-engine or nixl")

@@ -48,6 +48,7 @@ SUMMARY_KEYS: tuple[str, ...] = (
     "max_policy_lag",
     "engine_steps",
     "engine_forwarded_tokens",
+    "steady_window",
     "step_time_s",
     "steady_trained_tokens_per_s",
     "steady_trainer_idle_fraction",
@@ -205,8 +206,9 @@ def build_result(
     ends = [u["start_s"] + u["train_s"] for u in log]
     # the steady window: from the end of the first update (async: once the K + 1 steps the gate
     # lets in flight have cycled twice, when there are enough updates) to the end of the last
-    first = min(2 * (options.max_staleness + 1), len(ends) - 2) if options.mode == "async" else 0
-    first = max(first, 0)
+    warm_up = 2 * (options.max_staleness + 1) if options.mode == "async" else 0
+    first = max(min(warm_up, len(ends) - 2), 0)
+    steady_window = len(ends) - 2 >= warm_up and len(ends) >= 2 and ends[-1] > ends[first]
     if len(ends) >= 2 and ends[-1] > ends[first]:
         span = ends[-1] - ends[first]
         steady_step = span / (len(ends) - 1 - first)
@@ -251,6 +253,7 @@ def build_result(
         "max_policy_lag": int(lags.max()) if lags.size else 0,
         "engine_steps": int(sum(r.steps_done + r.prompt_steps for r in replicas)),
         "engine_forwarded_tokens": int(forwarded),
+        "steady_window": steady_window,
         "step_time_s": steady_step,
         "steady_trained_tokens_per_s": steady_rate,
         "steady_trainer_idle_fraction": steady_idle,

@@ -57,6 +57,7 @@ from capplan.units import MAX_CONTEXT_TOKENS, MAX_GPUS, MAX_SEQUENCES, KVDtype, 
 if TYPE_CHECKING:
     from capplan.benchmark import RequestMix, Server
     from capplan.hardware import HardwareProfile
+    from capplan.modelspec import ModelSpec
     from capplan.sim.stepcost import StepCoefficients
     from capplan.workload import Workload
 
@@ -140,6 +141,40 @@ def workload_traffic(workload: "Workload", n: int, seed: int | None = None, rate
     cached = shared_prefix_hits(prompt, serving.shared_prefix_tokens, serving.prefix_hit_rate) if serving else np.zeros(n, np.int64)
     process = "Poisson" if burst == 1.0 else f"gamma (burstiness {burst:g})"
     return Traffic(arrival, prompt.astype(np.int64), output.astype(np.int64), cached, f"{process} arrivals at {rate:g} req/s")
+
+
+def context_limit(workload: "Workload", spec: "ModelSpec") -> tuple[int, str]:
+    """The positions one request may span, and what sets it: the workload's
+    ``conversation.max_context`` (capped by ``--max-model-len``) or the model's
+    ``max_position_embeddings``, the smaller."""
+    limits = [(spec.max_position_embeddings, f"{spec.name}'s max_position_embeddings")]
+    if workload.conversation.max_context is not None:
+        limits.append((workload.conversation.max_context, f"{workload.name}'s conversation.max_context (or --max-model-len)"))
+    return min(limits)
+
+
+def within_context(traffic: Traffic, limit: tuple[int, str]) -> Traffic:
+    """``traffic`` with each response cut where prompt and output reach ``limit``'s positions (an
+    engine's ``max_model_len``: a response that would pass it is truncated there, as drawn requests
+    are); a prompt that alone fills the limit is refused, as an engine refuses it.
+
+    Raises
+    ------
+    InputError
+        A prompt of at least ``limit`` positions.
+    """
+    positions, what = limit
+    long = traffic.prompt_tokens >= positions
+    if long.any():
+        i = int(np.argmax(long))
+        raise InputError(f"{traffic.source}: a request at {traffic.arrival_s[i]:,.3f} s has a {int(traffic.prompt_tokens[i]):,}-token "
+                         f"prompt, and {what} is {positions:,} positions: an engine refuses it (raise the limit or drop the request)")
+    room = positions - traffic.prompt_tokens
+    cut = traffic.output_tokens > room
+    if not cut.any():
+        return traffic
+    return Traffic(traffic.arrival_s, traffic.prompt_tokens, np.minimum(traffic.output_tokens, room), traffic.cached_tokens,
+                   f"{traffic.source}; {int(cut.sum()):,} response(s) cut at {what}, {positions:,} positions")
 
 
 def read_trace(path: str | Path, shared_prefix_tokens: int = 0, prefix_hit_rate: float = 0.0) -> Traffic:
@@ -671,7 +706,7 @@ def simulate_serving(
     s = workload.serving
     shared = s.shared_prefix_tokens if s else 0
     if trace is not None:
-        traffic = read_trace(trace, shared, s.prefix_hit_rate if s else 0.0)
+        traffic = within_context(read_trace(trace, shared, s.prefix_hit_rate if s else 0.0), context_limit(workload, spec))
     else:
         traffic = workload_traffic(workload, config.requests, config.seed, config.request_rate_per_s)
     R = config.inference_replicas
