@@ -62,6 +62,18 @@ COUNTERS: tuple[str, ...] = (
 
 CLASSES_AND_TOTAL: tuple[str, ...] = (*TOKEN_CLASSES, "total")
 
+TRAINED_SIDE: tuple[str, ...] = ("trained", "scored")
+"""Counters of the trained conversations only: a filtered group is generated (recorded, sampled,
+forwarded) but neither scored nor trained."""
+
+
+def generated_per_trained(workload: "Workload") -> float:
+    """Conversations generated per trained one: ``1 / (1 - training.filtered_group_fraction)`` (1
+    without filtering or a trainer)."""
+    training = getattr(workload, "training", None)
+    filtered = getattr(training, "filtered_group_fraction", 0.0) or 0.0
+    return 1.0 / (1.0 - filtered)
+
 #: Stand-in for "no context limit" that keeps int64 arithmetic safe.
 _NO_LIMIT = 2**40
 
@@ -217,6 +229,10 @@ class Ledger:
     exact: bool
     conversations_sampled: int
     conversations_per_step: int
+    """Conversations one trained step trains on (``prompts_per_step x samples_per_prompt``)."""
+    conversations_generated_per_step: float
+    """Conversations generated per trained step: more when ``training.filtered_group_fraction``
+    drops groups after generation (:func:`generated_per_trained`)."""
     per_conversation: dict[str, dict[str, float]]
     per_step: dict[str, dict[str, float]]
     per_conversation_p50: dict[str, dict[str, float]]
@@ -237,6 +253,7 @@ class Ledger:
             "exact": self.exact,
             "conversations_sampled": self.conversations_sampled,
             "conversations_per_step": self.conversations_per_step,
+            "conversations_generated_per_step": self.conversations_generated_per_step,
             "per_conversation": self.per_conversation,
             "per_step": self.per_step,
             "per_conversation_p50": self.per_conversation_p50,
@@ -571,13 +588,19 @@ def ledger_from_conversations(
     checks = run_checks(workload, totals, aux)
 
     N = workload.volume.conversations_per_step
+    factor = generated_per_trained(workload)
+    generated = N if factor == 1.0 else N * factor  # an exact ledger stays in integers without filtering
+
+    def step_counts(per_conv: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        return {k: {c: v * (N if k in TRAINED_SIDE else generated) for c, v in d.items()} for k, d in per_conv.items()}
+
     if exact:
         per_conv = {k: _by_class(v[0], True) for k, v in counts.items()}
         p50 = p95 = per_conv
-        per_step = {k: {c: v * N for c, v in d.items()} for k, d in per_conv.items()}
+        per_step = step_counts(per_conv)
     else:
         per_conv = {k: _by_class(v.mean(0), False) for k, v in counts.items()}
-        per_step = {k: {c: v * N for c, v in d.items()} for k, d in per_conv.items()}
+        per_step = step_counts(per_conv)
 
         def pct(q: float) -> dict[str, dict[str, float]]:
             out = {}
@@ -607,6 +630,7 @@ def ledger_from_conversations(
         exact=exact,
         conversations_sampled=n,
         conversations_per_step=N,
+        conversations_generated_per_step=generated,
         per_conversation=per_conv,
         per_step=per_step,
         per_conversation_p50=p50,

@@ -62,10 +62,12 @@ def check_sample_size(workload: "Workload", conversations: int | None = None, wh
         return  # a fixed workload is computed exactly from one conversation
     turns = workload.conversation.max_turns
     if n > MAX_CONVERSATIONS or n * turns > MAX_SAMPLE_CELLS:
+        most = max(MAX_SAMPLE_CELLS // turns, 1)
+        given = f"{where} {n:,}" if conversations is not None else f"the default sample (sampling.conversations {n:,})"
+        fix = "" if conversations is not None else f" (--conversations {most:,}, or set sampling.conversations)"
         raise InputError(
-            f"{where} {n:,}: {n:,} conversations x {turns:,} turns = {n * turns:,} conversation-turns, above the "
-            f"{MAX_SAMPLE_CELLS:,} one sample may hold (about 2 GB); sample at most "
-            f"{max(MAX_SAMPLE_CELLS // turns, 1):,} conversations"
+            f"{given}: {n:,} conversations x {turns:,} turns = {n * turns:,} conversation-turns, above the "
+            f"{MAX_SAMPLE_CELLS:,} one sample may hold (about 2 GB); sample at most {most:,} conversations{fix}"
         )
 
 
@@ -104,6 +106,18 @@ def _model_ref(value: str | None, info: ValidationInfo | None = None, overridden
     return value
 
 
+def check_whole(count: Distribution | None, where: tuple[str, ...], minimum: int = 0) -> None:
+    """Refuse a fixed count that is not a whole number (2.5 turns, 10.7 tokens), or below ``minimum``."""
+    if count is None or not count.is_fixed:
+        return
+    value = count.mean()
+    if value != int(value):
+        raise FieldError(where, f"{value:g} is not a whole number (a fixed count is an integer)")
+    if value < minimum:
+        raise FieldError(where, f"{value:g}: at least {minimum} (an engine refuses an empty prompt)" if where[-1] == "prompt_tokens"
+                         else f"{value:g}: at least {minimum}")
+
+
 def check_samples(action_tokens: Distribution, where: tuple[str, ...]) -> None:
     """Refuse ``action_tokens`` that can never sample a token (rounded, as the ledger draws them):
     every invocation samples at least one."""
@@ -125,6 +139,8 @@ class Turn(_Strict):
     @model_validator(mode="after")
     def _samples(self) -> "Turn":
         check_samples(self.action_tokens, ("action_tokens",))
+        check_whole(self.action_tokens, ("action_tokens",))
+        check_whole(self.tool_tokens, ("tool_tokens",))
         return self
 
     @property
@@ -177,6 +193,10 @@ class Conversation(_Strict):
                     f"num_turns: at most {MAX_TURNS:,} turns, got up to {self.num_turns.upper_bound():,.0f}"
                 )
             check_samples(self.action_tokens, ("action_tokens",))
+            check_whole(self.num_turns, ("num_turns",), minimum=1)
+            check_whole(self.action_tokens, ("action_tokens",))
+            check_whole(self.tool_tokens, ("tool_tokens",))
+        check_whole(self.prompt_tokens, ("prompt_tokens",), minimum=1)
         prompt = self.prompt_tokens.mean()
         if self.max_context is not None and self.max_context <= prompt:
             raise FieldError(
@@ -546,7 +566,9 @@ class Workload(_Strict):
     @model_validator(mode="after")
     def _cross(self) -> "Workload":
         conv = self.conversation
-        if not conv.is_fixed() and self.sampling.conversations * conv.max_turns > MAX_SAMPLE_CELLS:
+        given = "sampling" in self.model_fields_set and "conversations" in self.sampling.model_fields_set
+        # the default sample size is checked where it is drawn (check_sample_size), so --conversations can lower it
+        if given and not conv.is_fixed() and self.sampling.conversations * conv.max_turns > MAX_SAMPLE_CELLS:
             n, turns = self.sampling.conversations, conv.max_turns
             raise FieldError(
                 ("sampling", "conversations"),
@@ -555,6 +577,9 @@ class Workload(_Strict):
             )
         if self.serving is not None and self.method != "serving":
             raise FieldError(("serving",), f"only allowed with method: serving (this workload is {self.method})")
+        if "training" in self.model_fields_set and self.method not in TRAINER_METHODS:
+            raise FieldError(("training",), f"only allowed with a trainer (sft, distillation, outcome-rl, multi-turn-rl); "
+                             f"method {self.method} trains nothing, scores nothing and updates no parameters")
         if self.speculative is not None and self.method not in ROLLOUT_METHODS:
             raise FieldError(("speculative",), f"needs a rollout or serving engine; method {self.method} samples nothing")
         if self.speculative is not None and self.speculative.acceptance_by_step is not None and self.method not in TRAINER_METHODS:

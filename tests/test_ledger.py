@@ -194,7 +194,7 @@ turn = st.fixed_dictionaries(
 
 @settings(max_examples=150, deadline=None)
 @given(
-    prompt=st.integers(0, 100),
+    prompt=st.integers(1, 100),
     turns=st.lists(turn, min_size=1, max_size=6),
     reuse=st.sampled_from(["none", "auto"]),
     evict=st.booleans(),
@@ -229,3 +229,23 @@ def test_identities_hold_under_monte_carlo(seed, n):
     led = compute_ledger(load_workload("agentic-tool-rl"), conversations=n, seed=seed)
     assert led.ok
     assert np.isfinite(led.per_step["recorded"]["total"])
+
+
+def test_filtered_groups_are_generated_but_not_trained(tmp_path):
+    """10 prompts x 4 samples with half the groups filtered: a trained step generates 40 / (1 - 0.5)
+    = 80 conversations. Each has a 100-token prompt and one 50-token action, so per step 80 x 50 =
+    4,000 positions are sampled and 80 x 100 = 8,000 prefilled, but only 40 x 50 = 2,000 trained."""
+    from capplan.ledger import compute_ledger
+    from capplan.workload import load_workload
+
+    path = tmp_path / "f.yaml"
+    path.write_text(
+        "version: 1\nname: f\nmethod: outcome-rl\n"
+        "conversation:\n  prompt_tokens: 100\n  turns:\n    - action_tokens: 50\n"
+        "volume:\n  prompts_per_step: 10\n  samples_per_prompt: 4\n"
+        "training:\n  loss_on: [action]\n  filtered_group_fraction: 0.5\n"
+    )
+    led = compute_ledger(load_workload(str(path)))
+    assert (led.conversations_per_step, led.conversations_generated_per_step) == (40, 80.0)
+    assert led.per_step["sampled"]["total"] == 4000 and led.per_step["prefill_forwarded"]["total"] == 8000
+    assert led.per_step["trained"]["total"] == 2000

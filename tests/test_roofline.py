@@ -372,11 +372,12 @@ def test_cli_json_contract(runner):
     result = _run(runner, "--batch", "1,64", "--context", "2048", "--format", "json")
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
-    assert [tuple(r) for r in rows] == [ROW_KEYS, ROW_KEYS]
+    assert [tuple(r) for r in rows] == [(*ROW_KEYS, "fits", "fit_reason")] * 2
     assert tuple(rows[0]) == (
         "kind", "batch", "context", "prompt", "step_time_s", "tokens_per_s", "flops", "bytes",
-        "arithmetic_intensity", "bound", "mbu", "mfu",
+        "arithmetic_intensity", "bound", "mbu", "mfu", "fits", "fit_reason",
     )
+    assert (rows[0]["fits"], rows[0]["fit_reason"]) == (True, "")
     first = rows[0]
     assert (first["kind"], first["batch"], first["context"], first["prompt"], first["bound"]) == ("decode", 1, 2048, 0, "memory")
     s = decode_step(load_model_spec("llama-3.1-8b"), H100, BF16, 1, 2048)
@@ -388,7 +389,7 @@ def test_cli_csv_and_prefill_rows(runner):
     result = _run(runner, "--kind", "prefill", "--batch", "1,4", "--prompt", "512,2048", "-f", "csv")
     assert result.exit_code == 0, result.output
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
-    assert tuple(rows[0]) == ROW_KEYS
+    assert tuple(rows[0]) == (*ROW_KEYS, "fits", "fit_reason")
     assert [(r["batch"], r["context"], r["prompt"]) for r in rows] == [("1", "0", "512"), ("1", "0", "2048"), ("4", "0", "512"), ("4", "0", "2048")]
     p = prefill_step(load_model_spec("llama-3.1-8b"), H100, BF16, 2048, 0, 4)
     assert float(rows[3]["tokens_per_s"]) == pytest.approx(4 * 2048 / p.step_time_s)
@@ -538,3 +539,20 @@ def test_docs_comparison_table_is_current(rec):
 
 def test_at_least_five_comparisons():
     assert len(_docs_table()) >= 5
+
+
+def test_cli_refuses_flags_a_kind_does_not_take(runner):
+    """--prompt on decode steps, and a token budget a whole prefill step exceeds (8 x 2,048 =
+    16,384 positions against 512), are refused rather than ignored."""
+    result = _run(runner, "--kind", "decode", "--prompt", "4096")
+    assert result.exit_code == 2 and "--prompt does not apply to --kind decode" in result.stderr
+    result = _run(runner, "--kind", "prefill", "--batch", "8", "--max-num-batched-tokens", "512")
+    assert result.exit_code == 2 and "a prefill step of 16,384 positions" in result.stderr
+    assert _run(runner, "--kind", "mixed", "--batch", "8", "--max-num-batched-tokens", "512").exit_code == 0
+
+
+def test_json_says_which_rows_do_not_fit(runner):
+    """Batch 256 at 8,192 positions needs 2,097,408 KV positions, more than llama-3.1-8b's KV budget
+    on one H100: the JSON marks it as the table's fits column does."""
+    rows = json.loads(_run(runner, "--batch", "1,256", "--context", "8192", "--format", "json").stdout)
+    assert [r["fits"] for r in rows] == [True, False] and "2,097,408 KV positions" in rows[1]["fit_reason"]

@@ -350,7 +350,7 @@ def workload_settings(workload: "Any", *, prefix_caching: bool | None = None, ma
         return workload
     from capplan.yamlio import validate_data
 
-    data = workload.model_dump(by_alias=True, exclude_none=True)
+    data = workload.model_dump(by_alias=True, exclude_none=True, exclude_unset=True)  # what the file gave
     if prefix_caching is not None:
         data["cache"] = {**data.get("cache", {}), "reuse": "auto" if prefix_caching else "none"}
         data["cache"].pop("reused_prefix_tokens", None)
@@ -513,12 +513,12 @@ MAX_LIST_VALUES = 100_000
 """Most values a list or range flag may expand to (a typo such as 1:10000000 is refused)."""
 
 
-def parse_ints(values: list[str] | str | None, flag: str, minimum: int = 1) -> list[int]:
+def parse_ints(values: list[str] | str | None, flag: str, minimum: int = 1, maximum: int | None = None) -> list[int]:
     """The one list/range parser of integer flags: ``--flag 1,2 --flag 4`` and ranges
     ``8:512:8`` (start:stop:step, stop included).
 
-    A bad item, an empty or reversed range, a step below 1, a value below ``minimum`` or more
-    than :data:`MAX_LIST_VALUES` values is a one-line error naming the flag.
+    A bad item, an empty or reversed range, a step below 1, a value below ``minimum`` or above
+    ``maximum``, or more than :data:`MAX_LIST_VALUES` values is a one-line error naming the flag.
     """
     out: list[int] = []
     for given_value in [values] if isinstance(values, str) else values or []:
@@ -545,9 +545,10 @@ def parse_ints(values: list[str] | str | None, flag: str, minimum: int = 1) -> l
             raise fail(f"{flag} {item!r}: expected integers, a list (1,2,4) or a range (8:512:8)") from None
     if len(out) > MAX_LIST_VALUES:
         raise fail(f"{flag}: more than {MAX_LIST_VALUES:,} values")
-    bad = [x for x in out if x < minimum]
+    bad = [x for x in out if x < minimum or (maximum is not None and x > maximum)]
     if bad:
-        raise fail(f"{flag} {bad[0]}: every value must be an integer >= {minimum}")
+        allowed = f">= {minimum}" if maximum is None else f"in [{minimum:,}, {maximum:,}]"
+        raise fail(f"{flag} {bad[0]}: every value must be an integer {allowed}")
     return out
 
 

@@ -113,7 +113,10 @@ def render_table(led: "Ledger", output: object, force: bool) -> None:
         (
             "step",
             led.per_step,
-            f"Per step [positions] = per conversation x {led.conversations_per_step:,} conversations",
+            f"Per step [positions] = per conversation x {led.conversations_per_step:,} conversations"
+            if led.conversations_generated_per_step == led.conversations_per_step else
+            f"Per step [positions] = per conversation x {led.conversations_generated_per_step:,.1f} conversations generated "
+            f"({led.conversations_per_step:,} trained and scored: filtered groups are generated, not trained)",
         ),
     ):
         t = Table(title=safe(f"{led.workload} ({led.method}): {title}"), title_justify="left")

@@ -230,6 +230,8 @@ def import_(
     except (ValueError, RecursionError) as exc:  # nesting beyond the parser's depth, a 5,000-digit number
         what = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:100]
         raise fail(f"{config}: not a readable JSON file ({what})") from None
+    if name is not None and not name.strip():
+        raise fail("--name '': give a profile name (lower case letters, digits, '.', '-' or '_'), or leave --name out for the folder's")
     chosen = (name or config.resolve().parent.name or "imported-model").lower().replace("_", "-")
     if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", chosen):
         flag = "--name" if name else f"the folder name {config.resolve().parent.name!r} (the default --name)"

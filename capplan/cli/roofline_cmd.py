@@ -117,15 +117,19 @@ def roofline(
         str | None,
         typer.Option("--context", help="Comma-separated cached positions per sequence (default 2048,8192; 0 for prefill)."),
     ] = None,
-    prompt: Annotated[str, typer.Option("--prompt", help="Comma-separated prompt/record lengths [positions].")] = "2048",
+    prompt: Annotated[
+        str | None, typer.Option("--prompt", help="Comma-separated prompt/record lengths [positions] (prefill, score, mixed; "
+                                 "default 2048).")
+    ] = None,
     kind: Annotated[Kind, typer.Option("--kind", help="decode, prefill, score or mixed.")] = Kind.decode,
     token_budget: Annotated[
         int,
         typer.Option(
             "--max-num-batched-tokens", "--token-budget",
-            help="Positions a mixed step may forward [positions] (vLLM max_num_batched_tokens).", min=1,
+            help="Positions a step may forward [positions] (vLLM max_num_batched_tokens; default 8192): a mixed step's "
+            "budget, and the activation peak of the memory check; a prefill, score or decode step above it is refused.", min=1,
         ),
-    ] = 8192,
+    ] = None,
     gemm_dtype: GemmDtypeOpt = None,
     compute_efficiency: Annotated[float | None, typer.Option(help=_rf_help("compute_efficiency"))] = None,
     bandwidth_efficiency: Annotated[float | None, typer.Option(help=_rf_help("bandwidth_efficiency"))] = None,
@@ -166,7 +170,10 @@ def roofline(
         raise fail("--enable-prefix-caching/--no-enable-prefix-caching does not apply to roofline: give the cached prefix of each step with --context")
     batches = parse_ints(batch, "--batch", 1)
     contexts = parse_ints(context, "--context", 0) if context is not None else ([0] if kind in (Kind.prefill, Kind.score) else [2048, 8192])
-    prompts = parse_ints(prompt, "--prompt", 1)
+    if prompt is not None and kind is Kind.decode:
+        raise fail("--prompt does not apply to --kind decode (one new position per sequence after --context); "
+                   "give --kind prefill, score or mixed")
+    prompts = parse_ints(prompt if prompt is not None else "2048", "--prompt", 1)
     for flag, given, values in (("--batch", batch, batches), ("--context", context, contexts), ("--prompt", prompt, prompts)):
         if not values:
             raise fail(f"{flag} {given!r}: give at least one value, e.g. 1,8,64")
@@ -187,6 +194,13 @@ def roofline(
                 f"--max-model-len {max_model_len:,}: a {kind.value} step reaches {longest:,} positions (--context + --prompt); "
                 "lower --context/--prompt or raise --max-model-len"
             )
+    if token_budget is not None and kind is not Kind.mixed:
+        widest = max(batches) * (1 if kind is Kind.decode else max(prompts))
+        if widest > token_budget:
+            raise fail(f"--max-num-batched-tokens {token_budget:,}: a {kind.value} step of {widest:,} positions (--batch x "
+                       f"{'1' if kind is Kind.decode else '--prompt'}) exceeds it, and a {kind.value} step is priced whole; "
+                       "give --kind mixed to price chunks under the budget, or a budget of at least the step")
+    token_budget = 8192 if token_budget is None else token_budget
     if plot is not None:
         _check_plot_path(plot, force)
     spec = call(lambda: load_model_spec(model))
@@ -227,13 +241,14 @@ def roofline(
     if format is Format.json:
         from capplan.output import to_json
 
-        emit(to_json(rows), output, force)
+        emit(to_json([{**r, "fits": not why, "fit_reason": why} for r, why in zip(rows, fits)]), output, force)
     elif format is Format.csv:
         from capplan.output import to_csv
         from capplan.roofline import ROW_KEYS
 
         keys = list(ROW_KEYS) + [k for k in rows[0] if k.startswith("spec_")]
-        emit(to_csv(keys, ([r[k] for k in keys] for r in rows)), output, force)
+        emit(to_csv([*keys, "fits", "fit_reason"], ([*(r[k] for k in keys), not why, why] for r, why in zip(rows, fits))),
+             output, force)
     else:
         _table(spec, hw, inp, rows, contexts, output, force, fits, spec_table)
     if plot is not None:

@@ -163,7 +163,8 @@ def render(grid: "pd.DataFrame", top_rows: "pd.DataFrame", subject: str, objecti
         table.add_column(label, justify="right", overflow="fold", min_width=words(label))
     for _, row in top_rows.iterrows():
         config = safe(f"{row['hardware']} tp{row['tp']}{_feature_label(row)} {row['kv_dtype']}/{row['weight_dtype']}")
-        gpus = f"{row['inference_gpus']:,}+{row['trainer_gpus']:,}"
+        colocated = row["trainer_gpus"] > 0 and row["total_gpus"] == row["inference_gpus"]  # the same GPUs do both
+        gpus = f"{row['inference_gpus']:,} (both)" if colocated else f"{row['inference_gpus']:,}+{row['trainer_gpus']:,}"
         table.add_row(config, gpus, *(_blank_or(fmt, row[column]) for _, column, fmt in columns))
     out.print(table)
     if top_rows.empty:
@@ -338,8 +339,8 @@ def sweep_cmd(
     if pp != 1:
         raise fail(f"--pipeline-parallel-size {pp}: sweep models one pipeline stage (1); capplan kv gives pipeline-parallel memory")
     tps = parse_ints(tp, "--tensor-parallel-size") or [1]
-    kv_dtypes = [dtype_name(d) for d in parse_names(kv_dtype)] or ["bf16"]
-    weight_dtypes = [dtype_name(d) for d in parse_names(weight_dtype)] or ["bf16"]
+    kv_dtypes = list(dict.fromkeys(dtype_name(d) for d in parse_names(kv_dtype))) or ["bf16"]  # aliases (fp8_e4m3) once
+    weight_dtypes = list(dict.fromkeys(dtype_name(d) for d in parse_names(weight_dtype))) or ["bf16"]
     eps, dp_fixed, features = _feature_settings(
         ctx, loaded_workload, spec, tps, ep, redundant_experts, two_batch_overlap, kv_offload_gib)
     token_list = parse_ints(spec_tokens, "--spec-tokens") or [None]
@@ -355,8 +356,12 @@ def sweep_cmd(
         bad = [d for d in given if d not in table]
         if bad:
             raise fail(f"{flag} {bad[0]}: unknown dtype (allowed: {', '.join(table)})")
-    inference_list = parse_ints(inference_gpus, "--inference-gpus") or None
-    trainer_list = parse_ints(trainer_gpus, "--trainer-gpus") or None
+    from capplan.units import MAX_GPUS
+
+    if mode == "colocated" and trainer_gpus:
+        raise fail("--trainer-gpus with --mode colocated: the same GPUs generate and train; give --inference-gpus only")
+    inference_list = parse_ints(inference_gpus, "--inference-gpus", maximum=MAX_GPUS) or None
+    trainer_list = parse_ints(trainer_gpus, "--trainer-gpus", maximum=MAX_GPUS) or None
     per_config = len(names) * len(tps) * len(kv_dtypes) * len(weight_dtypes) * len(eps) * len(token_list)
     # a default axis is a doubling series: at most 32 inference and 10 trainer counts
     call(lambda: check_grid_size(per_config * len(inference_list or range(32)) * len(trainer_list or range(10)), max_grid_cells))

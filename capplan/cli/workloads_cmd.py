@@ -119,8 +119,8 @@ def _plain_value(value: Any) -> Any:
     return value
 
 
-def _emit(model: "BaseModel", indent: int, lines: list[str]) -> None:
-    """``model``'s fields as YAML, each preceded by its documentation."""
+def _emit(model: "BaseModel", indent: int, lines: list[str], skip: frozenset[str] = frozenset()) -> None:
+    """``model``'s fields as YAML, each preceded by its documentation (but those in ``skip``)."""
     import yaml
     from pydantic import BaseModel
 
@@ -130,7 +130,7 @@ def _emit(model: "BaseModel", indent: int, lines: list[str]) -> None:
     cls = type(model)
     for field, info in cls.model_fields.items():
         value = getattr(model, field)
-        if value is None:
+        if value is None or field in skip:
             continue
         key = info.alias or field
         comment = _field_comment(cls, field)
@@ -175,7 +175,7 @@ def template(kind: str) -> str:
         *notes,
         "",
     ]
-    _emit(w, 0, lines)
+    _emit(w, 0, lines, frozenset() if w.has_trainer else frozenset({"training"}))  # a training block needs a trainer
     return "\n".join(lines) + "\n"
 
 

@@ -167,8 +167,11 @@ def _tail_context(sample: "Conversations", sampled: "np.ndarray") -> tuple[float
 
 
 def filter_factor(workload: "Workload") -> float:
-    """How much filtering multiplies rollout work per trained step: ``1 / (1 - filtered_group_fraction)``."""
-    return 1.0 / (1.0 - workload.training.filtered_group_fraction)
+    """How much filtering multiplies rollout work per trained step: ``1 / (1 - filtered_group_fraction)``
+    (:func:`capplan.ledger.generated_per_trained`)."""
+    from capplan.ledger import generated_per_trained
+
+    return generated_per_trained(workload)
 
 
 @dataclass(frozen=True)

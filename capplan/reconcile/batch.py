@@ -338,7 +338,8 @@ def screen(
     # well_formed: tool_wait_s in [ms]
     wait = cols.tool_wait_s
     given = ~np.isnan(wait)
-    columns[19] = np.where(given, np.floor(np.where(given, wait, 0.0) * 1000 + 0.5), 0).astype(np.int64)
+    finite = given & (np.abs(wait) <= 1e12)  # an infinite or absurd wait is refused row by row; no cast of it here
+    columns[19] = np.where(finite, np.floor(np.where(finite, wait, 0.0) * 1000 + 0.5), 0).astype(np.int64)
     columns[18] = flags
     return Screened(clean, rows, stop, cols.policy_version, cols.trainer_version)
 

@@ -670,14 +670,15 @@ class RecordChecker:
                 total = sum(part)
             except TypeError:
                 total = math.nan
-            if total - total != 0:  # NaN or infinite, or not a number
-                bad = next((x for x in part if type(x) not in (int, float) or not math.isfinite(x)), None)
-                self.fail(
-                    "logprobs",
-                    "logprobs",
-                    f"a sampled position has no finite log-prob ({bad!r}; values given {where})",
-                )
-                return
+            if total - total != 0:  # NaN or infinite, or not a number (or finite values whose sum overflows)
+                bad = [x for x in part if type(x) not in (int, float) or not math.isfinite(x)][:1]
+                if bad:
+                    self.fail(
+                        "logprobs",
+                        "logprobs",
+                        f"a sampled position has no finite log-prob ({bad[0]!r}; values given {where})",
+                    )
+                    return
             if part and max(part) > 0:  # a log-probability is at most 0 (a probability at most 1)
                 self.fail(
                     "logprobs",

@@ -40,6 +40,16 @@ class BadRecord(Exception):
         self.field, self.message, self.check = field, message, check
 
 
+def _flag(value: Any, field: str) -> bool | None:
+    """A logged true/false field: a JSON boolean (or 0/1), else a :class:`BadRecord`; ``None`` if absent.
+    A string such as ``"false"`` is refused rather than read by Python truthiness (it would be true)."""
+    if value is None:
+        return None
+    if type(value) is bool or (type(value) is int and value in (0, 1)):
+        return bool(value)
+    raise BadRecord(field, f"{value!r} is not true/false")
+
+
 def mask_bytes(value: Any, field: str, from_str: bytes, from_int: bytes, letters: str, codes: str) -> bytes:
     """A per-position mask (a string of ``letters`` or a list of ``codes``) as bytes in the
     internal coding; ``from_str`` / ``from_int`` translate valid entries and map the rest to 0xff."""
@@ -141,13 +151,13 @@ def read_verl(obj: dict[str, Any]) -> dict[str, Any]:
         raise BadRecord("extra_fields", "must be an object")
     out["policy_version"] = extra.get("param_version_start")
     stop = extra.get("stop_reason")
-    if stop is None and extra.get("is_cancel"):
+    if stop is None and _flag(extra.get("is_cancel"), "extra_fields.is_cancel"):
         stop = "abort"
     out["stop_reason"] = stop
     out["_stop_logged"] = stop is not None
     metrics = obj.get("metrics")
-    if type(metrics) is dict and type(metrics.get("tool_calls")) in (int, float):
-        out["tool_wait_s"] = metrics["tool_calls"]
+    if type(metrics) is dict and metrics.get("tool_calls") is not None:
+        out["tool_wait_s"] = metrics["tool_calls"]  # the reader checks it as any tool_wait_s (a number of seconds)
     return out
 
 
@@ -171,7 +181,7 @@ def read_openrlhf(obj: dict[str, Any]) -> dict[str, Any]:
     for start, end in spans:
         origin[start:end] = b"\x01" * (end - start)
     origin_mask = bytes(origin)
-    truncated = obj.get("truncated")
+    truncated = _flag(obj.get("truncated"), "truncated")
     return {
         "_n_tokens": positions,
         "origin": origin_mask,

@@ -226,6 +226,7 @@ def summarize(
         exact=False,
         conversations_sampled=counted,
         conversations_per_step=conversations_per_step,
+        conversations_generated_per_step=conversations_per_step,  # a log's records: what was generated
         per_conversation=per_conversation,
         per_step={
             counter: {cls: mean * conversations_per_step for cls, mean in by_class.items()}
