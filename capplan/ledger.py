@@ -15,8 +15,9 @@ Counters (each split by token class ``prompt`` / ``action`` / ``tool`` and ``tot
     only if an earlier invocation actually computed it: knowing its token ID is not enough (the
     last token sampled in a turn is never forwarded before that request ends). The samples of a
     GRPO group share their prompt when the engine caches prefixes (``cache.share_group_prompt``):
-    the group's first sample prefills it and the others count it as a hit, so the prompt is
-    prefilled once per group. A serving
+    the group's first sample prefills it and the others count all but its last position as a hit
+    (the last is forwarded again for the first token's logits, as vLLM does on a full prefix hit), so
+    the prompt is prefilled once per group, plus one position per other sample. A serving
     workload's shared prefix (``serving.shared_prefix_tokens``) was computed by an earlier
     request: it is a hit for the share ``serving.prefix_hit_rate`` of requests
     (:func:`shared_prefix_hits`).
@@ -361,9 +362,10 @@ def count_positions(workload: Workload, conv: Conversations) -> tuple[dict[str, 
                     0,
                 )
             whole = np.stack([conv.prompt, cum_a, cum_o], axis=1)
-            if j == 0:
-                computed[:, 0] = np.where(sibling, conv.prompt, 0)
-                auto_hit = np.where(sibling[:, None], np.stack([conv.prompt, 0 * cum_a, 0 * cum_o], axis=1), 0)
+            if j == 0:  # a sibling reuses all but the prompt's last position, which is forwarded for its logits
+                shared = np.maximum(conv.prompt - 1, 0)
+                computed[:, 0] = np.where(sibling, shared, 0)
+                auto_hit = np.where(sibling[:, None], np.stack([shared, 0 * cum_a, 0 * cum_o], axis=1), 0)
             if reuse == "auto":
                 claim = computed[:, j]
                 h = auto_hit

@@ -96,6 +96,9 @@ def _model_ref(value: str | None, info: ValidationInfo | None = None, overridden
     :func:`load_workload`): the file's value is then not used."""
     if overridden_by is not None and info is not None and (info.context or {}).get(overridden_by):
         return value
+    base = (info.context or {}).get("base_dir") if info is not None else None
+    if value is not None and base is not None and not Path(value).is_absolute() and (Path(base) / value).is_file():
+        return str((Path(base) / value).resolve())  # a path relative to the workload file, wherever capplan runs
     if value is not None:
         from capplan.errors import NotFoundError
 
@@ -253,8 +256,9 @@ class Cache(_Strict):
     (``evict``: no decode slot and no KV held, but ``auto`` reuse after the wait finds nothing)."""
     share_group_prompt: bool | None = None
     """The samples of one GRPO group share their prompt: the group's first sample prefills it,
-    the others find it cached, so the prompt is prefilled once per group, not once per sample
-    (default: on with ``reuse: auto``, which needs an engine's prefix cache; off otherwise)."""
+    the others find all but its last position cached (forwarded again for the first token's
+    logits), so the prompt is prefilled once per group, not once per sample (default: on with
+    ``reuse: auto``, which needs an engine's prefix cache; off otherwise)."""
 
     @property
     def shares_group_prompt(self) -> bool:
@@ -298,8 +302,8 @@ class Training(_Strict):
 
     @field_validator("teacher_model")
     @classmethod
-    def _teacher_resolves(cls, v: str | None) -> str | None:
-        return _model_ref(v)
+    def _teacher_resolves(cls, v: str | None, info: ValidationInfo) -> str | None:
+        return _model_ref(v, info)
     step_time_target_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
     """Trainer step-time target [s] used to size trainer GPUs when none are given."""
 
@@ -658,4 +662,5 @@ def load_workload(name_or_path: str | Path, model_given: bool = False, draft_mod
         When the name is neither a file nor a bundled workload.
     """
     path = resolve("workloads", name_or_path)
-    return load_model(path, Workload, {"model_given": model_given, "draft_model_given": draft_model_given})
+    return load_model(path, Workload, {"model_given": model_given, "draft_model_given": draft_model_given,
+                                       "base_dir": str(Path(path).parent)})

@@ -277,14 +277,16 @@ def _group(reuse: str, samples: int = 4) -> Workload:
 
 def test_a_group_prefills_its_prompt_once_with_prefix_caching():
     """4 samples of a 1,000-token prompt: with ``reuse: auto`` the first prefills 1,000 positions and
-    the others find them cached, so per conversation 250 prompt positions are prefilled and 750
-    hit; without reuse each sample prefills all 1,000."""
+    the others find all but the last cached (the last is forwarded again for the first token's
+    logits, as vLLM does on a full prefix hit), so per conversation (1,000 + 3 x 1) / 4 = 250.75
+    prompt positions are prefilled and 3 x 999 / 4 = 749.25 hit; without reuse each sample prefills
+    all 1,000."""
     shared, separate = compute_ledger(_group("auto")), compute_ledger(_group("none"))
-    assert shared.per_conversation["prefill_forwarded"]["prompt"] == pytest.approx(250)
-    assert shared.per_conversation["cache_hit"]["prompt"] == pytest.approx(750)
+    assert shared.per_conversation["prefill_forwarded"]["prompt"] == pytest.approx(250.75)
+    assert shared.per_conversation["cache_hit"]["prompt"] == pytest.approx(749.25)
     assert separate.per_conversation["prefill_forwarded"]["prompt"] == 1000
     assert shared.ok and separate.ok
-    assert shared.per_step["prefill_forwarded"]["prompt"] == pytest.approx(2 * 1000)  # once per group
+    assert shared.per_step["prefill_forwarded"]["prompt"] == pytest.approx(2 * 1003)  # once per group, + 1 per sibling
 
 
 def test_group_sharing_can_be_turned_off_and_needs_a_prefix_cache():

@@ -140,3 +140,20 @@ def test_an_unknown_model_is_an_error_unless_a_flag_replaces_it(write_yaml, runn
     assert ok.exit_code == 0, ok.output
     bad = runner.invoke(app, ["plan", str(path), "-H", "h100-sxm", "--total-gpus", "16"])
     assert bad.exit_code == 2 and "model (line 1): my-private-model" in bad.output
+
+
+def test_a_relative_model_path_is_read_from_the_workload_files_folder(tmp_path, monkeypatch):
+    """``model: models/m.yaml`` beside the workload resolves wherever capplan runs (a CI job in
+    another folder validated the same file differently before)."""
+    import shutil
+
+    from capplan.resources import bundled_dir
+    from capplan.workload import load_workload
+
+    (tmp_path / "w" / "models").mkdir(parents=True)
+    shutil.copy(bundled_dir("models") / "qwen3-8b.yaml", tmp_path / "w" / "models" / "m.yaml")
+    text = (bundled_dir("workloads") / "chat-serving.yaml").read_text().replace("model: llama-3.1-8b", "model: models/m.yaml")
+    (tmp_path / "w" / "chat.yaml").write_text(text)
+    monkeypatch.chdir(tmp_path)  # not the workload's folder
+    w = load_workload(str(tmp_path / "w" / "chat.yaml"))
+    assert w.model == str((tmp_path / "w" / "models" / "m.yaml").resolve())
