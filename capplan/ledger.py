@@ -71,9 +71,7 @@ forwarded) but neither scored nor trained."""
 def generated_per_trained(workload: "Workload") -> float:
     """Conversations generated per trained one: ``1 / (1 - training.filtered_group_fraction)`` (1
     without filtering or a trainer)."""
-    training = getattr(workload, "training", None)
-    filtered = getattr(training, "filtered_group_fraction", 0.0) or 0.0
-    return 1.0 / (1.0 - filtered)
+    return 1.0 / (1.0 - workload.training.filtered_group_fraction)
 
 #: Stand-in for "no context limit" that keeps int64 arithmetic safe.
 _NO_LIMIT = 2**40

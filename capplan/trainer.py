@@ -264,7 +264,7 @@ def sync_bytes_per_gpu(
     """
     from capplan.kv import routed_expert_params
 
-    total = bytes_per_param * spec.total_params()
+    total = weight_bytes(spec, bytes_per_param)
     if receives == "whole":
         return total
     routed = bytes_per_param * routed_expert_params(spec)

@@ -109,16 +109,16 @@ def _model_ref(value: str | None, info: ValidationInfo | None = None, overridden
     return value
 
 
-def check_whole(count: Distribution | None, where: tuple[str, ...], minimum: int = 0) -> None:
-    """Refuse a fixed count that is not a whole number (2.5 turns, 10.7 tokens), or below ``minimum``."""
+def check_whole(count: Distribution | None, where: tuple[str, ...], minimum: int = 0, why: str = "") -> None:
+    """Refuse a fixed count that is not a whole number (2.5 turns, 10.7 tokens), or below
+    ``minimum`` (``why``: the reason, for the message)."""
     if count is None or not count.is_fixed:
         return
     value = count.mean()
     if value != int(value):
         raise FieldError(where, f"{value:g} is not a whole number (a fixed count is an integer)")
     if value < minimum:
-        raise FieldError(where, f"{value:g}: at least {minimum} (an engine refuses an empty prompt)" if where[-1] == "prompt_tokens"
-                         else f"{value:g}: at least {minimum}")
+        raise FieldError(where, f"{value:g}: at least {minimum}{f' ({why})' if why else ''}")
 
 
 def check_samples(action_tokens: Distribution, where: tuple[str, ...]) -> None:
@@ -199,7 +199,7 @@ class Conversation(_Strict):
             check_whole(self.num_turns, ("num_turns",), minimum=1)
             check_whole(self.action_tokens, ("action_tokens",))
             check_whole(self.tool_tokens, ("tool_tokens",))
-        check_whole(self.prompt_tokens, ("prompt_tokens",), minimum=1)
+        check_whole(self.prompt_tokens, ("prompt_tokens",), minimum=1, why="an engine refuses an empty prompt")
         prompt = self.prompt_tokens.mean()
         if self.max_context is not None and self.max_context <= prompt:
             raise FieldError(

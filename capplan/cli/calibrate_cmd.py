@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from capplan.cli.common import ForceOpt, call, console, dtype_name, emit, fail
+from capplan.cli.common import ForceOpt, call, console, dtype_name, emit, fail, require_yaml_output
 
 if TYPE_CHECKING:
     from capplan.calibrate import Calibration
@@ -84,8 +84,7 @@ def calibrate(
         raise fail("--output: --terms none fits nothing, so there is no profile to write; drop --output")
     if not compare_only and output is None:
         raise fail("--output: give the file to write the calibrated profile to (or --terms none to only compare)")
-    if output is not None and output.suffix.lower() not in (".yaml", ".yml"):
-        raise fail(f"--output {output}: the calibrated engine profile is YAML; give a .yaml file (it is read back with --engine)")
+    require_yaml_output(output, "the calibrated engine profile is YAML; give a .yaml file (it is read back with --engine)")
     if output is not None:
         call(lambda: ensure_new(output, force))
     settings = CalibrateSettings(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import sys
 from contextlib import contextmanager
 from enum import Enum
@@ -550,6 +552,30 @@ def parse_ints(values: list[str] | str | None, flag: str, minimum: int = 1, maxi
         allowed = f">= {minimum}" if maximum is None else f"in [{minimum:,}, {maximum:,}]"
         raise fail(f"{flag} {bad[0]}: every value must be an integer {allowed}")
     return out
+
+
+GPU_HOUR_PRICE_RANGE = (0.0001, 10_000.0)
+"""Prices ``--gpu-hour-price`` takes [USD per GPU-hour] (plan and sweep)."""
+
+
+def check_gpu_hour_price(value: float, given: str | None = None) -> float:
+    """``value`` if it is a finite price in :data:`GPU_HOUR_PRICE_RANGE`, else a one-line error
+    quoting ``given`` (the text typed, default the value)."""
+    low, high = GPU_HOUR_PRICE_RANGE
+    if not (math.isfinite(value) and low <= value <= high):
+        raise fail(f"--gpu-hour-price {given if given is not None else f'{value:g}'}: a price is a finite number of USD "
+                   f"per GPU-hour in [{low:g}, {high:,.0f}]")
+    return value
+
+
+def require_yaml_output(output: Path | None, what: str, suffix_optional: bool = False) -> None:
+    """Refuse an ``--output`` name that is not ``.yaml``/``.yml`` for a YAML file (``what``: what
+    it is and who reads it back, for the message; ``suffix_optional``: a name without an
+    extension, such as a device, is taken)."""
+    if output is None or str(output) == "-" or (suffix_optional and not output.suffix):
+        return
+    if output.suffix.lower() not in (".yaml", ".yml"):
+        raise fail(f"--output {output}: {what}")
 
 
 def parse_names(values: list[str] | str | None) -> list[str]:

@@ -11,6 +11,7 @@ import typer
 from capplan.cli.method_flags import WeightSync
 from capplan.cli.registry import CommandSet
 from capplan.cli.common import (
+    check_gpu_hour_price,
     _kv_help,
     BlockSizeOpt,
     call,
@@ -766,10 +767,8 @@ def plan(
 
     from capplan.workload import check_sample_size
 
-    import math
-
-    if gpu_hour_price is not None and not (math.isfinite(gpu_hour_price) and 0.0001 <= gpu_hour_price <= 10_000):
-        raise fail(f"--gpu-hour-price {gpu_hour_price:g}: a price is a finite number of USD per GPU-hour in [0.0001, 10,000]")
+    if gpu_hour_price is not None:
+        check_gpu_hour_price(gpu_hour_price)
     if inference_gpus and inference_replicas:
         raise fail("--inference-gpus with --inference-replicas: give one (GPUs = replicas x --tensor-parallel-size)")
     if total_gpus and (trainer_gpus or inference_gpus or inference_replicas):

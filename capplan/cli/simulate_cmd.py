@@ -426,18 +426,16 @@ def simulate(
         typer.echo(f"wrote {path}", err=True)
 
 
-def _steps_needed(mode: str, max_staleness: int) -> int:
-    """Updates a run needs for a steady window: 2, and in async the ``2 (K + 1)`` warm-up ones more."""
-    return 2 * (max_staleness + 1) + 2 if mode == "async" else 2
-
-
 def _no_steady_window(cfg: Any, grid_points: list[dict[str, Any]] | None = None) -> str:
     """The warning for runs too short for a steady window (``docs/simulate.md``, ``steady_window``):
     one run, or the points (rows) of a ``--sweep`` grid that had none."""
+    from capplan.sim.result import steady_updates_needed
+
     if grid_points is None:
-        need, which = _steps_needed(cfg.mode, cfg.max_staleness), f"--steps {cfg.steps}"
+        need, which = steady_updates_needed(cfg.mode, cfg.max_staleness), f"--steps {cfg.steps}"
     else:
-        need = max(_steps_needed(p.get("mode", cfg.mode), int(p.get("max_staleness", cfg.max_staleness))) for p in grid_points)
+        need = max(steady_updates_needed(p.get("mode", cfg.mode), int(p.get("max_staleness", cfg.max_staleness)))
+                   for p in grid_points)
         which = f"{len(grid_points):,} point(s) of the grid"
     return (f"{which}: too few updates for a steady window (async: the first 2 (K + 1) updates are warm-up); the step, "
             f"steady trained tokens/s and idle figures average the warm-up: give --steps {need} or more")

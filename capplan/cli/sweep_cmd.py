@@ -10,6 +10,7 @@ import typer
 
 from capplan.cli.registry import CommandSet
 from capplan.cli.common import (
+    check_gpu_hour_price,
     BlockSizeOpt,
     EngineOpt,
     ForceOpt,
@@ -94,9 +95,7 @@ def parse_prices(values: list[str] | None) -> "float | dict[str, float] | None":
             value = float(text)
         except ValueError:
             value = math.nan
-        if not (math.isfinite(value) and 0.0001 <= value <= 10_000):
-            raise fail(f"--gpu-hour-price {text!r}: a price is a number of USD per GPU-hour in [0.0001, 10,000] (as capplan plan takes it)")
-        out[name] = value
+        out[name] = check_gpu_hour_price(value, repr(text))
     return out[""] if "" in out else out
 
 

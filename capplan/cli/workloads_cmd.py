@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from capplan.cli.common import ForceOpt, call, console, emit, fail, safe
+from capplan.cli.common import ForceOpt, call, console, emit, fail, require_yaml_output, safe
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -187,8 +187,8 @@ def init(
     ] = None,
     force: ForceOpt = False,
 ) -> None:
-    if output is not None and output.suffix and output.suffix.lower() not in (".yaml", ".yml"):
-        raise fail(f"--output {output}: a workload file is YAML; give a .yaml file (capplan plan and simulate read it back)")
+    require_yaml_output(output, "a workload file is YAML; give a .yaml file (capplan plan and simulate read it back)",
+                        suffix_optional=True)
     text = template(kind.value)
     emit(text, output or Path(f"{kind.value}.yaml"), force)
 

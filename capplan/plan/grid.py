@@ -245,7 +245,7 @@ def sweep(
 
     from capplan.kv import resolve_dp
     from capplan.plan.replica import replica_setup, shared_sample
-    from capplan.plan.sizing import layout_sync_time_s, step_time_s
+    from capplan.plan.sizing import step_time_s
     from capplan.plan.work import prepare
     from capplan.trainer import (
         MICRO_BATCH_TOKENS,
@@ -344,11 +344,8 @@ def sweep(
                 on_config(done, len(configs))
             continue
         pattern = "reshard" if colocated else "nccl"
-        if features:
-            sync_s = layout_sync_time_s(spec, tp, pattern, ep, ranks, (layout or {}).get("redundant_experts", 0)) if (
-                has_trainer and workload.has_rollout) else 0.0
-        else:
-            sync_s = weight_sync_time_s(spec, tp, pattern) if (has_trainer and workload.has_rollout) else 0.0
+        sync_s = weight_sync_time_s(spec, tp, pattern, ep, ranks, (layout or {}).get("redundant_experts", 0)) if (
+            has_trainer and workload.has_rollout) else 0.0
         busy_extra = sync_s + (overhead if has_trainer else 0.0)
         model = setup.rollout_model(work, weight_load_s=busy_extra if mode == "async" else 0.0)
         replicas = np.maximum(inference // tp, 1)

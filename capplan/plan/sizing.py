@@ -137,22 +137,12 @@ class TrainerSide:
 
 
 def sync_time_s(inputs: "PlanInputs", pattern: str) -> float:
-    """Time to push new 16-bit weights to the inference engines of ``inputs`` [s] (:func:`layout_sync_time_s`)."""
-    return layout_sync_time_s(inputs.model, inputs.tp, pattern, inputs.ep, inputs.data_parallel, inputs.redundant_experts)
-
-
-def layout_sync_time_s(spec: "ModelSpec", tp: int, pattern: str, ep: int = 1, dp: int = 1, redundant_experts: int = 0) -> float:
-    """Time to push new 16-bit weights to inference engines of ``tp`` GPUs (``tp x dp`` under
-    expert parallelism) [s] (:func:`capplan.trainer.weight_sync_time_s`).
-
-    Every GPU receives, all in parallel, what the pattern sends it
-    (:func:`capplan.trainer.sync_bytes_per_gpu`): under ``nccl`` the weights it holds, ``2 P / tp``
-    under tensor parallelism and ``2 (P - P_routed) / tp + 2 P_routed (E + R) / E / (tp dp)`` under
-    expert parallelism (its share of the routed experts, whole, and the rest split ``1/tp``).
-    """
+    """Time to push new 16-bit weights to the inference engines of ``inputs`` [s]: every GPU
+    receives, all in parallel, what the pattern sends it under the replica's layout
+    (:func:`capplan.trainer.weight_sync_time_s`, :func:`capplan.trainer.sync_bytes_per_gpu`)."""
     from capplan.trainer import weight_sync_time_s
 
-    return weight_sync_time_s(spec, tp, pattern, ep, dp, redundant_experts)
+    return weight_sync_time_s(inputs.model, inputs.tp, pattern, inputs.ep, inputs.data_parallel, inputs.redundant_experts)
 
 
 def trainer_side(

@@ -135,6 +135,12 @@ def setup_sync_s(sim: "Simulation") -> float:
     return float(sim.setup.weight_sync_s)
 
 
+def steady_updates_needed(mode: str, max_staleness: int) -> int:
+    """Updates a run needs for a steady window (``summary["steady_window"]``): two, after the
+    ``2 (K + 1)`` warm-up ones in async (the steps in flight cycle twice)."""
+    return 2 * (max_staleness + 1) + 2 if mode == "async" else 2
+
+
 def build_result(
     workload: "Workload",
     spec: "ModelSpec",
@@ -206,7 +212,7 @@ def build_result(
     ends = [u["start_s"] + u["train_s"] for u in log]
     # the steady window: from the end of the first update (async: once the K + 1 steps the gate
     # lets in flight have cycled twice, when there are enough updates) to the end of the last
-    warm_up = 2 * (options.max_staleness + 1) if options.mode == "async" else 0
+    warm_up = steady_updates_needed(options.mode, options.max_staleness) - 2
     first = max(min(warm_up, len(ends) - 2), 0)
     steady_window = len(ends) - 2 >= warm_up and len(ends) >= 2 and ends[-1] > ends[first]
     if len(ends) >= 2 and ends[-1] > ends[first]:

@@ -228,13 +228,8 @@ def engine_setup(
         feature_lines += lines
     colocated = config.mode == "colocated"
     pattern = config.weight_sync if config.weight_sync != "auto" else ("reshard" if colocated else "nccl")
-    layout = config.layout()
-    if layout:  # each GPU receives the weights it holds (capplan.plan.sizing.layout_sync_time_s, as the plan)
-        from capplan.plan.sizing import layout_sync_time_s
-
-        sync_s = layout_sync_time_s(spec, config.tp, pattern, config.ep, config.data_parallel, config.redundant_experts)
-    else:
-        sync_s = weight_sync_time_s(spec, config.tp, pattern)
+    # each GPU receives what the pattern sends it, under the replica's layout (as the plan prices it)
+    sync_s = weight_sync_time_s(spec, config.tp, pattern, config.ep, config.data_parallel, config.redundant_experts)
     if colocated:
         trainer_hw = hw
         gpus, sizing = config.inference_replicas * config.tp, "colocated: every inference GPU"
