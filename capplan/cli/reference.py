@@ -12,9 +12,13 @@ generates, so the pages (and every number the README shows) cannot go stale.
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from capplan.accuracy.report import AccuracyReport
 
 WIDTH = 100
 """Help text is wrapped at this width in the generated page."""
@@ -115,14 +119,22 @@ def _summary_table(groups: dict[str, Any], label: str) -> str:
     return "\n".join(rows) + "\n"
 
 
+@functools.lru_cache(maxsize=1)
+def shipped_report() -> "AccuracyReport":
+    """``capplan accuracy`` on the shipped corpus with the bundled profiles, run once for every
+    generated page that quotes it."""
+    from capplan.accuracy import run_accuracy
+    from capplan.accuracy.report import default_engines
+
+    return run_accuracy(engines=default_engines())
+
+
 def accuracy_markdown() -> str:
     """``docs/accuracy.md``: the error tables of ``capplan accuracy`` on the shipped corpus, the
     rows outside a factor of 2, and which rows fitted which engine-profile term."""
-    from capplan.accuracy import run_accuracy
-    from capplan.accuracy.report import default_engines
     from capplan.engine import list_engines, load_engine
 
-    report = run_accuracy(engines=default_engines())
+    report = shipped_report()
     held = lambda r: r.held_out  # noqa: E731
     overview = {
         "all predicted rows": report.summary(),
@@ -420,10 +432,7 @@ def run_transcript(command: str) -> str:
 
 def accuracy_line() -> str:
     """The README's one-line accuracy summary, from ``capplan accuracy`` on the shipped corpus."""
-    from capplan.accuracy import run_accuracy
-    from capplan.accuracy.report import default_engines
-
-    report = run_accuracy(engines=default_engines())
+    report = shipped_report()
     held = report.summary(lambda r: r.held_out)
     kv = report.summary(lambda r: r.held_out and r.kind == "kv")
     return (
