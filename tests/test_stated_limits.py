@@ -61,9 +61,10 @@ def test_a_burstiness_that_is_not_positive_is_refused(server, bad):
 def test_stated_limits_match_the_notes(corpus):
     """The scheduler-limit columns hold exactly what each row's notes quote (the inference-sim
     study's ``max_num_seqs 128`` and its per-run ``max_num_batched_tokens``; the ROCm dev-docker
-    tables' "Max Num Seqs" and ``--max-num-batched-tokens``), and no row states one without them."""
-    pats = {"max_num_seqs": r"(?:max_num_seqs|Max Num Seqs) (\d+)",
-            "max_num_batched_tokens": r"(?:max_num_batched_tokens|--max-num-batched-tokens) (\d+)"}
+    tables' "Max Num Seqs" and ``--max-num-batched-tokens``; InferenceX's SGLang server flags
+    ``--max-running-requests`` and ``--chunked-prefill-size``), and no row states one without them."""
+    pats = {"max_num_seqs": r"(?:max_num_seqs|Max Num Seqs|--max-running-requests) (\d+)",
+            "max_num_batched_tokens": r"(?:max_num_batched_tokens|--max-num-batched-tokens|--chunked-prefill-size) (\d+)"}
     stated = 0
     for r in corpus.values():
         if r.kind != "serving":
@@ -74,7 +75,7 @@ def test_stated_limits_match_the_notes(corpus):
             want = float(found.pop()) if found else None
             assert r.number(col) == want, (r.id, col)
             stated += want is not None
-    assert stated == 2 * 430 + 2 * 8
+    assert stated == 2 * 430 + 2 * 8 + 2 * 12
 
 
 def test_the_inference_sim_runs_arrive_at_a_constant_rate(corpus):
