@@ -168,6 +168,16 @@ class TimeTerms(BaseModel):
     the GEMM, e.g. vLLM's W4A16 MXFP4 MoE on Hopper for gpt-oss): they read the narrow weights
     and multiply at a smaller share of the bandwidth and FLOP/s than 16-bit grouped GEMMs; no
     effect on dense layers or on experts that run on their own unit."""
+    gqa_kv_reread: float = Field(default=0.0, ge=0, le=1)
+    """Share [0-1] of a grouped-query attention group's other query heads that read their shared
+    K/V head from HBM again in a step's attention over cached positions. 0: each K/V head is read
+    once per step for its whole group (FlashAttention, FlashInfer, TensorRT-LLM's XQA kernel); 1:
+    once per query head, as a decode kernel that runs one query head per thread block without
+    sharing the group's loads does (TensorRT-LLM's masked multi-head attention for GQA before the
+    XQA kernel, releases up to 0.6): the cached-KV bytes of a step grow ``1 + (G - 1) x`` this,
+    ``G`` = query heads per K/V head on a GPU. No effect on multi-head attention (``G = 1``) or on
+    latent (MLA) attention. Prices every cached position a step reads; exact for engines whose
+    prompt steps read none (no chunked prompts, no prefix reuse), as TensorRT-LLM's of that time."""
     step_overhead_s: float = Field(default=0.002, ge=0)
     """Fixed host time per engine step (scheduling, launch, sampling set-up) [s]."""
     enforce_eager: bool = False

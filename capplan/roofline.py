@@ -399,6 +399,9 @@ def _terms(
         "experts": float(m.num_experts) if m else 1.0,
         "experts_per_token": float(m.experts_per_token) if m else 0.0,
         "kv_bytes_full": kv.full_bytes_per_token,
+        # query heads per K/V head on one GPU (a K/V head replicated across tp ranks serves the
+        # rank's query heads); latent attention reads its one latent vector per position
+        "gqa_group": 1.0 if spec.mla is not None else float(H / max(Hkv, tp)) if Hkv else 1.0,
         "kv_bytes_window": kv.window_bytes_per_token,
         "state_bytes_per_seq": kv.state_bytes_per_sequence,
         "act_bytes_per_token": act * ACTIVATION_BYTES,
@@ -495,6 +498,7 @@ def _hw_terms(hw: "HardwareProfile", inp: RooflineInputs) -> dict[str, float]:
         "gemm_half_tokens": terms.gemm_half_tokens,
         "moe_extra": 1.0 / terms.moe_gemm_efficiency - 1.0,
         "per_sequence_s": terms.per_sequence_s,
+        "kv_reread": terms.gqa_kv_reread,
     }
 
 
@@ -563,7 +567,9 @@ def _evaluate(
     tbo_split = (w["tbo"] > 0) & (new >= 2)
     weights = np.where(tbo_split, 2.0 * (t["fixed_weight_bytes"] + t["routed_bytes"] * half + t["head_bytes"] * has_logits), weights)
     routed_read = t["routed_bytes"] * np.where(tbo_split, 2.0 * half, touched)
-    kv_read = t["kv_bytes_full"] * read + t["kv_bytes_window"] * read_w + t["state_bytes_per_seq"] * seqs
+    # a decode kernel that does not share a GQA group's K/V loads reads them once per query head
+    reread = 1.0 + (t["gqa_group"] - 1.0) * w["kv_reread"]
+    kv_read = (t["kv_bytes_full"] * read + t["kv_bytes_window"] * read_w) * reread + t["state_bytes_per_seq"] * seqs
     kv_write = (t["kv_bytes_full"] + t["kv_bytes_window"]) * new + t["state_bytes_per_seq"] * seqs
     act = t["act_bytes_per_token"] * new + t["act_bytes_per_logit"] * logits
     nbytes = weights + kv_read + kv_write + act
@@ -632,12 +638,12 @@ _SCALAR_TERMS = (
     "gemm_flops_per_token", "attn_flops_per_pair_full", "attn_flops_per_pair_window", "linear_flops_per_token",
     "head_flops_per_logit", "experts_per_token", "experts", "fixed_weight_bytes", "routed_bytes", "head_bytes",
     "kv_bytes_full", "kv_bytes_window", "state_bytes_per_seq", "act_bytes_per_token", "act_bytes_per_logit",
-    "routed_flops_per_token", "tp", "hidden", "logit_gather_bytes", "layers", "expert_group_spread",
+    "routed_flops_per_token", "tp", "hidden", "logit_gather_bytes", "layers", "expert_group_spread", "gqa_group",
 )
 _SCALAR_HW = (
     "peak_gemm", "peak_16", "gemm_half_tokens", "moe_extra", "attention_rel", "ce", "hbm", "be", "intra", "inter",
     "gpus_per_node", "ie", "latency_s", "overhead_s", "per_sequence_s", "eager_s_per_layer", "graph_max_seqs",
-    "graphless_s_per_layer",
+    "graphless_s_per_layer", "kv_reread",
 )
 
 
@@ -672,9 +678,9 @@ def _evaluate_one(
     (
         gemm_per_token, attn_full, attn_window, linear_per_token, head_per_logit, experts_per_token, experts,
         fixed_weight_bytes, routed_bytes, head_bytes, kv_full, kv_window, state_per_seq, act_per_token, act_per_logit,
-        routed_per_token, tp, hidden, logit_gather_bytes, layers, expert_group_spread,
+        routed_per_token, tp, hidden, logit_gather_bytes, layers, expert_group_spread, gqa_group,
         peak_gemm, peak_16, gemm_half_tokens, moe_extra, attention_rel, ce, hbm, be, intra, inter, gpus_per_node, ie,
-        latency_s, overhead_s, per_sequence_s, eager_s_per_layer, graph_max_seqs, graphless_s_per_layer,
+        latency_s, overhead_s, per_sequence_s, eager_s_per_layer, graph_max_seqs, graphless_s_per_layer, kv_reread,
     ) = terms
     has_logits = logits > 0
     gemm = gemm_per_token * new
@@ -685,7 +691,8 @@ def _evaluate_one(
 
     touched = 1.0 - (1.0 - experts_per_token / experts) ** new
     weights = fixed_weight_bytes + routed_bytes * touched + head_bytes * has_logits
-    kv_read = kv_full * read + kv_window * read_w + state_per_seq * seqs
+    reread = 1.0 + (gqa_group - 1.0) * kv_reread
+    kv_read = (kv_full * read + kv_window * read_w) * reread + state_per_seq * seqs
     kv_write = (kv_full + kv_window) * new + state_per_seq * seqs
     act = act_per_token * new + act_per_logit * logits
     nbytes = weights + kv_read + kv_write + act

@@ -225,6 +225,11 @@ def serving_setup(row: "CorpusRow", family: str) -> tuple[dict[str, Any], list[s
     return {"tp": tp, "weight_dtype": w, "kv_dtype": kv, **settings}, assumed
 
 
+PINNED_TIME_TERMS = ("gqa_kv_reread",)
+"""Time terms that describe an engine release's kernels rather than a fitted efficiency: a row
+keeps its own profile's value when a fit prices it at other time terms."""
+
+
 @dataclass(frozen=True)
 class PreparedServing:
     """A serving row turned into a benchmark call, ready to be priced at any time terms."""
@@ -240,15 +245,21 @@ class PreparedServing:
     """Prompt positions every request finds in the prefix cache (:func:`cached_prefix`)."""
     burstiness: float = 1.0
     """Gamma shape of an open-loop run's gaps between arrivals (:func:`arrival_burstiness`)."""
+    pinned_time: dict[str, Any] = field(default_factory=dict)
+    """Time terms of the row's engine release (:data:`PINNED_TIME_TERMS`), kept whatever engine
+    :meth:`evaluate` is given."""
 
     def evaluate(self, engine: "EngineProfile | None" = None) -> float:
-        """The predicted value, with ``engine``'s time terms if given (memory as prepared)."""
+        """The predicted value, with ``engine``'s time terms if given (memory as prepared; the
+        release's :attr:`pinned_time` kept)."""
         from dataclasses import replace
 
         from capplan import benchmark
 
         server = self.server
         if engine is not None:
+            if self.pinned_time:
+                engine = engine.model_copy(update={"time": engine.time.model_copy(update=self.pinned_time)})
             t = engine.time_on(server.pricer.hw.name)
             server = replace(server, pricer=server.pricer.with_inputs(server.pricer.inp.model_copy(update={"engine": engine})),
                              **t.schedule())
@@ -337,8 +348,9 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
         raise Unsupported(f"scenario {scenario} is not modelled")
     _metric(row.metric, None, 1.0, 1.0, check_only=True)
     instances, divisor = _instances(row, settings["tp"], hw)
+    pinned = {t: getattr(engine.time, t) for t in PINNED_TIME_TERMS} if engine is not None else {}
     return PreparedServing(row, server, call, args, instances, divisor, assumed, cached,
-                           burstiness if call == "open_loop" else 1.0)
+                           burstiness if call == "open_loop" else 1.0, pinned)
 
 
 def _instances(row: "CorpusRow", tp: int, hw: Any) -> tuple[float, float]:

@@ -176,6 +176,34 @@ SGLANG_CUDA_GRAPH_SOURCE = (
     "after PR #10372 set time.cuda_graph_max_batch to the tiered value.")
 """SGLang's largest CUDA-graph decode batch (see the source)."""
 
+_TRTLLM_MEMORY: dict[str, Any] = {
+    "budget_rule": "fraction_of_free", "gpu_memory_utilization": 0.9, "block_size": 32, "sampler_bytes_per_seq_vocab": 0.0,
+    "max_num_seqs": {"large": 2048, "small": 2048}, "max_num_batched_tokens": {"large": 8192, "small": 8192},
+}
+_TRTLLM_TIME: dict[str, Any] = {"chunked_prefill": False, "capacity_scheduler_policy": "guaranteed_no_evict"}
+_TRTLLM_SOURCES = {
+    "time.capacity_scheduler_policy": TRTLLM_SCHEDULER_POLICY_SOURCE,
+    "memory.budget_rule": f"KvCacheConfig.free_gpu_memory_fraction of the memory free after the model loads ({KV_SOURCES}, TensorRT-LLM)",
+    "memory.gpu_memory_utilization": "free_gpu_memory_fraction default 0.9 (TensorRT-LLM KvCacheConfig docs)",
+    "memory.block_size": "tokens_per_block default 32 (TensorRT-LLM KV cache docs)",
+    "memory.max_num_seqs": "max_batch_size default 2048 (TensorRT-LLM build defaults)",
+    "memory.sampler_bytes_per_seq_vocab": "TensorRT-LLM sizes the KV pool from the memory free after the engine loads; it runs no sampler warm-up (capplan assumption, consistent with its KV docs)",
+    "memory.max_num_batched_tokens": "max_num_tokens default 8192 (TensorRT-LLM build defaults)",
+    "time.chunked_prefill": "enable_chunked_context is off by default: a context is processed whole in one step",
+}
+
+TRTLLM_PRE_XQA_SOURCE = (
+    "TensorRT-LLM blog 'New XQA-kernel provides 2.4x more Llama-70B throughput within the same latency budget' "
+    "(NVIDIA/TensorRT-LLM docs/source/blogs/XQA-kernel.md @ 585c756, README news of 2024-01-30): XQA 'provides "
+    "optimization for MQA and GQA during generation phase ... reducing data loading'; Llama-70B FP8 on one H200, "
+    "128/2048, 1,227 tok/s/GPU without XQA against 2,941 with it (2.4x), 13,232 against 25,300 on 8 (1.9x). The "
+    "2,941 figure is the one the Falcon-180B blog (docs/source/blogs/Falcon180B-H200.md, 'TensorRT-LLM v0.7a') "
+    "publishes, so the 0.7 line has XQA and releases up to 0.6.1 decode GQA attention with the masked multi-head "
+    "attention kernel, one query head per thread block. 1 prices no sharing of a group's K/V loads (not fitted); "
+    "validation/sources/serving.md, 'TensorRT-LLM before XQA', gives the rows it moves."
+)
+"""Why the trtllm-0.6 profile reads a GQA group's K/V once per query head."""
+
 PROFILES: list[ProfileSpec] = [
     ProfileSpec(
         "vllm-0.10", "vllm", "0.9-0.11.0", "vLLM V1 0.9 to 0.11.0: FlashInfer sampling, NCCL initialised inside the profiled budget up to 0.10.2.",
@@ -218,32 +246,36 @@ PROFILES: list[ProfileSpec] = [
                  "time.chunked_prefill": "SGLang chunked prefill (chunked_prefill_size) is on by default"},
     ),
     ProfileSpec(
-        "trtllm", "trtllm", "0.12-1.0", "TensorRT-LLM in-flight batching (trtllm-bench, Triton backend, NIM).",
-        "trtllm", memory={"budget_rule": "fraction_of_free", "gpu_memory_utilization": 0.9, "block_size": 32,
-                          "sampler_bytes_per_seq_vocab": 0.0,
-                          "max_num_seqs": {"large": 2048, "small": 2048}, "max_num_batched_tokens": {"large": 8192, "small": 8192}},
-        time={"chunked_prefill": False, "capacity_scheduler_policy": "guaranteed_no_evict"},
-        sources={"time.capacity_scheduler_policy": TRTLLM_SCHEDULER_POLICY_SOURCE,
-                 "memory.budget_rule": f"KvCacheConfig.free_gpu_memory_fraction of the memory free after the model loads ({KV_SOURCES}, TensorRT-LLM)",
-                 "memory.gpu_memory_utilization": "free_gpu_memory_fraction default 0.9 (TensorRT-LLM KvCacheConfig docs)",
-                 "memory.block_size": "tokens_per_block default 32 (TensorRT-LLM KV cache docs)",
-                 "memory.max_num_seqs": "max_batch_size default 2048 (TensorRT-LLM build defaults)",
-                 "memory.sampler_bytes_per_seq_vocab": "TensorRT-LLM sizes the KV pool from the memory free after the engine loads; it runs no sampler warm-up (capplan assumption, consistent with its KV docs)",
-                 "memory.max_num_batched_tokens": "max_num_tokens default 8192 (TensorRT-LLM build defaults)",
-                 "time.chunked_prefill": "enable_chunked_context is off by default: a context is processed whole in one step"},
+        "trtllm", "trtllm", "0.7-1.0", "TensorRT-LLM in-flight batching (trtllm-bench, Triton backend, NIM).",
+        "trtllm", memory=_TRTLLM_MEMORY, time=_TRTLLM_TIME, sources=_TRTLLM_SOURCES,
+    ),
+    ProfileSpec(
+        "trtllm-0.6", "trtllm", "0.5-0.6",
+        "TensorRT-LLM 0.5 to 0.6: GQA decode attention reads each K/V head once per query head (before the XQA kernel).",
+        "trtllm", memory=_TRTLLM_MEMORY, time={**_TRTLLM_TIME, "gqa_kv_reread": 1.0},
+        sources={**_TRTLLM_SOURCES, "time.gqa_kv_reread": TRTLLM_PRE_XQA_SOURCE},
     ),
 ]
 """The bundled profiles and how each is made."""
 
 
 def _prepare(rows: list[Any], engine: Any, kind: str) -> list[Any]:
-    from capplan.accuracy.predict import Unsupported, prepare_kv, prepare_serving
+    """Prepare ``rows`` at ``engine``; a serving row of a release with a profile of its own
+    (:func:`~capplan.accuracy.report.time_profile_name`) keeps that profile's pinned time terms."""
+    from capplan.accuracy.predict import PINNED_TIME_TERMS, Unsupported, engine_family, prepare_kv, prepare_serving
+    from capplan.accuracy.report import time_profile_name
     from capplan.errors import CapplanError
 
+    fixed = {p.name: {t: p.time[t] for t in PINNED_TIME_TERMS if t in p.time} for p in PROFILES}
     out = []
     for r in rows:
         try:
-            out.append(prepare_serving(r, engine) if kind == "serving" else prepare_kv(r, engine))
+            if kind == "serving":
+                pinned = fixed.get(time_profile_name(r, engine_family(r.get("engine"))), {})
+                row_engine = engine.model_copy(update={"time": engine.time.model_copy(update=pinned)}) if pinned else engine
+                out.append(prepare_serving(r, row_engine))
+            else:
+                out.append(prepare_kv(r, engine))
         except (Unsupported, CapplanError):
             continue
     return out

@@ -191,10 +191,13 @@ def run_accuracy(
     out = []
     for row in rows:
         family = engine_family(row.get("engine"))
-        key = kv_profile_name(row) if row.kind == "kv" and family == "vllm" else family
+        start_up_log = row.kind == "kv" and family == "vllm"
+        key = kv_profile_name(row) if start_up_log else time_profile_name(row, family)
         engine = engines.get(key, engines.get(family, default_engine))
-        if key != family:  # a vLLM start-up log: the profile of its version range
+        if start_up_log and key != family:  # a vLLM start-up log: the profile of its version range
             used["vllm start-up logs"] = "the profile of the log's vLLM version"
+        elif key in RELEASE_PROFILES:  # a release whose kernels the family profile does not describe
+            used[f"{family} {RELEASE_PROFILES[key]}"] = engine.name if engine is not None else "hardware assumptions"
         else:
             used[family] = engine.name if engine is not None else "hardware assumptions"
         with warnings.catch_warnings(record=True) as caught:
@@ -234,6 +237,29 @@ the log's version does not exceed. ``latest`` container images of early 2026 (th
 are 0.14-0.15 and count as ``vllm-0.15``."""
 
 
+TRTLLM_VERSION_PROFILES = [((0, 6, 99), "trtllm-0.6"), ((9, 0, 0), "trtllm")]
+"""Which TensorRT-LLM profile prices a row's times, by release: the first whose upper bound the
+row's version does not exceed (``trtllm-0.6``: releases before the XQA kernel). A row that
+states no version takes the family profile."""
+
+RELEASE_PROFILES = {"trtllm-0.6": "0.5-0.6 (before the XQA kernel)"}
+"""Release profiles that price some rows of a family instead of the family profile, and which
+releases (the accuracy report's ``engine_profiles``)."""
+
+
+def time_profile_name(row: Any, family: str) -> str:
+    """The bundled profile that prices a serving row's times: its family's, except TensorRT-LLM
+    releases up to 0.6 (:data:`TRTLLM_VERSION_PROFILES`)."""
+    from capplan.accuracy.predict import vllm_version
+
+    if family != "trtllm":
+        return family
+    v = vllm_version(row.get("engine_version"))
+    if v is None:
+        return family
+    return next((name for top, name in TRTLLM_VERSION_PROFILES if v <= top), family)
+
+
 def kv_profile_name(row: Any) -> str:
     """The engine profile that reproduces a vLLM start-up log (by its version)."""
     from capplan.accuracy.predict import vllm_version
@@ -251,7 +277,7 @@ def default_engines(override: str | None = None) -> "dict[str, EngineProfile | N
     name): the bundled ones, or ``override`` for all of them."""
     from capplan.engine import list_engines, load_engine
 
-    names = set(FAMILY_PROFILES.values()) | {n for _, n in VLLM_VERSION_PROFILES}
+    names = set(FAMILY_PROFILES.values()) | {n for _, n in VLLM_VERSION_PROFILES} | {n for _, n in TRTLLM_VERSION_PROFILES}
     if override is not None:
         eng = load_engine(override)
         return {k: eng for k in [*FAMILY_PROFILES, *names]}

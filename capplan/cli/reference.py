@@ -263,7 +263,14 @@ data-parallel ranks, a grouped GEMM of small blocks, so it reaches half its effi
 dp)` times later than a dense GEMM of the step. That matters where `gemm_half_tokens` is large
 (TensorRT-LLM, 193 tokens): Qwen3-30B-A3B's FP4 prefill-heavy rows went +104% -> +88..+91%,
 gpt-oss-120b's TTFT on B200 +197% -> +58%, the Mixtral rows 2-20 points more pessimistic;
-rows beyond 2x 36 -> 33 (another `--terms trtllm:` refit moved nothing).
+rows beyond 2x 36 -> 33 (another `--terms trtllm:` refit moved nothing). Last, TensorRT-LLM's
+releases up to 0.6 got a profile of their own, `trtllm-0.6`: the family's fitted terms, plus a
+decode step that reads each K/V head once per query head (`gqa_kv_reread: 1`, the masked
+multi-head attention kernel those releases decoded GQA with before the XQA kernel; cited to
+NVIDIA's XQA blog, not fitted). Their seven Llama-2-70B throughput rows went from +13..+165%
+(median +21%) to -30..+13% (median -8%), two of them from beyond 2x to within 30%; a `--terms
+trtllm:` refit with the rows priced that way moved no term by more than 0.02%
+(`validation/sources/serving.md`, "TensorRT-LLM before XQA").
 
 ## Rows outside a factor of 2 ({n_worst})
 
