@@ -377,8 +377,16 @@ Where the model is still wrong, and why:
 - **Host and gateway overheads outside the engine.** Some third-party runs go through a gateway
   or the chat endpoint (GPUStack: ~60 ms TTFT for a 230-token prompt on one H100, where vLLM's
   own benchmarks measure ~15-25 ms); one `request_overhead_s` per engine cannot fit both.
-- **Older engine versions.** TensorRT-LLM 0.5-era static-batch tables on H200 run well below
-  what the 0.17-1.0 fit predicts.
+- **Older engine versions.** TensorRT-LLM 0.5 and 0.6.1 decoded grouped-query attention without
+  sharing a group's K/V loads; the `trtllm-0.6` profile prices that (above) and leaves their
+  Llama-2-70B rows at -30..+13% (the heaviest K/V readers pessimistic: any reuse of those loads
+  in L2 is not priced) and the 13B batch-1024 row +40%.
+- **Long prefills on H100 under vLLM.** The vLLM blog's Llama-3.1-8B runs on one H100 are
+  optimistic wherever prefill dominates: a lone 10k-100k-token prompt recomputed +31..+37%,
+  10,000 512-token prompts at once +36..+42%, TTFT at 8 clients with 20,000-token prompts
+  +38..+45% (held out). The H100 override's GEMM efficiency sits at its fit bound (0.85), set by
+  the ~550-token inference-sim prompts whose TTFT also holds the request overhead; about 0.6
+  would match these rows. gpt-oss-20b's long prompts are +12..+17%.
 - **ROCm kernels and collectives.** vLLM on MI300X reaches a lower share of the chip's HBM
   bandwidth and a much lower all-reduce bandwidth than the NVLink chips the family fit is made
   of; its hardware override (bandwidth, GEMM and all-reduce terms, fitted on the MI300X fit rows)
