@@ -386,7 +386,11 @@ Where the model is still wrong, and why:
   10,000 512-token prompts at once +36..+42%, TTFT at 8 clients with 20,000-token prompts
   +38..+45% (held out). The H100 override's GEMM efficiency sits at its fit bound (0.85), set by
   the ~550-token inference-sim prompts whose TTFT also holds the request overhead; about 0.6
-  would match these rows. gpt-oss-20b's long prompts are +12..+17%.
+  would match these rows. gpt-oss-20b's long prompts are +12..+17%. Tried at 0.62 on every
+  vLLM profile without a refit: the offload blog's rows +35.6% -> +4.1% (median signed), but the
+  inference-sim rows -4.8% -> -15.4% (training runs) and +4.1% -> -6.3% (iter36), whose runs at
+  20 requests/s then saturate: rows beyond 2x 39 -> 46. Two sources disagree on one chip and
+  engine family; the fit, weighted by rows, sides with inference-sim, so 0.85 stands.
 - **ROCm kernels and collectives.** vLLM on MI300X reaches a lower share of the chip's HBM
   bandwidth and a much lower all-reduce bandwidth than the NVLink chips the family fit is made
   of; its hardware override (bandwidth, GEMM and all-reduce terms, fitted on the MI300X fit rows)
