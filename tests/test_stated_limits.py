@@ -209,3 +209,27 @@ def test_a_setting_column_outside_what_it_allows_is_refused(tmp_path, column, va
     else:
         with pytest.raises(InputError, match=re.escape(f"serving.csv:2: {column} '{value}': expected {SETTING_COLUMNS[column]}")):
             load_corpus(tmp_path)
+
+
+def test_the_factor_gate_counts_rows_off_either_way(capsys):
+    """``--max-factor F`` fails when a prediction is more than F times the measurement or less
+    than 1/F of it, on the held-out rows when there are any: 250 and 40 against 100 are both off
+    by 2.5x, 150 is within 2x; the not-held-out 1,000 is not gated while held-out rows exist."""
+    import typer
+
+    from capplan.accuracy.report import AccuracyReport, RowResult
+    from capplan.cli import accuracy_cmd
+
+    def row(i: str, held: bool, predicted: float) -> RowResult:
+        err = predicted / 100.0 - 1.0
+        return RowResult(i, "s", "serving", "output_tokens_per_s", "tokens/s", "h100-sxm", "m", "vllm-0.15", predicted,
+                         100.0, err, abs(err), held, "c", "")
+
+    report = AccuracyReport([row("a", True, 250.0), row("b", True, 40.0), row("c", True, 150.0), row("d", False, 1000.0)], {})
+    assert [r.id for r in report.beyond_factor(2.0)] == ["a", "b", "d"]
+    assert [r.id for r in report.beyond_factor(2.0, lambda r: r.held_out)] == ["a", "b"]
+    accuracy_cmd._gate(report, None, None, None, 3.0)  # 2.5x passes a 3x bound; d (10x) is not held out
+    with pytest.raises(typer.Exit):
+        accuracy_cmd._gate(report, None, None, None, 2.0)
+    err = capsys.readouterr().err
+    assert "accuracy gate failed on the held-out rows: 2 rows off by more than 2x (worst: a, predicted 250 against 100 tokens/s)" in err

@@ -133,6 +133,13 @@ class AccuracyReport:
             "saturated": self.saturated(),
         }
 
+    def beyond_factor(self, factor: float, where: Callable[[RowResult], bool] = lambda r: True) -> list[RowResult]:
+        """Predicted rows whose prediction is off by more than ``factor`` either way
+        (``predicted / measured`` outside ``[1 / factor, factor]``; the summaries' ``within_2x``
+        at ``factor`` 2), among those ``where`` keeps."""
+        return [r for r in self.rows if where(r) and r.signed_error is not None and r.predicted and r.measured
+                and not 1.0 / factor <= r.predicted / r.measured <= factor]
+
     def saturated(self) -> dict[str, Any]:
         """Latency rows the model finds saturated (latency without bound) though the source
         measured a figure: misses the error summaries leave out, counted apart (``n``,

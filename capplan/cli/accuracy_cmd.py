@@ -28,14 +28,15 @@ HELP = (
     "predicted against measured with the signed and absolute error of each row, summarised per "
     "group. Signed error is + when capplan is optimistic (more throughput or less time than "
     "measured). Held-out rows were in no fit (validation/split.yaml). Exit 1 when a bound given "
-    "with --max-median-error / --max-signed-error / --max-error is exceeded (on the held-out rows "
+    "with --max-median-error / --max-signed-error / --max-error / --max-factor is exceeded (on the held-out rows "
     "when there are any) or has no predicted row to check (a --kind/--source/--held-out filter that "
     "matches none), so CI can gate on it.\n\n"
     "Examples:\n\n\b\n"
     "  capplan accuracy\n"
     "  capplan accuracy --kind kv --rows\n"
     "  capplan accuracy --by source --format json -o accuracy.json\n"
-    "  capplan accuracy --max-median-error 0.15 --max-signed-error 0.05   # a CI gate"
+    "  capplan accuracy --max-median-error 0.15 --max-signed-error 0.05   # a CI gate\n"
+    "  capplan accuracy --max-factor 2   # no row off by more than 2x either way"
 )
 
 
@@ -62,6 +63,11 @@ def accuracy(
     ] = None,
     max_error: Annotated[
         float | None, typer.Option("--max-error", help="Fail when any row's absolute error exceeds this fraction, or a latency row is predicted saturated.", min=0)
+    ] = None,
+    max_factor: Annotated[
+        float | None,
+        typer.Option("--max-factor", help="Fail when any row's prediction is off by more than this factor either way "
+                     "(predicted / measured outside [1/F, F]), or a latency row is predicted saturated.", min=1),
     ] = None,
     format: FormatOpt = None,
     output: OutputOpt = None,
@@ -101,7 +107,7 @@ def accuracy(
         render(con, report, by.value, rows)
         if output is not None:
             emit(con.file.getvalue(), output, force)  # type: ignore[attr-defined]
-    _gate(report, max_median_error, max_signed_error, max_error)
+    _gate(report, max_median_error, max_signed_error, max_error, max_factor)
 
 
 def render(con, report: "AccuracyReport", by: str, show_rows: bool) -> None:  # noqa: ANN001
@@ -169,11 +175,12 @@ def _percentages(value: float, bound: float, sign: str = "") -> tuple[str, str]:
     return f"{value:{sign}.{digits}%}", f"{bound:.{digits}%}"
 
 
-def _gate(report: "AccuracyReport", median: float | None, signed: float | None, worst: float | None) -> None:
+def _gate(report: "AccuracyReport", median: float | None, signed: float | None, worst: float | None,
+          factor: float | None = None) -> None:
     held = report.summary(lambda r: r.held_out)
     s = held if held.n else report.summary()
     which = "held-out" if held.n else "all"
-    if s.n == 0 and (median is not None or signed is not None or worst is not None):
+    if s.n == 0 and (median is not None or signed is not None or worst is not None or factor is not None):
         matched = f"{len(report.rows)} rows matched, none predicted" if report.rows else "no rows matched"
         typer.echo(f"accuracy gate failed: {matched}, so there is no error to bound (check --kind, --source, --held-out)",
                    err=True)
@@ -185,9 +192,15 @@ def _gate(report: "AccuracyReport", median: float | None, signed: float | None, 
         failed.append("median signed error {} outside +/-{}".format(*_percentages(s.median_signed_error, signed, "+")))
     if worst is not None and s.max_abs_error is not None and s.max_abs_error > worst:
         failed.append("largest absolute error {} > {}".format(*_percentages(s.max_abs_error, worst)))
+    if factor is not None:
+        off = report.beyond_factor(factor, (lambda r: r.held_out) if held.n else (lambda r: True))
+        if off:
+            w = max(off, key=lambda r: max(r.predicted / r.measured, r.measured / r.predicted))  # type: ignore[operator]
+            failed.append(f"{len(off)} rows off by more than {factor:g}x (worst: {w.id}, predicted {w.predicted:,.4g} "
+                          f"against {w.measured:,.4g} {w.unit})")
     sat = report.saturated()
     n_sat = sat["held_out"] if held.n else sat["n"]
-    if worst is not None and n_sat:
+    if (worst is not None or factor is not None) and n_sat:
         failed.append(f"{n_sat} latency rows predicted saturated (an unbounded error)")
     if failed:
         typer.echo(f"accuracy gate failed on the {which} rows: " + "; ".join(failed), err=True)
