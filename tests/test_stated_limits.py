@@ -233,3 +233,25 @@ def test_the_factor_gate_counts_rows_off_either_way(capsys):
         accuracy_cmd._gate(report, None, None, None, 2.0)
     err = capsys.readouterr().err
     assert "accuracy gate failed on the held-out rows: 2 rows off by more than 2x (worst: a, predicted 250 against 100 tokens/s)" in err
+
+
+def test_a_run_shorter_than_its_steady_state_is_replayed(corpus):
+    """TensorRT-LLM 0.14 through Triton, Llama-3.1-70B on 4 x H100, 202/214 tokens at 32 requests/s
+    for 500 requests (perf-overview, 'Online Serving Measurements'): 42 ms ITL and 116 ms TTFT
+    measured. The closed form's steady state holds ~765 requests (rate x end-to-end latency), more
+    than the 500 the run sends in 15.6 s, so that state never exists in the run (its ITL 110 ms,
+    TTFT 417 ms: -62%, -72%). Replayed through the simulator the run gives an ITL within 15% and a
+    TTFT within 30%, and the prediction says why it was replayed. At 16 requests/s the steady
+    state fits in the run and the closed form prices it."""
+    from capplan.accuracy.predict import SHORT_RUN, Unsupported, predict_serving, prepare_serving
+    from capplan.accuracy.report import default_engines
+
+    engine = default_engines()["trtllm"]
+    base = "trtllm014-serve-h100x4-llama31-70b-bf16-tp4-202-214-"
+    with pytest.raises(Unsupported, match=SHORT_RUN):
+        prepare_serving(corpus[base + "qps32-itl"], engine).evaluate()
+    itl, ttft = predict_serving(corpus[base + "qps32-itl"], engine), predict_serving(corpus[base + "qps32-ttft"], engine)
+    assert itl.value == pytest.approx(42.0, rel=0.15) and ttft.value == pytest.approx(116.0, rel=0.30)
+    assert any(a.startswith(SHORT_RUN) and "500 requests (num_prompts) replayed" in a for a in itl.assumed)
+    slower = prepare_serving(corpus[base + "qps16-ttft"], engine)
+    assert slower.evaluate() == predict_serving(corpus[base + "qps16-ttft"], engine).value

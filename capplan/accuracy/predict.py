@@ -16,9 +16,11 @@ source and what it assumes. An open-loop run whose arrivals outpace what the ins
 no steady state: its latencies grow with the run's length. When the row states that length
 (``num_prompts``), the run is replayed through capplan's serving simulator
 (:func:`finite_run`) and the row's statistic (``statistic``: mean or median; p99 for a ``_p99``
-row) read from it; otherwise the row is counted saturated. Models with an architecturally
-identical preset are priced with it (:data:`MODEL_ALIASES`), and the row says so among its
-assumptions.
+row) read from it; otherwise the row is counted saturated. A run too short to reach the closed
+form's steady state is replayed the same way: one whose steady state would hold more requests in
+the system (rate x end-to-end latency) than the run sends in all (:data:`SHORT_RUN`). Models with
+an architecturally identical preset are priced with it (:data:`MODEL_ALIASES`), and the row says
+so among its assumptions.
 """
 
 from __future__ import annotations
@@ -147,6 +149,11 @@ LAYOUT_KEYS = ("ep", "dp", "redundant_experts", "two_batch_overlap", "expert_dty
 SATURATED = "arrivals exceed what the instance can serve"
 """How an unsupported latency row predicted saturated begins (``capplan accuracy`` counts them)."""
 
+SHORT_RUN = "the run ends before its steady state"
+"""Why a latency row of a finite open-loop run is replayed rather than priced by the steady-state
+closed form: at the closed form's steady state more requests would be in the system (arrival
+rate x end-to-end latency, Little's law) than the run sends in all (``num_prompts``)."""
+
 SCHEDULER_COLUMNS = ("max_num_seqs", "max_num_batched_tokens")
 """Corpus columns (vLLM's engine-argument names) holding the scheduler limits a serving row's
 server ran with, where its source states them; a row without them runs the engine profile's
@@ -269,6 +276,11 @@ class PreparedServing:
         r = getattr(benchmark, self.scenario)(server, *self.args, **extra)
         if r.limited_by == "saturated" and self.row.metric in LATENCY_METRICS:
             raise Unsupported(f"{SATURATED}: latency grows with the run's length")
+        n = self.row.number("num_prompts")
+        if self.scenario == "open_loop" and self.row.metric in LATENCY_METRICS and n is not None \
+                and r.requests_per_s * r.e2e_latency_s >= n:
+            raise Unsupported(f"{SHORT_RUN}: {r.requests_per_s * r.e2e_latency_s:,.0f} requests in the system at the steady "
+                              f"state, {n:,.0f} in the run")
         return _metric(self.row.metric, r, self.instances, self.divisor)
 
 
@@ -384,7 +396,7 @@ FINITE_RUN_SEED = 20240613
 
 
 def finite_run(row: "CorpusRow", server: Any, rate: float, instances: float, prompt: float, output: float,
-               cached: float, burstiness: float, statistic: str) -> tuple[float, str]:
+               cached: float, burstiness: float, statistic: str, short: bool = False) -> tuple[float, str]:
     """The row's latency over a run of its ``num_prompts`` requests, simulated.
 
     The requests arrive at ``rate`` (gamma gaps of shape ``burstiness``, ``inf`` a constant rate)
@@ -392,7 +404,9 @@ def finite_run(row: "CorpusRow", server: Any, rate: float, instances: float, pro
     of them at ``rate / instances`` with gaps of shape ``burstiness x instances``; one engine is
     replayed by :func:`capplan.sim.serving.simulate_replica` with the row's fixed lengths.
     ``statistic`` is ``mean``, ``median`` or ``p99`` of the requests' TTFT, TPOT or end-to-end
-    latency, or of the inter-token gaps (ITL, every token weighted once).
+    latency, or of the inter-token gaps (ITL, every token weighted once). ``short``: the arrivals
+    are within the instance's capacity but the run ends before the steady state
+    (:data:`SHORT_RUN`), rather than past its capacity (:data:`SATURATED`); only the note differs.
 
     Returns the value in the row's unit and the assumption to report. Raises
     :class:`Unsupported` when the row states no run length."""
@@ -429,7 +443,9 @@ def finite_run(row: "CorpusRow", server: Any, rate: float, instances: float, pro
         order = np.argsort(values)
         cum = np.cumsum(weights[order]) / weights.sum()
         value = float(values[order][min(int(np.searchsorted(cum, q)), order.size - 1)])
-    note = (f"arrivals past the instance's capacity: the run's {int(n_all):,} requests (num_prompts) replayed through the "
+    why = (f"{SHORT_RUN} (more requests in the system at the closed form's steady state than the run sends)" if short
+           else "arrivals past the instance's capacity")
+    note = (f"{why}: the run's {int(n_all):,} requests (num_prompts) replayed through the "
             f"serving simulator, fixed {P:,}/{O:,}-token lengths, {statistic} read from it")
     return value * scale, note
 
@@ -466,8 +482,10 @@ def predict_percentile(row: "CorpusRow", engine: "EngineProfile | None") -> Pred
         instances = max(1.0, (row.number("num_gpus") or settings["tp"]) / settings["tp"])
         cached = cached_prefix(row, assumed)
         q = benchmark.open_loop_latency(server, rate / instances, round(P), round(O), (99.0,), cached)
-        if q.saturated:
-            value, note = finite_run(row, server, rate, instances, P, O, cached, arrival_burstiness(row, assumed), "p99")
+        n = row.number("num_prompts")
+        if q.saturated or (n is not None and q.e2e_s.mean is not None and rate * q.e2e_s.mean >= n):  # SATURATED or SHORT_RUN
+            value, note = finite_run(row, server, rate, instances, P, O, cached, arrival_burstiness(row, assumed), "p99",
+                                     short=not q.saturated)
             return Prediction(value, "", name, assumed + [note])
         value = {"ttft_ms": q.ttft_s.at(99.0), "e2e_latency_s": q.e2e_s.at(99.0)}.get(row.metric, q.tpot_s.at(99.0))
         assert value is not None
@@ -495,11 +513,11 @@ def predict_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Predict
         try:
             value = prepared.evaluate()
         except Unsupported as exc:
-            if not str(exc).startswith(SATURATED):
+            if not str(exc).startswith((SATURATED, SHORT_RUN)):
                 raise
             rate, P, O = prepared.args
             value, note = finite_run(row, prepared.server, rate, prepared.instances, P, O, prepared.cached_tokens,
-                                     prepared.burstiness, row_statistic(row))
+                                     prepared.burstiness, row_statistic(row), short=str(exc).startswith(SHORT_RUN))
             return Prediction(value, "", name, prepared.assumed + [note])
     except Unsupported as exc:
         return Prediction(None, str(exc), name)
