@@ -255,3 +255,23 @@ def test_a_run_shorter_than_its_steady_state_is_replayed(corpus):
     assert any(a.startswith(SHORT_RUN) and "500 requests (num_prompts) replayed" in a for a in itl.assumed)
     slower = prepare_serving(corpus[base + "qps16-ttft"], engine)
     assert slower.evaluate() == predict_serving(corpus[base + "qps16-ttft"], engine).value
+
+
+def test_an_open_loop_run_over_several_instances_is_dealt_round_robin(corpus):
+    """A row whose GPUs hold two engine instances (``num_gpus`` twice ``tp``) at 8 requests/s is
+    priced as two instances at 4 requests/s each, with gaps of gamma shape 2 (Poisson dealt
+    round robin): its TTFT is that of one instance at 4/s and shape 2, and its output rate the
+    whole 8/s."""
+    from dataclasses import replace
+
+    from capplan.accuracy.predict import predict_serving
+    from capplan.accuracy.report import default_engines
+
+    engine = default_engines()["vllm"]
+    row = corpus["vllm0151-isimtrain-h100x1-llama2-7b-tp1-codegen-r5-ttft"]
+    one = {k: v for k, v in row.fields.items() if k != "num_prompts"}
+    two = replace(row, fields={**one, "num_gpus": "2", "request_rate": "8", "burstiness": "1"})
+    half = replace(row, fields={**one, "num_gpus": "1", "request_rate": "4", "burstiness": "2"})
+    assert predict_serving(two, engine).value == pytest.approx(predict_serving(half, engine).value, rel=1e-9)
+    tput = replace(two, metric="output_tokens_per_s", unit="tokens/s")
+    assert predict_serving(tput, engine).value == pytest.approx(8 * float(row.fields["output_tokens"]), rel=1e-9)

@@ -271,16 +271,20 @@ class PreparedServing:
             server = replace(server, pricer=server.pricer.with_inputs(server.pricer.inp.model_copy(update={"engine": engine})),
                              **t.schedule())
         extra: dict[str, float] = {"cached_tokens": self.cached_tokens} if self.scenario != "static_batch" else {}
+        args = self.args
         if self.scenario == "open_loop":
-            extra["burstiness"] = self.burstiness
-        r = getattr(benchmark, self.scenario)(server, *self.args, **extra)
+            # the requests are dealt round robin to the instances (as finite_run replays them):
+            # each sees rate / instances, with gaps of shape burstiness x instances
+            rate, P, O = self.args
+            args = (rate / self.instances, P, O)
+            extra["burstiness"] = self.burstiness * self.instances
+        r = getattr(benchmark, self.scenario)(server, *args, **extra)
         if r.limited_by == "saturated" and self.row.metric in LATENCY_METRICS:
             raise Unsupported(f"{SATURATED}: latency grows with the run's length")
         n = self.row.number("num_prompts")
-        if self.scenario == "open_loop" and self.row.metric in LATENCY_METRICS and n is not None \
-                and r.requests_per_s * r.e2e_latency_s >= n:
-            raise Unsupported(f"{SHORT_RUN}: {r.requests_per_s * r.e2e_latency_s:,.0f} requests in the system at the steady "
-                              f"state, {n:,.0f} in the run")
+        in_system = r.requests_per_s * r.e2e_latency_s * self.instances
+        if self.scenario == "open_loop" and self.row.metric in LATENCY_METRICS and n is not None and in_system >= n:
+            raise Unsupported(f"{SHORT_RUN}: {in_system:,.0f} requests in the system at the steady state, {n:,.0f} in the run")
         return _metric(self.row.metric, r, self.instances, self.divisor)
 
 
