@@ -439,6 +439,14 @@ Where the model is still wrong, and why:
   offered 2-2.5x the requests, has a p99 more than 10% shorter (Mixtral: 5-14x shorter). Those
   36 first-stage tails (TTFT and end-to-end) are excluded by that rule (`validation/split.yaml`,
   tested); their means are scored.
+- **DeepSeek-V3 under vLLM.** GPUStack's DeepSeek-R1-0528 on 8 x H200 (vLLM 0.11, TP 8, 4
+  clients) measured a TPOT of 19.4 ms against 9.0 ms predicted (+116%; throughput +122%, TTFT
+  +148%), and NeMo RL's on-policy DeepSeek-V3 steps (vLLM generation at TP 16-32) are +50..+96%,
+  while its 1-step-off rows, whose generation overlaps training, are within 17%. SGLang's
+  DeepSeek-R1 on 8 x H200 (InferenceX) has its TPOT within +4..+23%. At GPUStack's step the model
+  has 3.1 ms of weight and KV traffic, 4.4 ms for 123 all-reduces and 1 ms of host time; the other
+  ~10 ms are vLLM's own (its MLA decode at 16 heads a GPU and block-FP8 fused-MoE kernels on
+  256-column expert shards are the likely places), and no term prices them.
 - **Mixture-of-experts prefill on vLLM.** Mixtral-8x7B's TTFT at TP 2 and 5-10 requests/s is
   20-45% optimistic while its end-to-end latency is 2-8% pessimistic: the prefill of a few
   hundred tokens through the fused MoE kernels runs below the rate the roofline gives it.
