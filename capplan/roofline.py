@@ -317,6 +317,22 @@ def _moe_layout(spec: "ModelSpec", weight_dtype: str, ep: int, dp: int, expert_d
     return spec.moe is not None and (ep != 1 or dp != 1 or redundant != 0 or expert_dtype not in (None, weight_dtype))
 
 
+def gqa_group(spec: "ModelSpec", tp: int = 1) -> float:
+    """Query heads that share one K/V head on a GPU at tensor-parallel degree ``tp`` (a K/V head
+    replicated across ranks serves each rank's query heads); 1 for multi-head and latent (MLA)
+    attention, whose latent vector is read once per position. The factor a decode kernel that
+    reads K/V once per query head multiplies the cached-KV bytes by
+    (:attr:`~capplan.engine.TimeTerms.gqa_kv_reread`).
+
+    >>> from capplan.modelspec import load_model_spec
+    >>> [gqa_group(load_model_spec("llama-3.1-70b"), tp) for tp in (1, 8, 16)]
+    [8.0, 8.0, 4.0]
+    """
+    if spec.mla is not None or not spec.num_kv_heads:
+        return 1.0
+    return float(spec.num_attention_heads / max(spec.num_kv_heads, tp))
+
+
 def _terms(
     spec: "ModelSpec", weight_dtype: str, kv_dtype: str, tp: int, ep: int = 1, dp: int = 1,
     expert_dtype: str | None = None, redundant: int = 0, kv_scale: str = "tensor",
@@ -399,9 +415,7 @@ def _terms(
         "experts": float(m.num_experts) if m else 1.0,
         "experts_per_token": float(m.experts_per_token) if m else 0.0,
         "kv_bytes_full": kv.full_bytes_per_token,
-        # query heads per K/V head on one GPU (a K/V head replicated across tp ranks serves the
-        # rank's query heads); latent attention reads its one latent vector per position
-        "gqa_group": 1.0 if spec.mla is not None else float(H / max(Hkv, tp)) if Hkv else 1.0,
+        "gqa_group": gqa_group(spec, tp),
         "kv_bytes_window": kv.window_bytes_per_token,
         "state_bytes_per_seq": kv.state_bytes_per_sequence,
         "act_bytes_per_token": act * ACTIVATION_BYTES,

@@ -105,3 +105,18 @@ def test_a_fit_keeps_the_release_term():
     prepared = prepare_serving(_row("0.6.1"), load_engine("trtllm-0.6"))
     assert prepared.pinned_time == {"gqa_kv_reread": 1.0}
     assert prepared.evaluate(load_engine("trtllm")) == pytest.approx(prepared.evaluate(), rel=1e-12)
+
+
+def test_the_roofline_command_says_when_kv_is_read_per_query_head():
+    """``capplan roofline --engine trtllm-0.6`` on Llama-3.1-70B at TP 2 says each K/V head is read
+    8 times a step (64 query heads on 8 K/V heads); the family profile says nothing of it."""
+    from typer.testing import CliRunner
+
+    from capplan.cli.app import app
+
+    args = ["roofline", "--model", "llama-3.1-70b", "--hardware", "h100-sxm", "--tp", "2", "--batch", "8"]
+    old = CliRunner().invoke(app, [*args, "--engine", "trtllm-0.6"], env={"COLUMNS": "200"})
+    assert old.exit_code == 0, old.output
+    assert "reads each K/V head 8 times a step (8 query heads share one on a GPU; gqa_kv_reread 1" in old.output
+    new = CliRunner().invoke(app, [*args, "--engine", "trtllm"], env={"COLUMNS": "200"})
+    assert new.exit_code == 0 and "K/V head" not in new.output
