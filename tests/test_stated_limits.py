@@ -275,3 +275,25 @@ def test_an_open_loop_run_over_several_instances_is_dealt_round_robin(corpus):
     assert predict_serving(two, engine).value == pytest.approx(predict_serving(half, engine).value, rel=1e-9)
     tput = replace(two, metric="output_tokens_per_s", unit="tokens/s")
     assert predict_serving(tput, engine).value == pytest.approx(8 * float(row.fields["output_tokens"]), rel=1e-9)
+
+
+def test_a_burst_of_stated_size_is_replayed(corpus):
+    """TensorRT-LLM 0.14's QPS INF run of the 8B on one H100: 500 requests of 467/256 tokens sent
+    at once, 3,335 ms mean TTFT and 39 ms ITL measured. Replayed with every arrival at 0 (KV and
+    the engine's batch limit admitting them in waves), the TTFT comes out 2.46 s (+35%) and the ITL
+    37 ms (+5%); the prediction names the replay. A burst of variable-length requests (GPUStack's
+    ShareGPT runs, whose lengths are derived means) stays unsupported."""
+    from capplan.accuracy.predict import BURST, Unsupported, predict_serving, prepare_serving
+    from capplan.accuracy.report import default_engines
+
+    engine = default_engines()["trtllm"]
+    base = "trtllm014-serve-h100x1-llama31-8b-bf16-tp1-467-256-qpsinf-"
+    ttft, itl = predict_serving(corpus[base + "ttft"], engine), predict_serving(corpus[base + "itl"], engine)
+    assert ttft.value == pytest.approx(3335.0 / 1.35, rel=0.05) and itl.value == pytest.approx(39.0 / 1.05, rel=0.05)
+    assert any(a.startswith(BURST) and "500 requests (num_prompts) replayed" in a for a in ttft.assumed)
+    with pytest.raises(Unsupported, match=BURST):
+        prepare_serving(corpus[base + "ttft"], engine).evaluate()
+    variable = next(r for r in corpus.values() if r.source == "gpustack-performance-lab" and r.metric == "ttft_ms"
+                    and r.get("scenario") == "offline_max")
+    p = predict_serving(variable, default_engines()["vllm"])
+    assert p.value is None and p.reason.startswith("latency with every request queued at once")

@@ -18,7 +18,9 @@ no steady state: its latencies grow with the run's length. When the row states t
 (:func:`finite_run`) and the row's statistic (``statistic``: mean or median; p99 for a ``_p99``
 row) read from it; otherwise the row is counted saturated. A run too short to reach the closed
 form's steady state is replayed the same way: one whose steady state would hold more requests in
-the system (rate x end-to-end latency) than the run sends in all (:data:`SHORT_RUN`). Models with
+the system (rate x end-to-end latency) than the run sends in all (:data:`SHORT_RUN`), and so is
+a latency row of a run that sends its stated number of fixed-length requests at once
+(:data:`BURST`). Models with
 an architecturally identical preset are priced with it (:data:`MODEL_ALIASES`), and the row says
 so among its assumptions.
 """
@@ -149,6 +151,10 @@ LAYOUT_KEYS = ("ep", "dp", "redundant_experts", "two_batch_overlap", "expert_dty
 SATURATED = "arrivals exceed what the instance can serve"
 """How an unsupported latency row predicted saturated begins (``capplan accuracy`` counts them)."""
 
+BURST = "every request queued at once"
+"""Why a latency row of a run that sends its ``num_prompts`` fixed-length requests at once is
+replayed (:func:`finite_run`, all arrivals at 0): the closed form has no such state."""
+
 SHORT_RUN = "the run ends before its steady state"
 """Why a latency row of a finite open-loop run is replayed rather than priced by the steady-state
 closed form: at the closed form's steady state more requests would be in the system (arrival
@@ -263,6 +269,8 @@ class PreparedServing:
 
         from capplan import benchmark
 
+        if self.scenario == "burst":
+            raise Unsupported(f"{BURST}: the run is replayed (finite_run)")
         server = self.server
         if engine is not None:
             if self.pinned_time:
@@ -344,19 +352,18 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
         call, args = "closed_loop", (c, round(P), round(O))
     elif scenario == "offline_max":
         if row.metric in LATENCY_METRICS:
-            raise Unsupported("latency with every request queued at once depends on the request count and the engine's batch limit")
-        if "derived means" in (row.get("notes") or "") and row.get("request_rate") == "inf":
+            call, args = _burst(row, P, O)
+        elif "derived means" in (row.get("notes") or "") and row.get("request_rate") == "inf":
             raise Unsupported("a finite burst of variable-length requests: its throughput includes the ramp and the drain, "
                               "which the steady-state closed form does not model")
-        call, args = "offline", (round(P), round(O))
+        else:
+            call, args = "offline", (round(P), round(O))
     elif scenario == "request_rate":
         rate = row.number("request_rate")
         if rate is None:
             raise Unsupported("request rate not stated")
         if rate == float("inf"):
-            if row.metric in LATENCY_METRICS:
-                raise Unsupported("latency with every request queued at once depends on the request count and the engine's batch limit")
-            call, args = "offline", (round(P), round(O))
+            call, args = _burst(row, P, O) if row.metric in LATENCY_METRICS else ("offline", (round(P), round(O)))
         else:
             call, args = "open_loop", (rate, round(P), round(O))
             burstiness = arrival_burstiness(row, assumed)
@@ -367,6 +374,16 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
     pinned = {t: getattr(engine.time, t) for t in PINNED_TIME_TERMS} if engine is not None else {}
     return PreparedServing(row, server, call, args, instances, divisor, assumed, cached,
                            burstiness if call == "open_loop" else 1.0, pinned)
+
+
+def _burst(row: "CorpusRow", P: float, O: float) -> tuple[str, tuple]:
+    """A latency row of a run that queues every request at once: replayable (:data:`BURST`,
+    :func:`finite_run`) when the row states how many (``num_prompts``) and its lengths are fixed,
+    else unsupported (the latency depends on the request count and the engine's batch limit)."""
+    if row.number("num_prompts") is None or "derived means" in (row.get("notes") or ""):
+        raise Unsupported("latency with every request queued at once depends on the request count and the engine's batch "
+                          "limit" + (": a burst of variable-length requests" if row.number("num_prompts") else ""))
+    return "burst", (math.inf, round(P), round(O))
 
 
 def _instances(row: "CorpusRow", tp: int, hw: Any) -> tuple[float, float]:
@@ -400,7 +417,7 @@ FINITE_RUN_SEED = 20240613
 
 
 def finite_run(row: "CorpusRow", server: Any, rate: float, instances: float, prompt: float, output: float,
-               cached: float, burstiness: float, statistic: str, short: bool = False) -> tuple[float, str]:
+               cached: float, burstiness: float, statistic: str, why: str = "saturated") -> tuple[float, str]:
     """The row's latency over a run of its ``num_prompts`` requests, simulated.
 
     The requests arrive at ``rate`` (gamma gaps of shape ``burstiness``, ``inf`` a constant rate)
@@ -408,9 +425,10 @@ def finite_run(row: "CorpusRow", server: Any, rate: float, instances: float, pro
     of them at ``rate / instances`` with gaps of shape ``burstiness x instances``; one engine is
     replayed by :func:`capplan.sim.serving.simulate_replica` with the row's fixed lengths.
     ``statistic`` is ``mean``, ``median`` or ``p99`` of the requests' TTFT, TPOT or end-to-end
-    latency, or of the inter-token gaps (ITL, every token weighted once). ``short``: the arrivals
-    are within the instance's capacity but the run ends before the steady state
-    (:data:`SHORT_RUN`), rather than past its capacity (:data:`SATURATED`); only the note differs.
+    latency, or of the inter-token gaps (ITL, every token weighted once). ``rate`` ``inf`` sends
+    every request at once. ``why`` says why the run is replayed, for the note: ``saturated``
+    (arrivals past the instance's capacity, :data:`SATURATED`), ``short`` (the run ends before the
+    steady state, :data:`SHORT_RUN`) or ``burst`` (:data:`BURST`).
 
     Returns the value in the row's unit and the assumption to report. Raises
     :class:`Unsupported` when the row states no run length."""
@@ -424,8 +442,11 @@ def finite_run(row: "CorpusRow", server: Any, rate: float, instances: float, pro
     n = max(1, math.ceil(n_all / instances))
     per_rate, shape = rate / instances, burstiness * instances
     rng = np.random.default_rng(FINITE_RUN_SEED)
-    gaps = np.full(n, 1.0 / per_rate) if math.isinf(shape) else rng.gamma(shape, 1.0 / (per_rate * shape), n)
-    arrivals = np.cumsum(gaps)
+    if math.isinf(per_rate):
+        arrivals = np.zeros(n)
+    else:
+        gaps = np.full(n, 1.0 / per_rate) if math.isinf(shape) else rng.gamma(shape, 1.0 / (per_rate * shape), n)
+        arrivals = np.cumsum(gaps)
     P, O, C = int(round(prompt)), int(round(output)), int(round(cached))
     run = simulate_replica(serving_engine(server), arrivals, np.full(n, P), np.full(n, O), np.full(n, C))
     e2e = run.finish_s - arrivals
@@ -447,9 +468,12 @@ def finite_run(row: "CorpusRow", server: Any, rate: float, instances: float, pro
         order = np.argsort(values)
         cum = np.cumsum(weights[order]) / weights.sum()
         value = float(values[order][min(int(np.searchsorted(cum, q)), order.size - 1)])
-    why = (f"{SHORT_RUN} (more requests in the system at the closed form's steady state than the run sends)" if short
-           else "arrivals past the instance's capacity")
-    note = (f"{why}: the run's {int(n_all):,} requests (num_prompts) replayed through the "
+    reason = {
+        "short": f"{SHORT_RUN} (more requests in the system at the closed form's steady state than the run sends)",
+        "burst": BURST,
+        "saturated": "arrivals past the instance's capacity",
+    }[why]
+    note = (f"{reason}: the run's {int(n_all):,} requests (num_prompts) replayed through the "
             f"serving simulator, fixed {P:,}/{O:,}-token lengths, {statistic} read from it")
     return value * scale, note
 
@@ -489,7 +513,7 @@ def predict_percentile(row: "CorpusRow", engine: "EngineProfile | None") -> Pred
         n = row.number("num_prompts")
         if q.saturated or (n is not None and q.e2e_s.mean is not None and rate * q.e2e_s.mean >= n):  # SATURATED or SHORT_RUN
             value, note = finite_run(row, server, rate, instances, P, O, cached, arrival_burstiness(row, assumed), "p99",
-                                     short=not q.saturated)
+                                     why="saturated" if q.saturated else "short")
             return Prediction(value, "", name, assumed + [note])
         value = {"ttft_ms": q.ttft_s.at(99.0), "e2e_latency_s": q.e2e_s.at(99.0)}.get(row.metric, q.tpot_s.at(99.0))
         assert value is not None
@@ -517,11 +541,12 @@ def predict_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Predict
         try:
             value = prepared.evaluate()
         except Unsupported as exc:
-            if not str(exc).startswith((SATURATED, SHORT_RUN)):
+            if not str(exc).startswith((SATURATED, SHORT_RUN, BURST)):
                 raise
             rate, P, O = prepared.args
+            why = "short" if str(exc).startswith(SHORT_RUN) else "burst" if str(exc).startswith(BURST) else "saturated"
             value, note = finite_run(row, prepared.server, rate, prepared.instances, P, O, prepared.cached_tokens,
-                                     prepared.burstiness, row_statistic(row), short=str(exc).startswith(SHORT_RUN))
+                                     prepared.burstiness, row_statistic(row), why=why)
             return Prediction(value, "", name, prepared.assumed + [note])
     except Unsupported as exc:
         return Prediction(None, str(exc), name)
