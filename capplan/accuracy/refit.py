@@ -261,7 +261,9 @@ PROFILES: list[ProfileSpec] = [
 
 def _prepare(rows: list[Any], engine: Any, kind: str) -> list[Any]:
     """Prepare ``rows`` at ``engine``; a serving row of a release with a profile of its own
-    (:func:`~capplan.accuracy.report.time_profile_name`) keeps that profile's pinned time terms."""
+    (:func:`~capplan.accuracy.report.time_profile_name`) keeps that profile's pinned time terms.
+    A burst replayed by the simulator (:data:`~capplan.accuracy.predict.BURST`) is left out: no
+    fit could move it, and ``fitted_on`` names only rows a fit saw."""
     from capplan.accuracy.predict import PINNED_TIME_TERMS, Unsupported, engine_family, prepare_kv, prepare_serving
     from capplan.accuracy.report import time_profile_name
     from capplan.errors import CapplanError
@@ -273,7 +275,10 @@ def _prepare(rows: list[Any], engine: Any, kind: str) -> list[Any]:
             if kind == "serving":
                 pinned = fixed.get(time_profile_name(r, engine_family(r.get("engine"))), {})
                 row_engine = engine.model_copy(update={"time": engine.time.model_copy(update=pinned)}) if pinned else engine
-                out.append(prepare_serving(r, row_engine))
+                prepared = prepare_serving(r, row_engine)
+                if prepared.scenario == "burst":  # replayed by the simulator: no time term prices it in closed form
+                    continue
+                out.append(prepared)
             else:
                 out.append(prepare_kv(r, engine))
         except (Unsupported, CapplanError):
