@@ -351,19 +351,13 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
             raise Unsupported("concurrency not stated")
         call, args = "closed_loop", (c, round(P), round(O))
     elif scenario == "offline_max":
-        if row.metric in LATENCY_METRICS:
-            call, args = _burst(row, P, O)
-        elif "derived means" in (row.get("notes") or "") and row.get("request_rate") == "inf":
-            raise Unsupported("a finite burst of variable-length requests: its throughput includes the ramp and the drain, "
-                              "which the steady-state closed form does not model")
-        else:
-            call, args = "offline", (round(P), round(O))
+        call, args = _all_at_once(row, P, O)
     elif scenario == "request_rate":
         rate = row.number("request_rate")
         if rate is None:
             raise Unsupported("request rate not stated")
         if rate == float("inf"):
-            call, args = _burst(row, P, O) if row.metric in LATENCY_METRICS else ("offline", (round(P), round(O)))
+            call, args = _all_at_once(row, P, O)
         else:
             call, args = "open_loop", (rate, round(P), round(O))
             burstiness = arrival_burstiness(row, assumed)
@@ -376,14 +370,23 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
                            burstiness if call == "open_loop" else 1.0, pinned)
 
 
-def _burst(row: "CorpusRow", P: float, O: float) -> tuple[str, tuple]:
-    """A latency row of a run that queues every request at once: replayable (:data:`BURST`,
-    :func:`finite_run`) when the row states how many (``num_prompts``) and its lengths are fixed,
-    else unsupported (the latency depends on the request count and the engine's batch limit)."""
-    if row.number("num_prompts") is None or "derived means" in (row.get("notes") or ""):
+def _all_at_once(row: "CorpusRow", P: float, O: float) -> tuple[str, tuple]:
+    """The call for a run that queues every request at once: replayed (:data:`BURST`,
+    :func:`finite_run`) when the row states how many (``num_prompts``) and their lengths are
+    fixed, latency and throughput alike (a finite burst's throughput includes its ramp and its
+    drain); else the steady-state offline closed form for a throughput row, and unsupported for a
+    latency row (it depends on the request count and the engine's batch limit) or for the
+    throughput of a burst of variable-length requests."""
+    variable = "derived means" in (row.get("notes") or "")
+    if row.number("num_prompts") is not None and not variable:
+        return "burst", (math.inf, round(P), round(O))
+    if row.metric in LATENCY_METRICS:
         raise Unsupported("latency with every request queued at once depends on the request count and the engine's batch "
-                          "limit" + (": a burst of variable-length requests" if row.number("num_prompts") else ""))
-    return "burst", (math.inf, round(P), round(O))
+                          "limit" + (": a burst of variable-length requests" if variable and row.number("num_prompts") else ""))
+    if variable and row.get("request_rate") == "inf":
+        raise Unsupported("a finite burst of variable-length requests: its throughput includes the ramp and the drain, "
+                          "which the steady-state closed form does not model")
+    return "offline", (round(P), round(O))
 
 
 def _instances(row: "CorpusRow", tp: int, hw: Any) -> tuple[float, float]:
@@ -417,7 +420,8 @@ FINITE_RUN_SEED = 20240613
 
 
 def finite_run(row: "CorpusRow", server: Any, rate: float, instances: float, prompt: float, output: float,
-               cached: float, burstiness: float, statistic: str, why: str = "saturated") -> tuple[float, str]:
+               cached: float, burstiness: float, statistic: str, why: str = "saturated",
+               divisor: float = 1.0) -> tuple[float, str]:
     """The row's latency over a run of its ``num_prompts`` requests, simulated.
 
     The requests arrive at ``rate`` (gamma gaps of shape ``burstiness``, ``inf`` a constant rate)
@@ -428,7 +432,9 @@ def finite_run(row: "CorpusRow", server: Any, rate: float, instances: float, pro
     latency, or of the inter-token gaps (ITL, every token weighted once). ``rate`` ``inf`` sends
     every request at once. ``why`` says why the run is replayed, for the note: ``saturated``
     (arrivals past the instance's capacity, :data:`SATURATED`), ``short`` (the run ends before the
-    steady state, :data:`SHORT_RUN`) or ``burst`` (:data:`BURST`).
+    steady state, :data:`SHORT_RUN`) or ``burst`` (:data:`BURST`). A throughput row reads the
+    run's requests or tokens over its span, the first arrival to the last completion, summed over
+    the instances and over ``divisor`` (GPUs for a per-GPU figure).
 
     Returns the value in the row's unit and the assumption to report. Raises
     :class:`Unsupported` when the row states no run length."""
@@ -451,6 +457,12 @@ def finite_run(row: "CorpusRow", server: Any, rate: float, instances: float, pro
     run = simulate_replica(serving_engine(server), arrivals, np.full(n, P), np.full(n, O), np.full(n, C))
     e2e = run.finish_s - arrivals
     weights = None
+    work = {"output_tokens_per_s": n * O, "input_tokens_per_s": n * P, "total_tokens_per_s": n * (P + O), "requests_per_s": n}
+    if row.metric in work:
+        span = float(run.finish_s.max() - arrivals.min())
+        value = work[row.metric] / span * instances / divisor
+        return value, f"{_REPLAY_REASON[why]}: the run's {int(n_all):,} requests (num_prompts) replayed through the serving " \
+                      f"simulator, fixed {P:,}/{O:,}-token lengths, its throughput over the first arrival to the last completion"
     if row.metric == "ttft_ms":
         values, scale = run.ttft_s, 1e3
     elif row.metric == "e2e_latency_s":
@@ -468,14 +480,17 @@ def finite_run(row: "CorpusRow", server: Any, rate: float, instances: float, pro
         order = np.argsort(values)
         cum = np.cumsum(weights[order]) / weights.sum()
         value = float(values[order][min(int(np.searchsorted(cum, q)), order.size - 1)])
-    reason = {
-        "short": f"{SHORT_RUN} (more requests in the system at the closed form's steady state than the run sends)",
-        "burst": BURST,
-        "saturated": "arrivals past the instance's capacity",
-    }[why]
-    note = (f"{reason}: the run's {int(n_all):,} requests (num_prompts) replayed through the "
+    note = (f"{_REPLAY_REASON[why]}: the run's {int(n_all):,} requests (num_prompts) replayed through the "
             f"serving simulator, fixed {P:,}/{O:,}-token lengths, {statistic} read from it")
     return value * scale, note
+
+
+_REPLAY_REASON = {
+    "short": f"{SHORT_RUN} (more requests in the system at the closed form's steady state than the run sends)",
+    "burst": BURST,
+    "saturated": "arrivals past the instance's capacity",
+}
+"""The note that opens a replayed row's assumption, by why it was replayed (:func:`finite_run`)."""
 
 
 def row_statistic(row: "CorpusRow") -> str:
@@ -546,7 +561,7 @@ def predict_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Predict
             rate, P, O = prepared.args
             why = "short" if str(exc).startswith(SHORT_RUN) else "burst" if str(exc).startswith(BURST) else "saturated"
             value, note = finite_run(row, prepared.server, rate, prepared.instances, P, O, prepared.cached_tokens,
-                                     prepared.burstiness, row_statistic(row), why=why)
+                                     prepared.burstiness, row_statistic(row), why=why, divisor=prepared.divisor)
             return Prediction(value, "", name, prepared.assumed + [note])
     except Unsupported as exc:
         return Prediction(None, str(exc), name)
