@@ -297,3 +297,23 @@ def test_a_burst_of_stated_size_is_replayed(corpus):
                     and r.get("scenario") == "offline_max")
     p = predict_serving(variable, default_engines()["vllm"])
     assert p.value is None and p.reason.startswith("latency with every request queued at once")
+
+
+def test_a_burst_throughput_includes_its_ramp_and_drain(corpus):
+    """TensorRT-LLM 0.14's QPS INF run of the 8B on one H100 with 202/214 tokens: 500 requests
+    sent at once, 8,291 output tokens/s measured. The steady-state offline closed form prices a
+    run that never drains (~19,000 tokens/s, +130%); the replay divides the run's 500 x 214
+    output tokens by its span, first arrival to last completion, which includes the prefill ramp
+    and the drain: lower than the closed form, and within 2x of the measurement."""
+    from dataclasses import replace
+
+    from capplan.accuracy.predict import BURST, predict_serving, prepare_serving
+    from capplan.accuracy.report import default_engines
+
+    engine = default_engines()["trtllm"]
+    row = corpus["trtllm014-serve-h100x1-llama31-8b-bf16-tp1-202-214-qpsinf-out-tput"]
+    replayed = predict_serving(row, engine)
+    steady = prepare_serving(replace(row, fields={k: v for k, v in row.fields.items() if k != "num_prompts"}), engine).evaluate()
+    assert replayed.value < steady
+    assert 0.5 < replayed.value / row.measured < 2.0 < steady / row.measured
+    assert any(a.startswith(BURST) and "first arrival to the last completion" in a for a in replayed.assumed)
