@@ -82,8 +82,8 @@ FEATURE_SOURCES: dict[str, str] = {
         "fits, each row priced with its family's profile) on the 21 serving rows with FP4 weights on a chip with an FP4 unit that "
         "split.yaml does not hold out (TensorRT-LLM v1.0 NVFP4 B200 and GB200 rows); every profile takes the same value (the same "
         "CUTLASS/FlashInfer block-scaled FP4 kernels; no vLLM or SGLang FP4 row exists). Refitted (0.443 -> 0.471) after the trtllm "
-        "profile took TensorRT-LLM's guaranteed_no_evict admission, and (0.471 -> 0.453) after the family refit that followed "
-        "the replay of fixed-length bursts (TensorRT-LLM 0.14's QPS INF rows)."),
+        "profile took TensorRT-LLM's guaranteed_no_evict admission, and (0.471 -> 0.442, three rounds alternating with the "
+        "trtllm family refit) after fixed-length bursts (TensorRT-LLM 0.14's QPS INF rows) were replayed and left the fits."),
     "time.eager_s_per_layer": (
         "vllm-project/vllm-omni issue #7960 (comment of 2026-09-22): Qwen2.5-Omni-7B's thinker (a 28-layer Qwen2.5-7B decoder) "
         "on one A800-80GB under vLLM 0.29, TPOT ~22-23 ms with enforce_eager: true against ~13 ms with CUDA graphs; "
@@ -92,8 +92,8 @@ FEATURE_SOURCES: dict[str, str] = {
         "FITTED by capplan.accuracy.refit.fit_unit_efficiency('fp8') (soft-L1 least squares on log ratios, outside the family "
         "fits, each row priced with its family's profile) on the 155 serving rows of every engine with FP8 weights on a chip "
         "with an FP8 unit that split.yaml does not hold out; every profile takes the same value. Refitted (0.798 -> 0.814) "
-        "after the trtllm profile took TensorRT-LLM's guaranteed_no_evict admission, and (0.814 -> 0.785) after the family "
-        "refit that followed the replay of fixed-length bursts (TensorRT-LLM 0.14's QPS INF rows)."),
+        "after the trtllm profile took TensorRT-LLM's guaranteed_no_evict admission, and (0.814 -> 0.768, three rounds alternating with the "
+        "trtllm family refit) after fixed-length bursts (TensorRT-LLM 0.14's QPS INF rows) were replayed and left the fits."),
     "time.weight_only_moe_efficiency": (
         "FITTED by capplan.accuracy.refit.fit_unit_efficiency('weight-only') (soft-L1 least squares on log ratios, outside "
         "the family fits, each row priced with its family's profile) on the 11 serving rows whose routed experts run "
