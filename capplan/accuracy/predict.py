@@ -461,8 +461,8 @@ def finite_run(row: "CorpusRow", server: Any, rate: float, instances: float, pro
     if row.metric in work:
         span = float(run.finish_s.max() - arrivals.min())
         value = work[row.metric] / span * instances / divisor
-        return value, f"{_REPLAY_REASON[why]}: the run's {int(n_all):,} requests (num_prompts) replayed through the serving " \
-                      f"simulator, fixed {P:,}/{O:,}-token lengths, its throughput over the first arrival to the last completion"
+        return value, (f"{_REPLAY_REASON[why]}: the run's {int(n_all):,} requests (num_prompts) replayed through the serving "
+                       f"simulator, fixed {P:,}/{O:,}-token lengths, its throughput over the first arrival to the last completion")
     if row.metric == "ttft_ms":
         values, scale = run.ttft_s, 1e3
     elif row.metric == "e2e_latency_s":
