@@ -262,6 +262,12 @@ class PreparedServing:
     """Time terms of the row's engine release (:data:`PINNED_TIME_TERMS`), kept whatever engine
     :meth:`evaluate` is given."""
 
+    @property
+    def replayed(self) -> bool:
+        """A burst (:data:`BURST`): always replayed by :func:`finite_run`, never priced by the
+        closed form, so no time term of a fit moves it."""
+        return self.scenario == "burst"
+
     def evaluate(self, engine: "EngineProfile | None" = None) -> float:
         """The predicted value, with ``engine``'s time terms if given (memory as prepared; the
         release's :attr:`pinned_time` kept)."""
@@ -269,7 +275,7 @@ class PreparedServing:
 
         from capplan import benchmark
 
-        if self.scenario == "burst":
+        if self.replayed:
             raise Unsupported(f"{BURST}: the run is replayed (finite_run)")
         server = self.server
         if engine is not None:
@@ -289,10 +295,10 @@ class PreparedServing:
         r = getattr(benchmark, self.scenario)(server, *args, **extra)
         if r.limited_by == "saturated" and self.row.metric in LATENCY_METRICS:
             raise Unsupported(f"{SATURATED}: latency grows with the run's length")
-        n = self.row.number("num_prompts")
         in_system = r.requests_per_s * r.e2e_latency_s * self.instances
-        if self.scenario == "open_loop" and self.row.metric in LATENCY_METRICS and n is not None and in_system >= n:
-            raise Unsupported(f"{SHORT_RUN}: {in_system:,.0f} requests in the system at the steady state, {n:,.0f} in the run")
+        if self.scenario == "open_loop" and self.row.metric in LATENCY_METRICS and ends_before_steady_state(self.row, in_system):
+            raise Unsupported(f"{SHORT_RUN}: {in_system:,.0f} requests in the system at the steady state, "
+                              f"{self.row.number('num_prompts'):,.0f} in the run")
         return _metric(self.row.metric, r, self.instances, self.divisor)
 
 
@@ -370,6 +376,15 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
                            burstiness if call == "open_loop" else 1.0, pinned)
 
 
+def ends_before_steady_state(row: "CorpusRow", in_system: float) -> bool:
+    """Whether an open-loop run ends before the closed form's steady state (:data:`SHORT_RUN`):
+    that state holds ``in_system`` requests (rate x end-to-end latency, over all instances), at
+    least as many as the run sends in all (``num_prompts``). False when the row states no run
+    length."""
+    n = row.number("num_prompts")
+    return n is not None and in_system >= n
+
+
 def _all_at_once(row: "CorpusRow", P: float, O: float) -> tuple[str, tuple]:
     """The call for a run that queues every request at once: replayed (:data:`BURST`,
     :func:`finite_run`) when the row states how many (``num_prompts``) and their lengths are
@@ -420,7 +435,7 @@ FINITE_RUN_SEED = 20240613
 
 
 def finite_run(row: "CorpusRow", server: Any, rate: float, instances: float, prompt: float, output: float,
-               cached: float, burstiness: float, statistic: str, why: str = "saturated",
+               cached: float, burstiness: float, statistic: str, why: str = SATURATED,
                divisor: float = 1.0) -> tuple[float, str]:
     """The row's latency over a run of its ``num_prompts`` requests, simulated.
 
@@ -430,9 +445,8 @@ def finite_run(row: "CorpusRow", server: Any, rate: float, instances: float, pro
     replayed by :func:`capplan.sim.serving.simulate_replica` with the row's fixed lengths.
     ``statistic`` is ``mean``, ``median`` or ``p99`` of the requests' TTFT, TPOT or end-to-end
     latency, or of the inter-token gaps (ITL, every token weighted once). ``rate`` ``inf`` sends
-    every request at once. ``why`` says why the run is replayed, for the note: ``saturated``
-    (arrivals past the instance's capacity, :data:`SATURATED`), ``short`` (the run ends before the
-    steady state, :data:`SHORT_RUN`) or ``burst`` (:data:`BURST`). A throughput row reads the
+    every request at once. ``why`` says why the run is replayed, for the note: :data:`SATURATED`
+    (arrivals past the instance's capacity), :data:`SHORT_RUN` or :data:`BURST`. A throughput row reads the
     run's requests or tokens over its span, the first arrival to the last completion, summed over
     the instances and over ``divisor`` (GPUs for a per-GPU figure).
 
@@ -486,9 +500,9 @@ def finite_run(row: "CorpusRow", server: Any, rate: float, instances: float, pro
 
 
 _REPLAY_REASON = {
-    "short": f"{SHORT_RUN} (more requests in the system at the closed form's steady state than the run sends)",
-    "burst": BURST,
-    "saturated": "arrivals past the instance's capacity",
+    SHORT_RUN: f"{SHORT_RUN} (more requests in the system at the closed form's steady state than the run sends)",
+    BURST: BURST,
+    SATURATED: "arrivals past the instance's capacity",
 }
 """The note that opens a replayed row's assumption, by why it was replayed (:func:`finite_run`)."""
 
@@ -525,10 +539,10 @@ def predict_percentile(row: "CorpusRow", engine: "EngineProfile | None") -> Pred
         instances = max(1.0, (row.number("num_gpus") or settings["tp"]) / settings["tp"])
         cached = cached_prefix(row, assumed)
         q = benchmark.open_loop_latency(server, rate / instances, round(P), round(O), (99.0,), cached)
-        n = row.number("num_prompts")
-        if q.saturated or (n is not None and q.e2e_s.mean is not None and rate * q.e2e_s.mean >= n):  # SATURATED or SHORT_RUN
+        short = q.e2e_s.mean is not None and ends_before_steady_state(row, rate * q.e2e_s.mean)
+        if q.saturated or short:
             value, note = finite_run(row, server, rate, instances, P, O, cached, arrival_burstiness(row, assumed), "p99",
-                                     why="saturated" if q.saturated else "short")
+                                     why=SATURATED if q.saturated else SHORT_RUN)
             return Prediction(value, "", name, assumed + [note])
         value = {"ttft_ms": q.ttft_s.at(99.0), "e2e_latency_s": q.e2e_s.at(99.0)}.get(row.metric, q.tpot_s.at(99.0))
         assert value is not None
@@ -556,10 +570,10 @@ def predict_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Predict
         try:
             value = prepared.evaluate()
         except Unsupported as exc:
-            if not str(exc).startswith((SATURATED, SHORT_RUN, BURST)):
+            why = next((p for p in _REPLAY_REASON if str(exc).startswith(p)), None)
+            if why is None:
                 raise
             rate, P, O = prepared.args
-            why = "short" if str(exc).startswith(SHORT_RUN) else "burst" if str(exc).startswith(BURST) else "saturated"
             value, note = finite_run(row, prepared.server, rate, prepared.instances, P, O, prepared.cached_tokens,
                                      prepared.burstiness, row_statistic(row), why=why, divisor=prepared.divisor)
             return Prediction(value, "", name, prepared.assumed + [note])

@@ -278,7 +278,7 @@ def _prepare(rows: list[Any], engine: Any, kind: str) -> list[Any]:
                 pinned = fixed.get(time_profile_name(r, engine_family(r.get("engine"))), {})
                 row_engine = engine.model_copy(update={"time": engine.time.model_copy(update=pinned)}) if pinned else engine
                 prepared = prepare_serving(r, row_engine)
-                if prepared.scenario == "burst":  # replayed by the simulator: no time term prices it in closed form
+                if prepared.replayed:
                     continue
                 out.append(prepared)
             else:

@@ -134,11 +134,9 @@ class AccuracyReport:
         }
 
     def beyond_factor(self, factor: float, where: Callable[[RowResult], bool] = lambda r: True) -> list[RowResult]:
-        """Predicted rows whose prediction is off by more than ``factor`` either way
-        (``predicted / measured`` outside ``[1 / factor, factor]``; the summaries' ``within_2x``
-        at ``factor`` 2), among those ``where`` keeps."""
-        return [r for r in self.rows if where(r) and r.signed_error is not None and r.predicted and r.measured
-                and not 1.0 / factor <= r.predicted / r.measured <= factor]
+        """Predicted rows off by more than ``factor`` either way (:func:`within_factor` false),
+        among those ``where`` keeps."""
+        return [r for r in self.rows if where(r) and within_factor(r, factor) is False]
 
     def saturated(self) -> dict[str, Any]:
         """Latency rows the model finds saturated (latency without bound) though the source
@@ -161,14 +159,27 @@ def signed_error(predicted: float, measured: float, is_time: bool) -> float:
     return measured / predicted - 1.0 if is_time else predicted / measured - 1.0
 
 
+def within_factor(row: RowResult, factor: float) -> bool | None:
+    """Whether a row's prediction is within ``factor`` of its measurement either way
+    (``predicted / measured`` in ``[1 / factor, factor]``); ``None`` for a row not predicted.
+
+    >>> r = RowResult("r", "s", "serving", "ttft_ms", "ms", "h100-sxm", "m", "vllm", 250.0, 100.0, 1.5, 1.5, True, "c")
+    >>> within_factor(r, 2.0), within_factor(r, 3.0)
+    (False, True)
+    """
+    if row.signed_error is None or not row.predicted or not row.measured:
+        return None
+    return 1.0 / factor <= row.predicted / row.measured <= factor
+
+
 def summarize(rows: list[RowResult]) -> Summary:
     """Median / mean / max of the errors of the predicted rows among ``rows``."""
     e = [r.signed_error for r in rows if r.signed_error is not None]
     if not e:
         return Summary(0, None, None, None, None, None, None)
     a = [abs(x) for x in e]
-    ratios = [r.predicted / r.measured for r in rows if r.signed_error is not None and r.predicted and r.measured]
-    within = sum(1 for q in ratios if 0.5 <= q <= 2.0) / len(ratios) if ratios else None
+    flags = [w for w in (within_factor(r, 2.0) for r in rows) if w is not None]
+    within = sum(flags) / len(flags) if flags else None
     return Summary(len(e), median(a), median(e), sum(a) / len(a), sum(e) / len(e), max(a), within)
 
 
@@ -203,8 +214,8 @@ def run_accuracy(
         engine = engines.get(key, engines.get(family, default_engine))
         if start_up_log and key != family:  # a vLLM start-up log: the profile of its version range
             used["vllm start-up logs"] = "the profile of the log's vLLM version"
-        elif key in RELEASE_PROFILES:  # a release whose kernels the family profile does not describe
-            used[f"{family} {RELEASE_PROFILES[key]}"] = engine.name if engine is not None else "hardware assumptions"
+        elif key != family:  # a release whose kernels the family profile does not describe
+            used[f"{family} rows of the {key} releases"] = engine.name if engine is not None else "hardware assumptions"
         else:
             used[family] = engine.name if engine is not None else "hardware assumptions"
         with warnings.catch_warnings(record=True) as caught:
@@ -249,22 +260,25 @@ TRTLLM_VERSION_PROFILES = [((0, 6, 99), "trtllm-0.6"), ((9, 0, 0), "trtllm")]
 row's version does not exceed (``trtllm-0.6``: releases before the XQA kernel). A row that
 states no version takes the family profile."""
 
-RELEASE_PROFILES = {"trtllm-0.6": "0.5-0.6 (before the XQA kernel)"}
-"""Release profiles that price some rows of a family instead of the family profile, and which
-releases (the accuracy report's ``engine_profiles``)."""
+RELEASE_PROFILES = {"trtllm": TRTLLM_VERSION_PROFILES}
+"""Families whose serving rows are priced by the profile of their release, not the family's."""
+
+
+def _by_version(version: tuple[int, int, int], table: list[tuple[tuple[int, int, int], str]]) -> str:
+    """The profile of ``table`` (upper bound, name), in order, whose bound ``version`` does not
+    exceed; a version past every bound (a future release) takes the last."""
+    return next((name for top, name in table if version <= top), table[-1][1])
 
 
 def time_profile_name(row: Any, family: str) -> str:
-    """The bundled profile that prices a serving row's times: its family's, except TensorRT-LLM
-    releases up to 0.6 (:data:`TRTLLM_VERSION_PROFILES`)."""
+    """The bundled profile that prices a serving row's times: its family's, except in a family of
+    :data:`RELEASE_PROFILES` (TensorRT-LLM up to 0.6, :data:`TRTLLM_VERSION_PROFILES`)."""
     from capplan.accuracy.predict import vllm_version
 
-    if family != "trtllm":
-        return family
     v = vllm_version(row.get("engine_version"))
-    if v is None:
+    if family not in RELEASE_PROFILES or v is None:
         return family
-    return next((name for top, name in TRTLLM_VERSION_PROFILES if v <= top), family)
+    return _by_version(v, RELEASE_PROFILES[family])
 
 
 def kv_profile_name(row: Any) -> str:
@@ -275,8 +289,7 @@ def kv_profile_name(row: Any) -> str:
     v = vllm_version(text)
     if v is None:
         return "vllm-0.15" if "latest" in text else "vllm"
-    # a version past every bound (a future release) is the newest profile's
-    return next((name for top, name in VLLM_VERSION_PROFILES if v <= top), VLLM_VERSION_PROFILES[-1][1])
+    return _by_version(v, VLLM_VERSION_PROFILES)
 
 
 def default_engines(override: str | None = None) -> "dict[str, EngineProfile | None]":
@@ -284,7 +297,8 @@ def default_engines(override: str | None = None) -> "dict[str, EngineProfile | N
     name): the bundled ones, or ``override`` for all of them."""
     from capplan.engine import list_engines, load_engine
 
-    names = set(FAMILY_PROFILES.values()) | {n for _, n in VLLM_VERSION_PROFILES} | {n for _, n in TRTLLM_VERSION_PROFILES}
+    names = set(FAMILY_PROFILES.values()) | {n for _, n in VLLM_VERSION_PROFILES}
+    names |= {n for table in RELEASE_PROFILES.values() for _, n in table}
     if override is not None:
         eng = load_engine(override)
         return {k: eng for k in [*FAMILY_PROFILES, *names]}
