@@ -429,7 +429,18 @@ Where the model is still wrong, and why:
   -25% (pessimistic) where the lower balance gave +72% and +104%.
 - **Host and gateway overheads outside the engine.** Some third-party runs go through a gateway
   or the chat endpoint (GPUStack: ~60 ms TTFT for a 230-token prompt on one H100, where vLLM's
-  own benchmarks measure ~15-25 ms); one `request_overhead_s` per engine cannot fit both.
+  own benchmarks measure ~15-25 ms); one `request_overhead_s` per engine cannot fit both. Every
+  GPUStack vLLM 0.10-0.11 run through `/v1/chat/completions` at 1-8 clients with ~230-token
+  ShareGPT prompts measures 49-75 ms mean TTFT, whatever the model and chip (Qwen3-8B on H100,
+  gpt-oss-120b on H100 and A100, GLM-4.6 on 8 x H200; DeepSeek-R1 on 8 x H200 123 ms, gpt-oss-120b
+  at TP 2 with `--async-scheduling` 37.5 ms), and SGLang 0.5.3 on the same Qwen3-8B setup 27.7 ms. It is not sampling: `vllm bench serve`
+  sends `temperature 0`, which overrides the checkpoint's sampling defaults in both engines.
+  Part of it is the front end: vLLM 0.11.0 re-parses the chat template with Jinja on every
+  request, on the API server's event loop (`resolve_chat_template_kwargs` in
+  `vllm/entrypoints/chat_utils.py`, not cached in that release), which also holds back the
+  streams of the running requests (p99 ITL 41 ms at 4 clients against a 7.4 ms median); parsing
+  Qwen3's template takes ~11 ms on a 2-core VM. The rest of the gap is not located, and no term
+  prices a chat front end.
 - **Older engine versions.** TensorRT-LLM 0.5 and 0.6.1 decoded grouped-query attention without
   sharing a group's K/V loads; the `trtllm-0.6` profile prices that (above) and leaves their
   Llama-2-70B rows at -30..+13% (the heaviest K/V readers pessimistic: any reuse of those loads
@@ -476,7 +487,16 @@ Where the model is still wrong, and why:
   DeepSeek-R1 on 8 x H200 (InferenceX) has its TPOT within +4..+23%. At GPUStack's step the model
   has 3.1 ms of weight and KV traffic, 4.4 ms for 123 all-reduces and 1 ms of host time; the other
   ~10 ms are vLLM's own (its MLA decode at 16 heads a GPU and block-FP8 fused-MoE kernels on
-  256-column expert shards are the likely places), and no term prices them.
+  256-column expert shards are the likely places), and no term prices them. Two more
+  measurements, not in the corpus, put vLLM's DeepSeek-R1 decode at low concurrency in the same
+  place: dstack's H200 TP 8 runs (vLLM 0.7.4 nightly, FlashMLA, 3,200/800 random tokens; TPOT
+  25.7 ms at 4 clients, dstackai/benchmarks `Deepseek-R1/raw_data/online_results.csv` @ 7f37e66)
+  and a two-node H100 TP 16 run (25.9 ms at one client, SGLang 23.1 ms; tenstorrent/tt-inference-
+  server issue #356, 2025-07-17). vLLM 0.11.0 runs the routed experts on H200 at TP 8 with its
+  Triton block-FP8 fused-MoE kernel (DeepGEMM needs N > 512; a shard is 256 wide) and a tuned
+  config that tiles 64 rows per expert at 4 sequences, where later releases and SGLang tile 16
+  (vLLM PR #28992, 2025-11-19). No source measures that kernel alone, so the gap is documented,
+  not fitted: a term tuned to it would rest on one engine, one model and one kernel choice.
 - **Mixture-of-experts prefill on vLLM.** Mixtral-8x7B's TTFT at TP 2 and 5-10 requests/s is
   20-45% optimistic while its end-to-end latency is 2-8% pessimistic: the prefill of a few
   hundred tokens through the fused MoE kernels runs below the rate the roofline gives it.
