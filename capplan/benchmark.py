@@ -1023,7 +1023,7 @@ def serving_capacity(server: Server, mix: RequestMix, burstiness: float = 1.0) -
 
 def queueing_latency(
     server: Server, rate: float, mix: RequestMix, burstiness: float = 1.0, percentiles: tuple[float, ...] = (50.0, 90.0, 99.0),
-    capacity: tuple[float, str] | bool | None = True, headroom: bool = True,
+    capacity: tuple[float, str] | bool | None = True, headroom: bool = True, slot_burstiness: float | None = None,
 ) -> QueueingResult:
     """Latency distribution of one replica under open-loop arrivals at ``rate`` (the queueing model).
 
@@ -1049,6 +1049,12 @@ def queueing_latency(
         :data:`HEADROOM_SIGMAS` below the batch limit. ``False`` (a measured run's rate): a
         ``max_num_seqs`` limit, or a KV limit whose admission reserves the whole output, may be
         touched as long as the mean batch stays below it.
+    slot_burstiness : float, optional
+        Gamma shape of the arrivals that wait for a free slot at the batch limit (:func:`_slot_wait`'s
+        ``c_a^2 = 1 / shape``; ``inf`` a constant rate); ``burstiness`` when not given. A measured
+        run's percentiles keep Poisson arrivals for the step chain, which stand in for the spread
+        the model lacks, and give the slot wait the run's own arrivals
+        (:func:`open_loop_latency`).
 
     Notes
     -----
@@ -1079,6 +1085,8 @@ def queueing_latency(
     """
     _check(rate=rate)
     _check_shape(burstiness)
+    if slot_burstiness is not None and not slot_burstiness > 0:
+        raise InputError(f"slot_burstiness {slot_burstiness}: must be > 0 (1 is Poisson, inf a constant rate)")
     m = _Mix(mix)
     if capacity is True:
         cap, why = serving_capacity(server, mix, burstiness)
@@ -1153,7 +1161,8 @@ def queueing_latency(
     # limit out of reach leaves the other draws as they were)
     residency = ttft.mean() + (d * tpot).mean()
     cs2 = float(np.var(m.O) / m.mean_out**2)  # the residency's spread, from the output lengths'
-    scale = (1.0 / burstiness + cs2) / 2.0 / (1.0 - gain)
+    ca2 = 1.0 / (burstiness if slot_burstiness is None else slot_burstiness)  # 0 at a constant rate
+    scale = (ca2 + cs2) / 2.0 / (1.0 - gain)
     p_wait, mean_wait = _slot_wait(op.b, peak, limit, float(residency), scale)
     if p_wait > 0:
         ttft = ttft + np.where(rng.random(N) < p_wait, rng.exponential(mean_wait, N), 0.0)
@@ -1179,17 +1188,19 @@ def queueing_latency(
 
 
 def open_loop_latency(server: Server, rate: float, input_tokens: float, output_tokens: float,
-                      percentiles: tuple[float, ...] = (50.0, 90.0, 99.0), cached_tokens: float = 0.0) -> QueueingResult:
+                      percentiles: tuple[float, ...] = (50.0, 90.0, 99.0), cached_tokens: float = 0.0,
+                      slot_burstiness: float = 1.0) -> QueueingResult:
     """Latency percentiles of requests of fixed lengths arriving at ``rate`` per second (Poisson),
     from the queueing model (:func:`queueing_latency`, the capacity search skipped).
 
     :func:`open_loop` gives the means a published benchmark reports; this gives its percentiles.
     A measured run's batch may touch ``max_num_seqs`` (no plan headroom, ``headroom=False``): the
-    requests that find every slot taken wait for one.
+    requests that find every slot taken wait for one, as the run's own arrivals make them
+    (``slot_burstiness``: ``inf`` for a constant rate, where fixed lengths leave no wait).
     """
     _check(rate=rate, input_tokens=input_tokens, output_tokens=output_tokens)
     return queueing_latency(server, rate, RequestMix.fixed(input_tokens, output_tokens, cached_tokens), 1.0, percentiles,
-                            capacity=False, headroom=False)
+                            capacity=False, headroom=False, slot_burstiness=slot_burstiness)
 
 
 def _prefill_time_share(chain: _Chain, steps: _Steps, mixed: bool) -> float:

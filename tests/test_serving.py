@@ -453,6 +453,25 @@ def test_a_measured_rate_may_touch_max_num_seqs(server):
     assert B.queueing_latency(small, 21.0, mix, 1.0, (99.0,), capacity=False, headroom=False).saturated
 
 
+def test_a_constant_rate_of_fixed_lengths_waits_for_no_slot(server):
+    """The same measured run as above at 18 requests/s, its p99 TTFT the slot wait under
+    Poisson arrivals: the slot wait's heavy-traffic factor is ``(c_a^2 + c_s^2) / 2``, and a
+    constant rate (``c_a^2 = 1 / inf = 0``) of fixed lengths (``c_s^2 = 0``) makes it 0, so the
+    tail falls back to the prefill queue's; the step chain (and so the batch) keeps its arrivals.
+    A shape <= 0 is refused."""
+    small = B.server_for(LLAMA, H100, engine=default_engine(), max_num_seqs=32)
+    mix = B.RequestMix.fixed(500, 200)
+    poisson = B.queueing_latency(small, 18.0, mix, 1.0, (50.0, 99.0), capacity=False, headroom=False)
+    even = B.queueing_latency(small, 18.0, mix, 1.0, (50.0, 99.0), capacity=False, headroom=False, slot_burstiness=math.inf)
+    assert even.decode_batch == poisson.decode_batch and even.ttft_s.at(50.0) <= poisson.ttft_s.at(50.0)
+    assert even.ttft_s.at(99.0) < 0.1 * poisson.ttft_s.at(99.0)
+    assert even.ttft_s.at(99.0) < 3 * even.ttft_s.at(50.0)
+    same = B.open_loop_latency(small, 18.0, 500, 200, (99.0,), slot_burstiness=math.inf)
+    assert same.ttft_s.at(99.0) == pytest.approx(even.ttft_s.at(99.0))
+    with pytest.raises(InputError, match="slot_burstiness 0"):
+        B.queueing_latency(small, 18.0, mix, 1.0, (99.0,), capacity=False, slot_burstiness=0.0)
+
+
 @pytest.mark.parametrize("rate", [16.0, 18.0])
 def test_slot_wait_matches_the_simulator(rate):
     """Llama-3.1-8B, one H100, ``max_num_seqs`` 32, 500/200 tokens, Poisson: with the batch at

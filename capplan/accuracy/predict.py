@@ -538,7 +538,9 @@ def predict_percentile(row: "CorpusRow", engine: "EngineProfile | None") -> Pred
         server = _server(spec_name, hw_name, engine, tuple(sorted(settings.items())))
         instances = max(1.0, (row.number("num_gpus") or settings["tp"]) / settings["tp"])
         cached = cached_prefix(row, assumed)
-        q = benchmark.open_loop_latency(server, rate / instances, round(P), round(O), (99.0,), cached)
+        # the slot wait takes the run's own arrivals, per instance (said below with the chain's)
+        q = benchmark.open_loop_latency(server, rate / instances, round(P), round(O), (99.0,), cached,
+                                        slot_burstiness=arrival_burstiness(row, []) * instances)
         short = q.e2e_s.mean is not None and ends_before_steady_state(row, rate * q.e2e_s.mean)
         if q.saturated or short:
             value, note = finite_run(row, server, rate, instances, P, O, cached, arrival_burstiness(row, assumed), "p99",
@@ -553,7 +555,8 @@ def predict_percentile(row: "CorpusRow", engine: "EngineProfile | None") -> Pred
         return Prediction(None, f"capplan refused the setup: {exc}", name)
     arrivals = "Poisson arrivals (queueing model)"
     if row.number("burstiness") == math.inf:
-        arrivals = "Poisson arrivals for a constant-rate run (queueing model; docs/accuracy.md, Arrivals)"
+        arrivals = ("Poisson arrivals for a constant-rate run (queueing model), the wait for a free slot at "
+                    "the run's constant rate (docs/accuracy.md, Arrivals)")
     return Prediction(value, "", name, assumed + [f"fixed input/output lengths, {arrivals}"])
 
 
