@@ -453,7 +453,7 @@ def test_a_measured_rate_may_touch_max_num_seqs(server):
     assert B.queueing_latency(small, 21.0, mix, 1.0, (99.0,), capacity=False, headroom=False).saturated
 
 
-def test_a_constant_rate_of_fixed_lengths_waits_for_no_slot(server):
+def test_a_constant_rate_of_fixed_lengths_waits_for_no_slot():
     """The same measured run as above at 18 requests/s, its p99 TTFT the slot wait under
     Poisson arrivals: the slot wait's heavy-traffic factor is ``(c_a^2 + c_s^2) / 2``, and a
     constant rate (``c_a^2 = 1 / inf = 0``) of fixed lengths (``c_s^2 = 0``) makes it 0, so the
