@@ -333,6 +333,17 @@ def gqa_group(spec: "ModelSpec", tp: int = 1) -> float:
     return float(spec.num_attention_heads / max(spec.num_kv_heads, tp))
 
 
+def kv_reads_per_step(group: Any, reread: Any) -> Any:
+    """How many times a step's attention reads each cached K/V head: ``1 + (G - 1) x reread``,
+    ``G`` query heads sharing it on a GPU (:func:`gqa_group`) and ``reread`` the engine's
+    :attr:`~capplan.engine.TimeTerms.gqa_kv_reread` (scalars or arrays).
+
+    >>> kv_reads_per_step(8.0, 0.0), kv_reads_per_step(8.0, 1.0), kv_reads_per_step(1.0, 1.0)
+    (1.0, 8.0, 1.0)
+    """
+    return 1.0 + (group - 1.0) * reread
+
+
 def _terms(
     spec: "ModelSpec", weight_dtype: str, kv_dtype: str, tp: int, ep: int = 1, dp: int = 1,
     expert_dtype: str | None = None, redundant: int = 0, kv_scale: str = "tensor",
@@ -582,7 +593,7 @@ def _evaluate(
     weights = np.where(tbo_split, 2.0 * (t["fixed_weight_bytes"] + t["routed_bytes"] * half + t["head_bytes"] * has_logits), weights)
     routed_read = t["routed_bytes"] * np.where(tbo_split, 2.0 * half, touched)
     # a decode kernel that does not share a GQA group's K/V loads reads them once per query head
-    reread = 1.0 + (t["gqa_group"] - 1.0) * w["kv_reread"]
+    reread = kv_reads_per_step(t["gqa_group"], w["kv_reread"])
     kv_read = (t["kv_bytes_full"] * read + t["kv_bytes_window"] * read_w) * reread + t["state_bytes_per_seq"] * seqs
     kv_write = (t["kv_bytes_full"] + t["kv_bytes_window"]) * new + t["state_bytes_per_seq"] * seqs
     act = t["act_bytes_per_token"] * new + t["act_bytes_per_logit"] * logits
@@ -705,7 +716,7 @@ def _evaluate_one(
 
     touched = 1.0 - (1.0 - experts_per_token / experts) ** new
     weights = fixed_weight_bytes + routed_bytes * touched + head_bytes * has_logits
-    reread = 1.0 + (gqa_group - 1.0) * kv_reread
+    reread = kv_reads_per_step(gqa_group, kv_reread)
     kv_read = (kv_full * read + kv_window * read_w) * reread + state_per_seq * seqs
     kv_write = (kv_full + kv_window) * new + state_per_seq * seqs
     act = act_per_token * new + act_per_logit * logits

@@ -538,14 +538,17 @@ def predict_percentile(row: "CorpusRow", engine: "EngineProfile | None") -> Pred
         server = _server(spec_name, hw_name, engine, tuple(sorted(settings.items())))
         instances = max(1.0, (row.number("num_gpus") or settings["tp"]) / settings["tp"])
         cached = cached_prefix(row, assumed)
-        # the slot wait takes the run's own arrivals, per instance (said below with the chain's)
+        # the run's arrivals: the slot wait takes them per instance, a replay all of them (the
+        # closed form's assumption is said below, a replay's with the note)
+        arrivals_note: list[str] = []
+        shape = arrival_burstiness(row, arrivals_note)
         q = benchmark.open_loop_latency(server, rate / instances, round(P), round(O), (99.0,), cached,
-                                        slot_burstiness=arrival_burstiness(row, []) * instances)
+                                        slot_burstiness=shape * instances)
         short = q.e2e_s.mean is not None and ends_before_steady_state(row, rate * q.e2e_s.mean)
         if q.saturated or short:
-            value, note = finite_run(row, server, rate, instances, P, O, cached, arrival_burstiness(row, assumed), "p99",
+            value, note = finite_run(row, server, rate, instances, P, O, cached, shape, "p99",
                                      why=SATURATED if q.saturated else SHORT_RUN)
-            return Prediction(value, "", name, assumed + [note])
+            return Prediction(value, "", name, assumed + arrivals_note + [note])
         value = {"ttft_ms": q.ttft_s.at(99.0), "e2e_latency_s": q.e2e_s.at(99.0)}.get(row.metric, q.tpot_s.at(99.0))
         assert value is not None
         value = value if row.metric == "e2e_latency_s" else value * 1e3

@@ -380,11 +380,11 @@ def _table(
         f"interconnect efficiency {r.interconnect_efficiency:.3g} (engine profile {safe(inp.profile().name)}, "
         f"{safe(inp.profile().calibration)}; override with the flags)."
     )
-    from capplan.roofline import gqa_group
+    from capplan.roofline import gqa_group, kv_reads_per_step
 
     reread, group = inp.profile().time_on(hw.name).gqa_kv_reread, gqa_group(spec, inp.tp)
     if reread > 0 and group > 1:
-        con.print(f"Attention over cached positions reads each K/V head {1 + (group - 1) * reread:.3g} times a step "
+        con.print(f"Attention over cached positions reads each K/V head {kv_reads_per_step(group, reread):.3g} times a step "
                   f"({group:.3g} query heads share one on a GPU; gqa_kv_reread {reread:.3g} in engine profile "
                   f"{safe(inp.profile().name)}).")
     if inp.ep > 1 or (inp.dp or 1) > 1:
