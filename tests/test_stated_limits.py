@@ -282,7 +282,11 @@ def test_a_burst_of_stated_size_is_replayed(corpus):
     at once, 3,335 ms mean TTFT and 39 ms ITL measured. Replayed with every arrival at 0 (KV and
     the engine's batch limit admitting them in waves), the TTFT comes out 2.46 s (+35%) and the ITL
     37 ms (+5%); the prediction names the replay. A burst of variable-length requests (GPUStack's
-    ShareGPT runs, whose lengths are derived means) stays unsupported."""
+    ShareGPT runs, whose lengths are derived means) stays unsupported. GPUStack's random-dataset
+    burst of 100 DeepSeek-R1 requests of 32,000/100 tokens on 8 x H200 (vLLM 0.11.0), whose totals
+    (3,199,900 input and 10,000 output tokens over 100 requests) show fixed lengths, is replayed:
+    101,352 ms mean TTFT measured, about 100 s predicted (the 100 prompts prefilled one after
+    another, ~2 s each, so the mean waits for half of them)."""
     from capplan.accuracy.predict import BURST, Unsupported, predict_serving, prepare_serving
     from capplan.accuracy.report import default_engines
 
@@ -297,6 +301,9 @@ def test_a_burst_of_stated_size_is_replayed(corpus):
                     and r.get("scenario") == "offline_max")
     p = predict_serving(variable, default_engines()["vllm"])
     assert p.value is None and p.reason.startswith("latency with every request queued at once")
+    fixed = predict_serving(corpus["vllm0110-gpustack-h200x8-deepseek-v3-tp8-rand32000-100-inf-ttft"], default_engines()["vllm"])
+    assert fixed.value == pytest.approx(101351.99, rel=0.10)
+    assert any(a.startswith(BURST) and "100 requests (num_prompts) replayed" in a for a in fixed.assumed)
 
 
 def test_a_burst_throughput_includes_its_ramp_and_drain(corpus):

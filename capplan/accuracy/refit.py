@@ -494,7 +494,8 @@ def fit_unit_efficiency(unit: str, folder: Path | None = None) -> tuple[float, l
     on the serving rows of every engine whose weights run on that unit (whose routed experts run
     weight-only kernels), outside the family fits: each row priced with its family's bundled
     profile, one shared multiplier, soft-L1 least squares on log ratios, rows held out by
-    ``validation/split.yaml`` left out.
+    ``validation/split.yaml`` left out, and so are bursts replayed by the simulator
+    (:data:`~capplan.accuracy.predict.BURST`), which no time term of a fit moves.
 
     Returns
     -------
@@ -527,6 +528,8 @@ def fit_unit_efficiency(unit: str, folder: Path | None = None) -> tuple[float, l
             try:
                 prepared = prepare_serving(row, engine)
             except (Unsupported, CapplanError):
+                continue
+            if prepared.replayed:  # a burst: replayed by the simulator, no term of the fit moves it
                 continue
             pricer = prepared.server.pricer
             resolved = pricer.inp.resolved(pricer.hw)

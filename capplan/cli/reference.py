@@ -456,6 +456,24 @@ Where the model is still wrong, and why:
   streams of the running requests (p99 ITL 41 ms at 4 clients against a 7.4 ms median); parsing
   Qwen3's template takes ~11 ms on a 2-core VM. The rest of the gap is not located, and no term
   prices a chat front end.
+- **Bursts through the chat endpoint (GPUStack).** 19 of GPUStack's random-dataset runs sent
+  100-1,000 requests at once through `/v1/chat/completions` (vLLM 0.11.0, SGLang 0.5.3 and
+  0.5.5.post1), and their printed totals show every request at exactly the requested lengths, so
+  `capplan accuracy` replays them as fixed-length bursts (76 rows; `validation/sources/
+  serving_vllm.md`). Every one of them is optimistic, median +116%, and they are 44 of the rows
+  beyond 2x:
+  - 1,000 requests of 128/4 tokens (36 rows, median +169%): the runs complete 20-213 requests/s
+    (Qwen3-14B on one H100 under vLLM: 44/s measured, 237/s predicted; the same model under
+    SGLang 128/s), a front end spending 5-50 ms of serial work on each request, which varies with
+    the model and machine and which no term prices. The chat rows' TTFT at 1-8 clients (above)
+    show the same front end.
+  - Longer prompts (2000/100, 4000/200, 32000/100; 40 rows, median +83%): DeepSeek-R1 on 8 x H200
+    under vLLM moves 15.5k, 15.8k and 17.7k total tokens/s at 32000/100, 4000/200 and 2000/100,
+    about the same, where the model's work per token falls several-fold with the shorter context.
+    The 32000/100 run is predicted within +1..+6% (prefill attention dominates), the 2000/100 one
+    +119..+175%. Dense Qwen3 on one H100 is +83..+157%, on one A100 +18..+59%. A cost per request
+    or per token outside the GPU work is the likeliest common cause (the 128/4 runs above); it is
+    not located.
 - **Older engine versions.** TensorRT-LLM 0.5 and 0.6.1 decoded grouped-query attention without
   sharing a group's K/V loads; the `trtllm-0.6` profile prices that (above) and leaves their
   Llama-2-70B rows at -30..+13% (the heaviest K/V readers pessimistic: any reuse of those loads
