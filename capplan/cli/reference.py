@@ -467,13 +467,16 @@ Where the model is still wrong, and why:
     SGLang 128/s), a front end spending 5-50 ms of serial work on each request, which varies with
     the model and machine and which no term prices. The chat rows' TTFT at 1-8 clients (above)
     show the same front end.
-  - Longer prompts (2000/100, 4000/200, 32000/100; 40 rows, median +83%): DeepSeek-R1 on 8 x H200
-    under vLLM moves 15.5k, 15.8k and 17.7k total tokens/s at 32000/100, 4000/200 and 2000/100,
-    about the same, where the model's work per token falls several-fold with the shorter context.
-    The 32000/100 run is predicted within +1..+6% (prefill attention dominates), the 2000/100 one
-    +119..+175%. Dense Qwen3 on one H100 is +83..+157%, on one A100 +18..+59%. A cost per request
-    or per token outside the GPU work is the likeliest common cause (the 128/4 runs above); it is
-    not located.
+  - Longer prompts (2000/100, 4000/200, 32000/100; 40 rows, median +83%): each setup moves about
+    the same total tokens/s whatever the prompt length, where the GPU's work per token falls
+    several-fold from 32,000-token to 2,000-token prompts. DeepSeek-R1 on 8 x H200 under vLLM:
+    15.5k, 15.8k and 17.7k tokens/s at 32000/100, 4000/200 and 2000/100 (predicted within +1..+6%
+    at 32000/100, where prefill attention dominates, and +119..+175% at 2000/100); gpt-oss-20b on
+    one H100: 29.7k, 33.2k, 32.1k and 28.0k at 32000, 4000, 2000 and 128 input tokens; Qwen3-14B on
+    one H100: 8.3k, 9.2k, 10.6k and 5.8k. A ceiling in tokens/s that does not follow the GPU's work
+    points at per-token work outside it, such as turning each random-token prompt's text into
+    tokens on the API server (inferred: not located). Dense Qwen3 on one H100 is +83..+157%, on
+    one A100 (slower GPU work, nearer the ceiling) +18..+59%.
 - **Older engine versions.** TensorRT-LLM 0.5 and 0.6.1 decoded grouped-query attention without
   sharing a group's K/V loads; the `trtllm-0.6` profile prices that (above) and leaves their
   Llama-2-70B rows at -30..+13% (the heaviest K/V readers pessimistic: any reuse of those loads
