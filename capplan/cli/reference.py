@@ -477,6 +477,25 @@ Where the model is still wrong, and why:
     points at per-token work outside it, such as turning each random-token prompt's text into
     tokens on the API server (inferred: not located). Dense Qwen3 on one H100 is +83..+157%, on
     one A100 (slower GPU work, nearer the ceiling) +18..+59%.
+- **SGLang on B200 and MI300X (held out: the SGLang Cookbook and LMSYS's gpt-oss post).** The
+  `sglang` profile's own terms were fitted on five H20 and H100 rows; these sources test them
+  elsewhere (56 rows; `validation/sources/serving_vllm.md`):
+  - Qwen3-235B-A22B on 8 x B200 at one client: TTFT -3..+20% (means and medians at 1000 and 8000
+    input tokens), TPOT -3% and -1%.
+  - DeepSeek-R1 on 8 x B200: +15% (TPOT at one client) to +57% (TTFT); at 16 clients TPOT +35%
+    and output tokens/s +52..+54%.
+  - On B200 the mean TTFT at 16 clients is +110..+272% while the median is -14..+45%: the mean is
+    1.7-2.6x the median there, a start-of-run tail (as InferenceX's, above) that a steady-state
+    mean does not hold.
+  - gpt-oss-120b is pessimistic: a decode step of 2.31 ms on 8 x B200 at TP 8 (TPOT -59%), 2.4 ms
+    at TP 4 and 3.1 ms on 8 x H100 (batch-1 decode -43..-58%). The profile's 2.8 ms step overhead
+    and the 36-layer model's 73 all-reduces at 35.5 us (the vLLM family's value; no B200 override)
+    already exceed the measured step: those terms were fitted on larger steps (5-7 ms), where
+    they stand in for work that scales with the model's layers.
+  - DeepSeek-V3.1 on 8 x MI300X under SGLang 0.5.7 (ROCm) is +69..+969%: TPOT 23.8 ms at one client
+    against 8.3 ms predicted, ~3x. The `sglang` profile has no MI300X override (no SGLang fit row
+    on that chip), so the chip's bandwidth and collectives come from the family's values, which
+    vLLM's own MI300X override (bandwidth 0.66, link 0.21) shows are far from that chip's.
 - **Older engine versions.** TensorRT-LLM 0.5 and 0.6.1 decoded grouped-query attention without
   sharing a group's K/V loads; the `trtllm-0.6` profile prices that (above) and leaves their
   Llama-2-70B rows at -30..+13% (the heaviest K/V readers pessimistic: any reuse of those loads
