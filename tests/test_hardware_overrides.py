@@ -72,3 +72,29 @@ def test_override_terms_add_the_all_reduce_only_for_tensor_parallel_chips():
     assert override_terms(rows(1, 1, 8)) == HARDWARE_TERMS
     assert override_terms(rows(1, 8)) == HARDWARE_TERMS + COLLECTIVE_TERMS
     assert override_terms(rows(8, 8, 8)) == HARDWARE_TERMS + COLLECTIVE_TERMS
+
+
+def test_a_family_with_few_rows_takes_the_base_families_chip_overrides_of_the_terms_it_does_not_fit():
+    """SGLang fits only its host terms (``FAMILY_TERMS``) and keeps vLLM's kernel and all-reduce
+    terms, so it keeps vLLM's per-chip values of them too: a base override of a fitted term
+    (``bandwidth_efficiency``) stays out, one of a kept term (``allreduce_latency_us``) comes in
+    with the base's ``fitted_on`` rows; a chip whose overrides are all fitted terms gets none. The
+    bundled ``sglang`` profile carries exactly vLLM's H100 and MI300X overrides of the terms it
+    does not fit (what ``write_inherited_overrides`` wrote)."""
+    from capplan.accuracy.refit import FAMILY_TERMS, inherited_overrides
+
+    base = load_engine("vllm-0.19").model_copy(update={
+        "hardware": {"mi300x": TimeOverrides(bandwidth_efficiency=0.6, allreduce_latency_us=30.0),
+                     "b200": TimeOverrides(bandwidth_efficiency=0.9)},
+        "fitted_on": {"hardware.mi300x.allreduce_latency_us": ["row-a"], "hardware.mi300x.bandwidth_efficiency": ["row-b"]}})
+    hardware, fitted_on = inherited_overrides(base, FAMILY_TERMS)
+    assert set(hardware) == {"mi300x"}
+    assert hardware["mi300x"].allreduce_latency_us == 30.0 and hardware["mi300x"].bandwidth_efficiency is None
+    assert fitted_on == {"hardware.mi300x.allreduce_latency_us": ["row-a"]}
+
+    vllm, sglang = load_engine("vllm-latest"), load_engine("sglang")
+    for chip, overrides in vllm.hardware.items():
+        kept = {t: v for t, v in overrides.model_dump().items() if v is not None and t not in FAMILY_TERMS}
+        mine = {t: v for t, v in sglang.hardware[chip].model_dump().items() if v is not None}
+        assert mine == kept
+        assert all(sglang.fitted_on[f"hardware.{chip}.{t}"] == vllm.fitted_on[f"hardware.{chip}.{t}"] for t in kept)

@@ -379,9 +379,12 @@ def refit(folder: Path | None = None, write: bool = True) -> dict[str, Any]:
         if spec.family not in time_fits:
             prepared = _prepare(family_fit_rows(fit_rows, spec.family), engine, "serving")
             start = engine
-            if spec.family != BASE_FAMILY and BASE_FAMILY in time_fits:
-                start = engine.model_copy(update={"time": time_fits[BASE_FAMILY].engine.time.model_copy(update=spec.time)})
             terms = TIME_TERMS if len(prepared) >= 100 else FAMILY_TERMS
+            if spec.family != BASE_FAMILY and BASE_FAMILY in time_fits:
+                base = time_fits[BASE_FAMILY].engine
+                hardware, inherited = inherited_overrides(base, terms)
+                start = engine.model_copy(update={"time": base.time.model_copy(update=spec.time), "hardware": hardware,
+                                                  "fitted_on": {**engine.fitted_on, **inherited}})
             result = fit_time_terms(start, prepared, terms)
             result = _fit_hardware_overrides(result, prepared)
             time_fits[spec.family] = result
@@ -389,7 +392,9 @@ def refit(folder: Path | None = None, write: bool = True) -> dict[str, Any]:
                   f"{result.median_abs_error_after:.1%}", file=sys.stderr)
         result = time_fits[spec.family]
         fixed = set(spec.time)
-        engine = engine.model_copy(update={"time": result.engine.time.model_copy(update={**FEATURE_TIME_TERMS, **spec.time})})
+        engine = engine.model_copy(update={"time": result.engine.time.model_copy(update={**FEATURE_TIME_TERMS, **spec.time}),
+                                           "hardware": result.engine.hardware})
+        fitted_on.update({k: v for k, v in result.engine.fitted_on.items() if k.startswith("hardware.")})
         # a term the family fit left alone keeps the base family's value, so it records the base's rows
         base_rows = time_fits[BASE_FAMILY].row_ids if BASE_FAMILY in time_fits else []
         for t in TIME_TERMS:
@@ -404,6 +409,52 @@ def refit(folder: Path | None = None, write: bool = True) -> dict[str, Any]:
         if write:
             write_profile(engine)
     return out
+
+
+def inherited_overrides(base: Any, fitted: list[str]) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """The base family's hardware overrides of the time terms a family with few rows does not fit
+    itself (``fitted``): it takes the base's kernel efficiencies and collectives, so it takes them
+    chip by chip too (e.g. vLLM's all-reduce latency on H100 and its RCCL link efficiency on
+    MI300X for SGLang, which has no fit row there). Returns the overrides (hardware -> terms) and
+    their ``fitted_on`` entries, the base's rows."""
+    hardware: dict[str, Any] = {}
+    fitted_on: dict[str, list[str]] = {}
+    for hw, overrides in base.hardware.items():
+        kept = {t: v for t, v in overrides.model_dump().items() if v is not None and t not in fitted}
+        if kept:
+            hardware[hw] = overrides.model_copy(update={t: None for t in overrides.model_dump() if t not in kept})
+            for t in kept:
+                key = f"hardware.{hw}.{t}"
+                if key in base.fitted_on:
+                    fitted_on[key] = base.fitted_on[key]
+    return hardware, fitted_on
+
+
+def write_inherited_overrides(folder: Path | None = None) -> list[Path]:
+    """Write into every bundled profile of the other families the base family's chip overrides of
+    the time terms that family does not fit itself (:func:`inherited_overrides`), the family's own
+    overrides kept on top; run after a narrow fit changes the base family's overrides (as
+    :func:`refit` does in one go). A family's own terms are those whose ``fitted_on`` rows are not
+    the base family's."""
+    from capplan.engine import load_engine
+
+    base = load_engine(next(p.name for p in PROFILES if p.family == BASE_FAMILY))
+    paths = []
+    for spec in PROFILES:
+        if spec.family == BASE_FAMILY:
+            continue
+        engine = load_engine(spec.name)
+        own = [t for t in TIME_TERMS if engine.fitted_on.get(f"time.{t}", []) != base.fitted_on.get(f"time.{t}", [])]
+        hardware, inherited = inherited_overrides(base, own)
+        if not hardware:
+            continue
+        merged = dict(hardware)
+        for hw, overrides in engine.hardware.items():
+            mine = {t: v for t, v in overrides.model_dump().items() if v is not None}
+            merged[hw] = merged[hw].model_copy(update=mine) if hw in merged else overrides
+        fitted_on = {**engine.fitted_on, **inherited}
+        paths.append(write_profile(engine.model_copy(update={"hardware": merged, "fitted_on": fitted_on}), folder))
+    return paths
 
 
 HARDWARE_MIN_ROWS = 15
@@ -600,6 +651,8 @@ def _narrow_fit(family: str, terms: list[str] | None, hardware: str | None, fold
             prefix = f"hardware.{hardware}" if hardware else "time"
             update["fitted_on"] = {**engine.fitted_on, **{f"{prefix}.{t}": result.row_ids for t in terms}}
             write_profile(engine.model_copy(update=update))
+        if family == BASE_FAMILY and hardware is not None:
+            write_inherited_overrides(folder)
     return {"terms": result.terms, "rows": result.row_ids, "before": result.median_abs_error_before,
             "after": result.median_abs_error_after}
 

@@ -240,8 +240,8 @@ Memory terms are fitted per vLLM version range on that range's start-up logs (th
 profiling peak, non-torch memory by parallelism); time terms per engine family on its serving
 rows, with per-hardware overrides where a chip's rows stay biased after the family fit. A family
 with few rows (SGLang) fits only its host terms (bandwidth efficiency, step, sequence and request
-overheads) and keeps vLLM's fitted kernel and all-reduce terms, whose `fitted_on` names the vLLM
-rows that set them. A chip whose rows mostly run tensor-parallel also gets its own all-reduce
+overheads) and keeps vLLM's fitted kernel and all-reduce terms, chip by chip (vLLM's H100 and
+MI300X overrides of those terms), whose `fitted_on` names the vLLM rows that set them. A chip whose rows mostly run tensor-parallel also gets its own all-reduce
 terms (latency and link efficiency: vLLM's custom all-reduce over NVLink and RCCL over Infinity
 Fabric differ as much as the kernels do); `python -m capplan.accuracy.refit --hardware FAMILY:CHIP` fits one chip's
 override on the bundled profiles, outside the family fit (`hardware.CHIP.*` above), and
@@ -487,15 +487,17 @@ Where the model is still wrong, and why:
   - On B200 the mean TTFT at 16 clients is +110..+272% while the median is -14..+45%: the mean is
     1.7-2.6x the median there, a start-of-run tail (as InferenceX's, above) that a steady-state
     mean does not hold.
-  - gpt-oss-120b is pessimistic: a decode step of 2.31 ms on 8 x B200 at TP 8 (TPOT -59%), 2.4 ms
-    at TP 4 and 3.1 ms on 8 x H100 (batch-1 decode -43..-58%). The profile's 2.8 ms step overhead
-    and the 36-layer model's 73 all-reduces at 35.5 us (the vLLM family's value; no B200 override)
-    already exceed the measured step: those terms were fitted on larger steps (5-7 ms), where
-    they stand in for work that scales with the model's layers.
-  - DeepSeek-V3.1 on 8 x MI300X under SGLang 0.5.7 (ROCm) is +69..+969%: TPOT 23.8 ms at one client
-    against 8.3 ms predicted, ~3x. The `sglang` profile has no MI300X override (no SGLang fit row
-    on that chip), so the chip's bandwidth and collectives come from the family's values, which
-    vLLM's own MI300X override (bandwidth 0.66, link 0.21) shows are far from that chip's.
+  - gpt-oss-120b on B200 is pessimistic: a decode step of 2.31 ms at TP 8 (TPOT -59%) and 2.4 ms
+    at TP 4 (batch-1 decode -47..-58%). The profile's 2.8 ms step overhead and the 36-layer model's
+    73 all-reduces at 35.5 us (the vLLM family's value; vLLM has no B200 override) already exceed
+    the measured step: those terms were fitted on larger steps (5-7 ms), where they stand in for
+    work that scales with the model's layers. On 8 x H100, where SGLang takes vLLM's H100
+    all-reduce latency (3.9 us), the same model's batch-1 decode is -8..-11% (it was -43..-47%
+    with the family's 35.5 us).
+  - DeepSeek-V3.1 on 8 x MI300X under SGLang 0.5.7 (ROCm) is +51..+498%: TPOT 23.8 ms at one client
+    against 7.9 ms predicted, ~3x. SGLang takes vLLM's MI300X kernel and all-reduce overrides
+    (RCCL link efficiency 0.21); its bandwidth efficiency (0.95, fitted on H20 and H100 rows) is
+    its own, where vLLM's MI300X rows reach 0.66, and no SGLang row on that chip fits anything.
 - **Older engine versions.** TensorRT-LLM 0.5 and 0.6.1 decoded grouped-query attention without
   sharing a group's K/V loads; the `trtllm-0.6` profile prices that (above) and leaves their
   Llama-2-70B rows at -30..+13% (the heaviest K/V readers pessimistic: any reuse of those loads
