@@ -278,6 +278,10 @@ class TimeOverrides(BaseModel):
     interconnect_efficiency: float | None = Field(default=None, gt=0, le=1)
     """Override of ``TimeTerms.interconnect_efficiency`` on this hardware."""
 
+    def set_terms(self) -> dict[str, float]:
+        """The terms this hardware overrides (those not ``None``), by name."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
 
 class EngineProfile(BaseModel):
     """One serving engine and version: memory terms, time terms, and where each came from."""
@@ -318,7 +322,7 @@ class EngineProfile(BaseModel):
         o = self.hardware.get(hardware)
         if o is None:
             return self.time
-        return self.time.model_copy(update={k: v for k, v in o.model_dump().items() if v is not None})
+        return self.time.model_copy(update=o.set_terms())
 
     def with_settings(
         self,

@@ -94,7 +94,7 @@ def test_a_family_with_few_rows_takes_the_base_families_chip_overrides_of_the_te
 
     vllm, sglang = load_engine("vllm-latest"), load_engine("sglang")
     for chip, overrides in vllm.hardware.items():
-        kept = {t: v for t, v in overrides.model_dump().items() if v is not None and t not in FAMILY_TERMS}
-        mine = {t: v for t, v in sglang.hardware[chip].model_dump().items() if v is not None}
+        kept = {t: v for t, v in overrides.set_terms().items() if t not in FAMILY_TERMS}
+        mine = sglang.hardware[chip].set_terms()
         assert mine == kept
         assert all(sglang.fitted_on[f"hardware.{chip}.{t}"] == vllm.fitted_on[f"hardware.{chip}.{t}"] for t in kept)

@@ -417,12 +417,14 @@ def inherited_overrides(base: Any, fitted: list[str]) -> tuple[dict[str, Any], d
     chip by chip too (e.g. vLLM's all-reduce latency on H100 and its RCCL link efficiency on
     MI300X for SGLang, which has no fit row there). Returns the overrides (hardware -> terms) and
     their ``fitted_on`` entries, the base's rows."""
+    from capplan.engine import TimeOverrides
+
     hardware: dict[str, Any] = {}
     fitted_on: dict[str, list[str]] = {}
     for hw, overrides in base.hardware.items():
-        kept = {t: v for t, v in overrides.model_dump().items() if v is not None and t not in fitted}
+        kept = {t: v for t, v in overrides.set_terms().items() if t not in fitted}
         if kept:
-            hardware[hw] = overrides.model_copy(update={t: None for t in overrides.model_dump() if t not in kept})
+            hardware[hw] = TimeOverrides(**kept)
             for t in kept:
                 key = f"hardware.{hw}.{t}"
                 if key in base.fitted_on:
@@ -450,7 +452,7 @@ def write_inherited_overrides(folder: Path | None = None) -> list[Path]:
             continue
         merged = dict(hardware)
         for hw, overrides in engine.hardware.items():
-            mine = {t: v for t, v in overrides.model_dump().items() if v is not None}
+            mine = overrides.set_terms()
             merged[hw] = merged[hw].model_copy(update=mine) if hw in merged else overrides
         fitted_on = {**engine.fitted_on, **inherited}
         paths.append(write_profile(engine.model_copy(update={"hardware": merged, "fitted_on": fitted_on}), folder))
