@@ -277,6 +277,32 @@ def test_an_open_loop_run_over_several_instances_is_dealt_round_robin(corpus):
     assert predict_serving(tput, engine).value == pytest.approx(8 * float(row.fields["output_tokens"]), rel=1e-9)
 
 
+def test_a_closed_loop_runs_first_wave_weighs_in_its_mean_ttft(corpus):
+    """The SGLang Cookbook's Qwen3-235B-A22B run on 8 x B200 at 16 clients sends 80 requests of
+    ~3,750/520 tokens: the first 16 at once, the other 64 as requests complete. The steady state
+    (the median row, which a wave of a fifth of the run does not move) is ~124 ms; the 16 sent at
+    once queue for ~60,000 prompt positions, a mean of ~374 ms in the serving simulator; the mean
+    row weighs them 16/80: 0.8 x 124 + 0.2 x 374 = ~174 ms (284 ms measured). The assumption says
+    so; the median row and a row that does not state its run length keep the steady state."""
+    from dataclasses import replace
+
+    from capplan.accuracy.predict import FIRST_WAVE, first_wave_share, predict_serving
+    from capplan.accuracy.report import default_engines
+
+    engine = default_engines()["sglang"]
+    base = "sglang056-cookbook-b200x8-qwen3-235b-bf16-tp8-8000-1000-c16-ttft"
+    mean, median = corpus[base], corpus[base + "-median"]
+    assert first_wave_share(mean) == pytest.approx(0.2) and first_wave_share(median) == 0.0
+    steady = predict_serving(median, engine).value
+    waved = predict_serving(mean, engine)
+    assert steady == pytest.approx(124.0, rel=0.05)
+    assert (waved.value - 0.8 * steady) / 0.2 == pytest.approx(374.0, rel=0.05)
+    assert any(a.startswith(FIRST_WAVE) and "first 16 of its 80 requests" in a for a in waved.assumed)
+    unstated = replace(mean, fields={k: v for k, v in mean.fields.items() if k != "num_prompts"})
+    assert first_wave_share(unstated) == 0.0
+    assert predict_serving(unstated, engine).value == pytest.approx(steady, rel=1e-9)
+
+
 def test_a_burst_of_stated_size_is_replayed(corpus):
     """TensorRT-LLM 0.14's QPS INF run of the 8B on one H100: 500 requests of 467/256 tokens sent
     at once, 3,335 ms mean TTFT and 39 ms ITL measured. Replayed with every arrival at 0 (KV and

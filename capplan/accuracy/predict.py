@@ -20,7 +20,8 @@ row) read from it; otherwise the row is counted saturated. A run too short to re
 form's steady state is replayed the same way: one whose steady state would hold more requests in
 the system (rate x end-to-end latency) than the run sends in all (:data:`SHORT_RUN`), and so is
 a latency row of a run that sends its stated number of fixed-length requests at once
-(:data:`BURST`). Models with
+(:data:`BURST`). A closed-loop run that states its length starts with a wave of requests sent at
+once, whose share of a mean latency is replayed too (:func:`first_wave_share`). Models with
 an architecturally identical preset are priced with it (:data:`MODEL_ALIASES`), and the row says
 so among its assumptions.
 """
@@ -160,6 +161,10 @@ SHORT_RUN = "the run ends before its steady state"
 closed form: at the closed form's steady state more requests would be in the system (arrival
 rate x end-to-end latency, Little's law) than the run sends in all (``num_prompts``)."""
 
+FIRST_WAVE = "the run's first wave"
+"""How the assumption of a closed-loop mean latency row that states its run length begins
+(:func:`first_wave_share`)."""
+
 SCHEDULER_COLUMNS = ("max_num_seqs", "max_num_batched_tokens")
 """Corpus columns (vLLM's engine-argument names) holding the scheduler limits a serving row's
 server ran with, where its source states them; a row without them runs the engine profile's
@@ -261,6 +266,8 @@ class PreparedServing:
     pinned_time: dict[str, Any] = field(default_factory=dict)
     """Time terms of the row's engine release (:data:`PINNED_TIME_TERMS`), kept whatever engine
     :meth:`evaluate` is given."""
+    first_wave: float = 0.0
+    """Share of a closed-loop run's requests sent at its start, all at once (:func:`first_wave_share`)."""
 
     @property
     def replayed(self) -> bool:
@@ -293,6 +300,8 @@ class PreparedServing:
             args = (rate / self.instances, P, O)
             extra["burstiness"] = self.burstiness * self.instances
         r = getattr(benchmark, self.scenario)(server, *args, **extra)
+        if self.first_wave > 0:
+            r = with_first_wave(r, server, self.first_wave, math.ceil(args[0] / self.instances), *args[1:], self.cached_tokens)
         if r.limited_by == "saturated" and self.row.metric in LATENCY_METRICS:
             raise Unsupported(f"{SATURATED}: latency grows with the run's length")
         in_system = r.requests_per_s * r.e2e_latency_s * self.instances
@@ -300,6 +309,38 @@ class PreparedServing:
             raise Unsupported(f"{SHORT_RUN}: {in_system:,.0f} requests in the system at the steady state, "
                               f"{self.row.number('num_prompts'):,.0f} in the run")
         return _metric(self.row.metric, r, self.instances, self.divisor)
+
+
+def first_wave_share(row: "CorpusRow") -> float:
+    """The share of a closed-loop run's requests that make up its first wave: ``vllm bench serve``
+    and ``sglang.bench_serving`` with ``--max-concurrency C`` start ``C`` requests at once, which
+    queue for their prefills as a burst does; the later ones arrive one by one as others complete,
+    as the steady-state closed form has them. ``C / num_prompts`` for a mean TTFT or end-to-end
+    latency row that states its run length (``num_prompts``), else 0 (a median or a percentile
+    is not moved by a wave of at most half the run; a throughput row is left to the steady state)."""
+    n, c = row.number("num_prompts"), row.number("concurrency")
+    if (n is None or c is None or row.get("scenario") != "concurrency" or row.metric not in ("ttft_ms", "e2e_latency_s")
+            or row_statistic(row) != "mean"):
+        return 0.0
+    return min(1.0, c / n)
+
+
+def with_first_wave(r: Any, server: Any, share: float, clients: int, prompt: float, output: float, cached: float) -> Any:
+    """A closed-loop result ``r`` whose mean TTFT and end-to-end latency weigh in the run's first
+    wave (:func:`first_wave_share`): ``share`` of the requests take the means of ``clients``
+    requests sent at once, replayed through the serving simulator
+    (:func:`capplan.sim.serving.simulate_replica`), the rest the steady state's."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from capplan.sim.serving import serving_engine, simulate_replica
+
+    n = max(1, clients)
+    wave = simulate_replica(serving_engine(server), np.zeros(n), np.full(n, int(round(prompt))), np.full(n, int(round(output))),
+                            np.full(n, int(round(cached))))
+    ttft, e2e = float(np.mean(wave.ttft_s)), float(np.mean(wave.finish_s))
+    return replace(r, ttft_s=(1.0 - share) * r.ttft_s + share * ttft, e2e_latency_s=(1.0 - share) * r.e2e_latency_s + share * e2e)
 
 
 def cached_prefix(row: "CorpusRow", assumed: list[str]) -> float:
@@ -356,6 +397,10 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
         if c is None:
             raise Unsupported("concurrency not stated")
         call, args = "closed_loop", (c, round(P), round(O))
+        wave = first_wave_share(row)
+        if wave > 0:
+            assumed.append(f"{FIRST_WAVE}: the first {c:,.0f} of its {row.number('num_prompts'):,.0f} requests (num_prompts) sent "
+                           f"at once, their mean from the serving simulator, weighted {wave:.0%}")
     elif scenario == "offline_max":
         call, args = _all_at_once(row, P, O)
     elif scenario == "request_rate":
@@ -373,7 +418,7 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
     instances, divisor = _instances(row, settings["tp"], hw)
     pinned = {t: getattr(engine.time, t) for t in PINNED_TIME_TERMS} if engine is not None else {}
     return PreparedServing(row, server, call, args, instances, divisor, assumed, cached,
-                           burstiness if call == "open_loop" else 1.0, pinned)
+                           burstiness if call == "open_loop" else 1.0, pinned, first_wave_share(row) if call == "closed_loop" else 0.0)
 
 
 def ends_before_steady_state(row: "CorpusRow", in_system: float) -> bool:
