@@ -300,8 +300,8 @@ class PreparedServing:
             args = (rate / self.instances, P, O)
             extra["burstiness"] = self.burstiness * self.instances
         r = getattr(benchmark, self.scenario)(server, *args, **extra)
-        if self.first_wave > 0:
-            r = with_first_wave(r, server, self.first_wave, math.ceil(args[0] / self.instances), *args[1:], self.cached_tokens)
+        if self.first_wave > 0:  # the wave's clients are the steady state's, on the one instance it prices
+            r = with_first_wave(r, server, self.first_wave, math.ceil(args[0]), *args[1:], self.cached_tokens)
         if r.limited_by == "saturated" and self.row.metric in LATENCY_METRICS:
             raise Unsupported(f"{SATURATED}: latency grows with the run's length")
         in_system = r.requests_per_s * r.e2e_latency_s * self.instances
