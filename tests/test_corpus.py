@@ -223,3 +223,19 @@ def test_a_family_fit_claims_only_the_terms_it_fitted(rows):
             assert getattr(sglang.time, term) == getattr(vllm.time, term), term
             assert ids == vllm.fitted_on[key], term
             assert families == {"vllm"}, (term, families)
+
+
+def test_accuracy_groups_by_the_engine_profile_that_priced_each_row():
+    """``--by engine`` summarises per engine profile: the LMSYS gpt-oss rows (SGLang) land in the
+    ``sglang`` group, four rows, and no other group appears for them."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from capplan.cli.app import app
+
+    r = CliRunner().invoke(app, ["accuracy", "--source", "lmsys-blog-2025-08-gpt-oss", "--by", "engine"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "Error by engine" in r.output
+    groups = re.findall(r"│ (\S+)\s+│\s+(\d+) │", r.output)
+    assert ("sglang", "4") in groups and not any(g.startswith(("vllm", "trtllm")) for g, _ in groups), groups

@@ -20,6 +20,7 @@ class Group(str, Enum):
     kind = "kind"
     feature = "feature"
     moe = "moe"
+    engine = "engine"
 
 
 HELP = (
@@ -35,6 +36,7 @@ HELP = (
     "  capplan accuracy\n"
     "  capplan accuracy --kind kv --rows\n"
     "  capplan accuracy --by source --format json -o accuracy.json\n"
+    "  capplan accuracy --source sgl-cookbook --by engine   # one publisher's rows, per engine profile\n"
     "  capplan accuracy --max-median-error 0.15 --max-signed-error 0.05   # a CI gate\n"
     "  capplan accuracy --max-factor 2   # no row off by more than 2x either way"
 )
@@ -51,7 +53,8 @@ def accuracy(
     ] = None,
     by: Annotated[
         Group, typer.Option("--by", help="Group the summary by source, metric, hardware, kind, feature (EP, speculative "
-                            "decoding, disaggregation, FP8/FP4/INT4, KV offload) or moe (dense vs mixture-of-experts).")
+                            "decoding, disaggregation, FP8/FP4/INT4, KV offload), moe (dense vs mixture-of-experts) or "
+                            "engine (the engine profile that priced the row).")
     ] = Group.metric,
     rows: Annotated[bool, typer.Option("--rows", help="Also list every row (the table format).")] = False,
     held_out_only: Annotated[bool, typer.Option("--held-out", help="Only the rows held out of every fit.")] = False,
@@ -121,6 +124,7 @@ def render(con, report: "AccuracyReport", by: str, show_rows: bool) -> None:  # 
         "kind": lambda r: r.kind,
         "feature": lambda r: r.feature or "none",
         "moe": lambda r: "moe" if r.moe else "dense",
+        "engine": lambda r: r.engine_profile or "none",
     }[by]
     con.print(
         "Engine profiles: " + ", ".join(f"{k} -> {v}" for k, v in sorted(report.engines.items()))
