@@ -86,8 +86,9 @@ def test_wheel_ships_bundled_files(tmp_path):
 
 
 def test_generated_reference_pages_are_current():
-    """docs/cli.md (every command's --help) and docs/reference.md (every field's docstring) are
-    generated; a change to a command, flag or docstring without regenerating them fails here.
+    """docs/cli.md (every command's --help), docs/reference.md (every field's docstring),
+    docs/accuracy.md and validation/coverage.yaml (capplan accuracy on the shipped corpus) are
+    generated; a change to a command, flag, docstring or prediction without regenerating them fails here.
     Fix: ``python -m capplan.cli.reference``."""
     from capplan.cli.reference import main
 

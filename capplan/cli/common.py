@@ -407,6 +407,21 @@ def load_engine_option(name: str | None, enforce_eager: bool | None = None, sche
     return call(lambda: profile.with_settings(enforce_eager=enforce_eager, capacity_scheduler_policy=scheduler_policy))
 
 
+def warn_known_error(profile: "Any", hardware: "Any") -> "Any":
+    """Warn on standard error, once per chip in ``hardware`` (profile names), where the shipped
+    corpus' published serving rows of ``profile``'s engine show a large or one-sided error
+    (:func:`capplan.accuracy.coverage.known_error`); a profile the user calibrated is not the one
+    those rows tested, so it is not warned about. Returns ``profile``."""
+    if str(profile.calibration).startswith("validation corpus fit"):
+        from capplan.accuracy.coverage import known_error
+
+        for name in dict.fromkeys(hardware):
+            c = known_error(profile.engine, name)
+            if c is not None:
+                warn(f"engine profile {profile.name}: {c.sentence()}")
+    return profile
+
+
 def console(stderr: bool = False) -> "Console":
     """A rich console (lazy import)."""
     from rich.console import Console

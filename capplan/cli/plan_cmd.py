@@ -53,6 +53,7 @@ from capplan.cli.common import (
     engine_features,
     check_engine_layout,
     parse_names,
+    warn_known_error,
 )
 
 if TYPE_CHECKING:
@@ -800,7 +801,8 @@ def plan(
             raise fail(f"--pipeline-parallel-size {e['pp']}: plan models replicas of one pipeline stage (1); capplan kv gives "
                        "pipeline-parallel memory")
         engine_profile = engine_settings(
-            load_engine_option(e["engine"], e["enforce_eager"], scheduler_policy), block_size=e["block_size"], max_num_seqs=e["max_num_seqs"],
+            warn_known_error(load_engine_option(e["engine"], e["enforce_eager"], scheduler_policy), [hw.name]), block_size=e["block_size"],
+            max_num_seqs=e["max_num_seqs"],
             max_num_batched_tokens=e["max_num_batched_tokens"],
         )
         workload = workload_settings(workload, prefix_caching=e["prefix_caching"], max_model_len=e["max_model_len"])

@@ -150,6 +150,8 @@ def accuracy_markdown() -> str:
             reason = r.unsupported.split(":")[0].split("'")[0].strip()
             unsupported[reason] = unsupported.get(reason, 0) + 1
     saturated = report.saturated()
+    from capplan.accuracy.coverage import coverage_table
+
     fits = []
     for name in list_engines():
         eng = load_engine(name)
@@ -170,6 +172,8 @@ def accuracy_markdown() -> str:
             for r in worst
         ) or "| (none) | | | | | |",
         n_worst=len(worst),
+        warned="; ".join(f"{c.engine} on {c.hardware} ({c.rows} rows, median {c.median_signed_error:+.0%}, "
+                         f"{c.within_2x:.0%} within 2x)" for c in coverage_table(report) if c.warrants_warning) or "none",
         gate=_gate_sentence(report.summary(held), sum(r.held_out for r in worst), saturated["held_out"]),
         unsupported="\n".join(f"| {k} | {v} |" for k, v in sorted(unsupported.items(), key=lambda kv: -kv[1])),
         n_unsupported=sum(unsupported.values()),
@@ -219,6 +223,12 @@ CI can gate on these figures: `capplan accuracy --max-median-error 0.15 --max-si
 --max-factor 2` exits 1 when the held-out rows' median absolute error passes 15%, their median
 signed error leaves +/-5%, or any held-out row is off by more than a factor of 2 either way (or a
 latency row is predicted saturated). On the shipped corpus: {gate}.
+
+Where an engine's published serving rows on one chip are far off (at least 5 rows, and a median
+signed error beyond +/-25% or fewer than 75% of them within 2x), `roofline`, `plan`, `sweep` and
+`simulate` say so on standard error when a bundled profile of that engine prices steps on that
+chip (a profile you calibrated is not warned about). The record is `validation/coverage.yaml`,
+generated with this page; the engine and chip pairs it warns on now: {warned}.
 
 ## By kind, metric, source and hardware (held-out rows)
 
@@ -591,6 +601,16 @@ PAGES = {"cli.md": cli_markdown, "reference.md": reference_markdown, "accuracy.m
 """Generated pages under ``docs/`` and their generators."""
 
 README = DOCS.parent / "README.md"
+COVERAGE = DOCS.parent / "validation" / "coverage.yaml"
+"""capplan's serving error per engine and chip (:mod:`capplan.accuracy.coverage`), generated beside the pages."""
+
+
+def coverage_text() -> str:
+    """``validation/coverage.yaml`` from ``capplan accuracy`` on the shipped corpus."""
+    from capplan.accuracy.coverage import coverage_yaml
+
+    return coverage_yaml(shipped_report())
+
 TRANSCRIPT_COLUMNS = 100
 """Terminal width the README's transcripts are rendered at."""
 
@@ -648,9 +668,10 @@ def main(argv: list[str] | None = None) -> int:
         elif fresh != current:
             README.write_text(fresh, encoding="utf-8")
             print(f"wrote {README}")
-    for name, make in PAGES.items():
+    generated = [(DOCS / name, make) for name, make in PAGES.items()] + [(COVERAGE, coverage_text)]
+    for path, make in generated:
+        name = path.name
         text = make()
-        path = DOCS / name
         if "--check" in args:
             if not path.exists() or path.read_text(encoding="utf-8") != text:
                 stale.append(name)

@@ -51,6 +51,7 @@ from capplan.cli.common import (
     TwoBatchOverlapOpt,
     layout_options,
     spec_inputs,
+    warn_known_error,
 )
 
 if TYPE_CHECKING:
@@ -205,7 +206,7 @@ def roofline(
         _check_plot_path(plot, force)
     spec = call(lambda: load_model_spec(model))
     hw = call(lambda: load_hardware(hardware))
-    engine_profile = load_engine_option(engine, enforce_eager)
+    engine_profile = warn_known_error(load_engine_option(engine, enforce_eager), [hw.name])
     inp = call(
         lambda: RooflineInputs(
             tp=tp, weight_dtype=dtype_name(weight_dtype), kv_dtype=dtype_name(kv_dtype),

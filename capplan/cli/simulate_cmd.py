@@ -53,6 +53,7 @@ from capplan.cli.common import (
     safe,
     warn,
     workload_settings,
+    warn_known_error,
 )
 
 if TYPE_CHECKING:
@@ -392,7 +393,8 @@ def simulate(
         step_overhead_s=step_overhead,
         kv_dtype=dtype_name(kv_dtype), weight_dtype=dtype_name(weight_dtype), max_num_seqs=max_num_seqs,
         max_batched_tokens=max_batched_tokens, gpu_mem_util=gpu_memory_utilization,
-        engine=engine_settings(load_engine_option(engine, enforce_eager, scheduler_policy), block_size=block_size), **features,
+        engine=engine_settings(warn_known_error(load_engine_option(engine, enforce_eager, scheduler_policy), [hw.name]),
+                               block_size=block_size), **features,
     ))
     if bounds is not None:
         _sweep(w, hw, thw, cfg, bounds, model, format, output, timeline, force)
@@ -641,7 +643,7 @@ def _simulate_serving(ctx, w, hardware, model, tp, inference_replicas, seed, kv_
         if path is not None and path.exists() and not force:
             raise fail(f"{path}: file exists; pass --force to overwrite it")
     hw = call(lambda: load_hardware(hardware))
-    profile = load_engine_option(engine, enforce_eager, scheduler_policy)
+    profile = warn_known_error(load_engine_option(engine, enforce_eager, scheduler_policy), [hw.name])
     replicas = inference_replicas
     if not given(ctx, ["inference_replicas", "inference_gpus"]) and trace is None:
         replicas = _planned_replicas(w, hw, model, tp, kv_dtype, weight_dtype, profile, features or {})

@@ -48,6 +48,7 @@ from capplan.cli.common import (
     engine_defaults,
     engine_features,
     layout_options,
+    warn_known_error,
 )
 
 if TYPE_CHECKING:
@@ -382,7 +383,8 @@ def sweep_cmd(
             "pass --gpu-hour-price 2.5 or HARDWARE=PRICE pairs"
         )
     engine_profile = engine_settings(
-        load_engine_option(engine, e["enforce_eager"], scheduler_policy), gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
+        warn_known_error(load_engine_option(engine, e["enforce_eager"], scheduler_policy), [p.name for p in profiles]),
+        gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
     )
     total = len(profiles) * len(tps) * len(kv_dtypes) * len(weight_dtypes) * len(eps) * len(token_list)
