@@ -8,7 +8,7 @@ import sys
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterable, Iterator, TypeVar
 
 import typer
 
@@ -407,7 +407,7 @@ def load_engine_option(name: str | None, enforce_eager: bool | None = None, sche
     return call(lambda: profile.with_settings(enforce_eager=enforce_eager, capacity_scheduler_policy=scheduler_policy))
 
 
-def warn_known_error(profile: "Any", hardware: "Any") -> "Any":
+def warn_known_error(profile: Any, hardware: Iterable[str]) -> Any:
     """Warn on standard error, once per chip in ``hardware`` (profile names), where the shipped
     corpus' published serving rows of ``profile``'s engine show a large or one-sided error
     (:func:`capplan.accuracy.coverage.known_error`); a profile the user calibrated is not the one
