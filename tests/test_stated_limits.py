@@ -195,6 +195,7 @@ def test_a_saturated_run_of_stated_length_is_simulated(corpus):
     ("sampler", "flashinfer", True), ("sampler", "triton", False), ("cached_prefix_tokens", "nan", False),
     ("num_prompts", "3200", True), ("num_prompts", "0", False), ("num_prompts", "12.5", False),
     ("statistic", "median", True), ("statistic", "p50", False),
+    ("lengths", "fixed", True), ("lengths", "varying", True), ("lengths", "random", False),
 ])
 def test_a_setting_column_outside_what_it_allows_is_refused(tmp_path, column, value, ok):
     """A user's corpus with a setting the model reads: a value it cannot read is a one-line error
@@ -308,7 +309,7 @@ def test_a_burst_of_stated_size_is_replayed(corpus):
     at once, 3,335 ms mean TTFT and 39 ms ITL measured. Replayed with every arrival at 0 (KV and
     the engine's batch limit admitting them in waves), the TTFT comes out 2.46 s (+35%) and the ITL
     37 ms (+5%); the prediction names the replay. A burst of variable-length requests (GPUStack's
-    ShareGPT runs, whose lengths are derived means) stays unsupported. GPUStack's random-dataset
+    ShareGPT runs, ``lengths`` ``varying``: their lengths are means) stays unsupported. GPUStack's random-dataset
     burst of 100 DeepSeek-R1 requests of 32,000/100 tokens on 8 x H200 (vLLM 0.11.0), whose totals
     (3,199,900 input and 10,000 output tokens over 100 requests) show fixed lengths, is replayed:
     101,352 ms mean TTFT measured, about 100 s predicted (the 100 prompts prefilled one after
@@ -324,10 +325,12 @@ def test_a_burst_of_stated_size_is_replayed(corpus):
     with pytest.raises(Unsupported, match=BURST):
         prepare_serving(corpus[base + "ttft"], engine).evaluate()
     variable = next(r for r in corpus.values() if r.source == "gpustack-performance-lab" and r.metric == "ttft_ms"
-                    and r.get("scenario") == "offline_max")
+                    and r.get("scenario") == "offline_max" and r.get("lengths") == "varying")
     p = predict_serving(variable, default_engines()["vllm"])
     assert p.value is None and p.reason.startswith("latency with every request queued at once")
-    fixed = predict_serving(corpus["vllm0110-gpustack-h200x8-deepseek-v3-tp8-rand32000-100-inf-ttft"], default_engines()["vllm"])
+    fixed_row = corpus["vllm0110-gpustack-h200x8-deepseek-v3-tp8-rand32000-100-inf-ttft"]
+    assert fixed_row.get("lengths") == "fixed"
+    fixed = predict_serving(fixed_row, default_engines()["vllm"])
     assert fixed.value == pytest.approx(101351.99, rel=0.10)
     assert any(a.startswith(BURST) and "100 requests (num_prompts) replayed" in a for a in fixed.assumed)
 

@@ -129,6 +129,7 @@ SETTING_COLUMNS: dict[str, str] = {
     "sampler": "pytorch or flashinfer",
     "num_prompts": "a whole number >= 1",
     "statistic": "mean or median",
+    "lengths": "fixed or varying",
 }
 """Optional setting columns and what each allows (:func:`_check_settings`): a value outside it
 would otherwise be read as not stated."""
@@ -144,6 +145,8 @@ def _check_settings(path: Path, line: int, fields: dict[str, Any]) -> None:
             ok = raw in ("pytorch", "flashinfer")
         elif col == "statistic":
             ok = raw in ("mean", "median")
+        elif col == "lengths":
+            ok = raw in ("fixed", "varying")
         else:
             try:
                 x = float(raw)

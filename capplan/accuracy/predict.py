@@ -334,13 +334,22 @@ def with_first_wave(r: Any, server: Any, share: float, clients: int, prompt: flo
 
     import numpy as np
 
-    from capplan.sim.serving import serving_engine, simulate_replica
-
-    n = max(1, clients)
-    wave = simulate_replica(serving_engine(server), np.zeros(n), np.full(n, int(round(prompt))), np.full(n, int(round(output))),
-                            np.full(n, int(round(cached))))
+    wave = replay_fixed(server, np.zeros(max(1, clients)), prompt, output, cached)
     ttft, e2e = float(np.mean(wave.ttft_s)), float(np.mean(wave.finish_s))
     return replace(r, ttft_s=(1.0 - share) * r.ttft_s + share * ttft, e2e_latency_s=(1.0 - share) * r.e2e_latency_s + share * e2e)
+
+
+def replay_fixed(server: Any, arrivals: Any, prompt: float, output: float, cached: float) -> Any:
+    """One engine instance replayed by the serving simulator
+    (:func:`capplan.sim.serving.simulate_replica`): requests of fixed lengths (``prompt`` /
+    ``output`` / ``cached`` positions, rounded) at ``arrivals`` [s]."""
+    import numpy as np
+
+    from capplan.sim.serving import serving_engine, simulate_replica
+
+    n = len(arrivals)
+    P, O, C = int(round(prompt)), int(round(output)), int(round(cached))
+    return simulate_replica(serving_engine(server), arrivals, np.full(n, P), np.full(n, O), np.full(n, C))
 
 
 def cached_prefix(row: "CorpusRow", assumed: list[str]) -> float:
@@ -387,6 +396,7 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
     server = _server(model, row.get("hardware"), engine, tuple(sorted(settings.items())))
     cached = cached_prefix(row, assumed)
     scenario = row.get("scenario")
+    wave = 0.0  # a closed-loop run's first wave (first_wave_share)
     if scenario == "static_batch":
         b = row.number("batch")
         if b is None:
@@ -398,9 +408,9 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
             raise Unsupported("concurrency not stated")
         call, args = "closed_loop", (c, round(P), round(O))
         wave = first_wave_share(row)
-        if wave > 0:
+        if wave:
             assumed.append(f"{FIRST_WAVE}: the first {c:,.0f} of its {row.number('num_prompts'):,.0f} requests (num_prompts) sent "
-                           f"at once, their mean from the serving simulator, weighted {wave:.0%}")
+                           f"at once, their mean from the serving simulator (at the row's lengths), weighted {wave:.0%}")
     elif scenario == "offline_max":
         call, args = _all_at_once(row, P, O)
     elif scenario == "request_rate":
@@ -418,7 +428,7 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
     instances, divisor = _instances(row, settings["tp"], hw)
     pinned = {t: getattr(engine.time, t) for t in PINNED_TIME_TERMS} if engine is not None else {}
     return PreparedServing(row, server, call, args, instances, divisor, assumed, cached,
-                           burstiness if call == "open_loop" else 1.0, pinned, first_wave_share(row) if call == "closed_loop" else 0.0)
+                           burstiness if call == "open_loop" else 1.0, pinned, wave)
 
 
 def ends_before_steady_state(row: "CorpusRow", in_system: float) -> bool:
@@ -436,8 +446,9 @@ def _all_at_once(row: "CorpusRow", P: float, O: float) -> tuple[str, tuple]:
     fixed, latency and throughput alike (a finite burst's throughput includes its ramp and its
     drain); else the steady-state offline closed form for a throughput row, and unsupported for a
     latency row (it depends on the request count and the engine's batch limit) or for the
-    throughput of a burst of variable-length requests."""
-    variable = "derived means" in (row.get("notes") or "")
+    throughput of a burst of variable-length requests (``lengths`` ``varying``: the row's lengths
+    are means over requests of different lengths, as :mod:`capplan.calibrate`'s rows say too)."""
+    variable = row.get("lengths") == "varying"
     if row.number("num_prompts") is not None and not variable:
         return "burst", (math.inf, round(P), round(O))
     if row.metric in LATENCY_METRICS:
@@ -499,8 +510,6 @@ def finite_run(row: "CorpusRow", server: Any, rate: float, instances: float, pro
     :class:`Unsupported` when the row states no run length."""
     import numpy as np
 
-    from capplan.sim.serving import serving_engine, simulate_replica
-
     n_all = row.number("num_prompts")
     if n_all is None:
         raise Unsupported(f"{SATURATED}: latency grows with the run's length, which the row does not state (num_prompts)")
@@ -512,8 +521,8 @@ def finite_run(row: "CorpusRow", server: Any, rate: float, instances: float, pro
     else:
         gaps = np.full(n, 1.0 / per_rate) if math.isinf(shape) else rng.gamma(shape, 1.0 / (per_rate * shape), n)
         arrivals = np.cumsum(gaps)
-    P, O, C = int(round(prompt)), int(round(output)), int(round(cached))
-    run = simulate_replica(serving_engine(server), arrivals, np.full(n, P), np.full(n, O), np.full(n, C))
+    P, O = int(round(prompt)), int(round(output))
+    run = replay_fixed(server, arrivals, prompt, output, cached)
     e2e = run.finish_s - arrivals
     weights = None
     work = {"output_tokens_per_s": n * O, "input_tokens_per_s": n * P, "total_tokens_per_s": n * (P + O), "requests_per_s": n}

@@ -150,7 +150,7 @@ def accuracy_markdown() -> str:
             reason = r.unsupported.split(":")[0].split("'")[0].strip()
             unsupported[reason] = unsupported.get(reason, 0) + 1
     saturated = report.saturated()
-    from capplan.accuracy.coverage import coverage_table
+    from capplan.accuracy.coverage import WARN_MEDIAN_SIGNED, WARN_MIN_ROWS, WARN_WITHIN_2X, coverage_table
 
     fits = []
     for name in list_engines():
@@ -172,6 +172,7 @@ def accuracy_markdown() -> str:
             for r in worst
         ) or "| (none) | | | | | |",
         n_worst=len(worst),
+        warn_rows=WARN_MIN_ROWS, warn_median=WARN_MEDIAN_SIGNED, warn_within=WARN_WITHIN_2X,
         warned="; ".join(f"{c.engine} on {c.hardware} ({c.rows} rows, median {c.median_signed_error:+.0%}, "
                          f"{c.within_2x:.0%} within 2x)" for c in coverage_table(report) if c.warrants_warning) or "none",
         gate=_gate_sentence(report.summary(held), sum(r.held_out for r in worst), saturated["held_out"]),
@@ -224,8 +225,8 @@ CI can gate on these figures: `capplan accuracy --max-median-error 0.15 --max-si
 signed error leaves +/-5%, or any held-out row is off by more than a factor of 2 either way (or a
 latency row is predicted saturated). On the shipped corpus: {gate}.
 
-Where an engine's published serving rows on one chip are far off (at least 5 rows, and a median
-signed error beyond +/-25% or fewer than 75% of them within 2x), `roofline`, `plan`, `sweep` and
+Where an engine's published serving rows on one chip are far off (at least {warn_rows} rows, and a
+median signed error beyond +/-{warn_median:.0%} or fewer than {warn_within:.0%} of them within 2x), `roofline`, `plan`, `sweep` and
 `simulate` say so on standard error when a bundled profile of that engine prices steps on that
 chip (a profile you calibrated is not warned about). The record is `validation/coverage.yaml`,
 generated with this page; the engine and chip pairs it warns on now: {warned}.
