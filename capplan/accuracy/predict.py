@@ -787,9 +787,9 @@ class PreparedKV:
         return float(r.kv_capacity_tokens) if self.row.metric == "kv_cache_tokens" else r.kv_budget_gib_per_gpu
 
 
-def vllm_version(text: str | None) -> tuple[int, int, int] | None:
-    """``(0, 19, 1)`` from a version cell such as ``0.19.1`` or ``v0.10.1.dev101+g...``; ``None``
-    for the v0 engine or text without a version."""
+def release_version(text: str | None) -> tuple[int, int, int] | None:
+    """``(0, 19, 1)`` from an engine release cell such as ``0.19.1`` or ``v0.10.1.dev101+g...``
+    (vLLM, TensorRT-LLM); ``None`` for vLLM's "v0 engine" or text without a version."""
     import re
 
     if not text or text.lower().startswith("v0 engine"):
@@ -810,7 +810,7 @@ def prepare_kv(row: "CorpusRow", engine: "EngineProfile | None") -> PreparedKV:
     spec, hw = _model(row.get("model") or "?"), _hardware(row.get("hardware") or "?")
     if row.get("engine") != "vllm":
         raise Unsupported(f"engine {row.get('engine')} KV rows are not predicted yet")
-    if vllm_version(row.get("engine_version")) is None and "latest" not in (row.get("engine_version") or ""):
+    if release_version(row.get("engine_version")) is None and "latest" not in (row.get("engine_version") or ""):
         raise Unsupported("the log shows no V1 version (the v0 engine, or a version not printed)")
     assumed: list[str] = []
     w = dtype_of(row.get("weight_dtype")) or "bf16"

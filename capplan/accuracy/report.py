@@ -273,9 +273,9 @@ def _by_version(version: tuple[int, int, int], table: list[tuple[tuple[int, int,
 def time_profile_name(row: Any, family: str) -> str:
     """The bundled profile that prices a serving row's times: its family's, except in a family of
     :data:`RELEASE_PROFILES` (TensorRT-LLM up to 0.6, :data:`TRTLLM_VERSION_PROFILES`)."""
-    from capplan.accuracy.predict import vllm_version
+    from capplan.accuracy.predict import release_version
 
-    v = vllm_version(row.get("engine_version"))
+    v = release_version(row.get("engine_version"))
     if family not in RELEASE_PROFILES or v is None:
         return family
     return _by_version(v, RELEASE_PROFILES[family])
@@ -283,10 +283,10 @@ def time_profile_name(row: Any, family: str) -> str:
 
 def kv_profile_name(row: Any) -> str:
     """The engine profile that reproduces a vLLM start-up log (by its version)."""
-    from capplan.accuracy.predict import vllm_version
+    from capplan.accuracy.predict import release_version
 
     text = row.get("engine_version") or ""
-    v = vllm_version(text)
+    v = release_version(text)
     if v is None:
         return "vllm-0.15" if "latest" in text else "vllm"
     return _by_version(v, VLLM_VERSION_PROFILES)

@@ -445,13 +445,13 @@ def _grab(pattern: str, text: str) -> str | None:
 
 def _graph_subtracted(text: str, version: str | None) -> bool:
     """Whether the engine took its CUDA-graph estimate out of the KV budget (:func:`read_vllm_log`)."""
-    from capplan.accuracy.predict import vllm_version
+    from capplan.accuracy.predict import release_version
 
     if "CUDA graph memory profiling is enabled" in text:
         return True
     if "CUDA graph memory profiling will be enabled by default" in text:
         return False
-    v = vllm_version(version)
+    v = release_version(version)
     return v is not None and v >= (0, 20, 0)
 
 
