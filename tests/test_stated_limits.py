@@ -258,6 +258,26 @@ def test_a_run_shorter_than_its_steady_state_is_replayed(corpus):
     assert slower.evaluate() == predict_serving(corpus[base + "qps16-ttft"], engine).value
 
 
+def test_data_parallel_attention_over_tensor_parallel_moe_is_refused(corpus):
+    """SGLang ``--enable-dp-attention --dp 8`` without expert parallelism runs attention on eight
+    one-GPU ranks and the MoE layers tensor-parallel over all eight GPUs. capplan models a MoE
+    model's data-parallel attention with expert parallelism only, so such a row (tp 1, dp 8, ep 1)
+    is unsupported with that reason, not priced as one GPU holding the whole model, nor as TP 8
+    attention, which keeps a copy of DeepSeek's single MLA KV head on every GPU where the
+    data-parallel ranks would each hold their own sequences' KV."""
+    from dataclasses import replace
+
+    from capplan.accuracy.predict import predict_serving
+    from capplan.accuracy.report import default_engines
+
+    row = corpus["sglang053-gpustack-h200x8-deepseek-v3-dpattn-tp8-rand2000-100-inf-tpot"]
+    dp_row = replace(row, fields={**row.fields, "tp": "1", "dp": "8", "ep": "1"})
+    p = predict_serving(dp_row, default_engines()["sglang"])
+    assert p.value is None
+    assert p.reason.startswith("data-parallel attention (dp 8) with tensor-parallel MoE layers (ep 1) is not modelled")
+    assert predict_serving(row, default_engines()["sglang"]).value is not None
+
+
 def test_an_open_loop_run_over_several_instances_is_dealt_round_robin(corpus):
     """A row whose GPUs hold two engine instances (``num_gpus`` twice ``tp``) at 8 requests/s is
     priced as two instances at 4 requests/s each, with gaps of gamma shape 2 (Poisson dealt

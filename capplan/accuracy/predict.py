@@ -225,6 +225,9 @@ def serving_setup(row: "CorpusRow", family: str) -> tuple[dict[str, Any], list[s
     if fp4 in ("nvfp4", "mxfp4") and not hw.has_unit(fp4) and "gemm_dtype" not in fs:
         settings["gemm_dtype"] = "bf16"
         assumed.append(f"{fp4} GEMMs as weight-only W4A16 kernels in bf16: {hw.name} has no FP4 unit")
+    if moe and dp > 1 and ep == 1:  # e.g. SGLang --enable-dp-attention without --enable-ep-moe
+        raise Unsupported(f"data-parallel attention (dp {dp}) with tensor-parallel MoE layers (ep 1) is not modelled: "
+                          "capplan runs a MoE model's data-parallel attention with expert parallelism over the instance")
     if moe and ep > 1:
         settings.update(ep=ep, dp=dp)
     # a dense model's data-parallel ranks are independent replicas: priced one rank at a time
