@@ -98,3 +98,31 @@ def test_a_family_with_few_rows_takes_the_base_families_chip_overrides_of_the_te
         mine = sglang.hardware[chip].set_terms()
         assert mine == kept
         assert all(sglang.fitted_on[f"hardware.{chip}.{t}"] == vllm.fitted_on[f"hardware.{chip}.{t}"] for t in kept)
+
+
+def test_the_full_refit_starts_from_the_bundled_terms(monkeypatch):
+    """``python -m capplan.accuracy.refit`` refines the bundled profiles rather than starting over:
+    the vLLM family fit (the first, on ``vllm-0.10``) starts at that profile's bundled time terms
+    and chip overrides, with the overrides' ``fitted_on`` rows. The fit's loss is not convex in
+    the terms: started from the engine defaults it stopped in a worse optimum (docs/accuracy.md,
+    "Which rows fitted which term")."""
+    import capplan.accuracy.fit as fit
+    from capplan.accuracy.refit import TIME_TERMS, refit
+
+    class Started(Exception):
+        pass
+
+    seen = {}
+
+    def capture(engine, rows, terms, **kwargs):
+        seen["engine"], seen["terms"] = engine, list(terms)
+        raise Started
+
+    monkeypatch.setattr(fit, "fit_time_terms", capture)
+    with pytest.raises(Started):
+        refit(write=False)
+    bundled, start = load_engine("vllm-0.10"), seen["engine"]
+    assert seen["terms"] == TIME_TERMS
+    assert {t: getattr(start.time, t) for t in TIME_TERMS} == {t: getattr(bundled.time, t) for t in TIME_TERMS}
+    assert start.hardware == bundled.hardware and set(bundled.hardware) == {"h100-sxm", "mi300x"}
+    assert all(start.fitted_on[k] == v for k, v in bundled.fitted_on.items() if k.startswith("hardware."))
