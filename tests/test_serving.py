@@ -218,6 +218,22 @@ def test_price_from_the_hardware_profile_and_none_without_one():
     assert q.price_usd_per_gpu_hour is None and q.cost_usd_per_million_output_tokens is None
 
 
+def test_a_replica_planned_past_the_published_front_end_bound_is_warned_about():
+    """capplan prices a replica's GPU work only. GPUStack's vLLM 0.11 chat endpoint completed short
+    requests at 30.4 requests/s where capplan prices the GPU work at 101
+    (``FRONT_END_BOUND_REQUESTS_PER_S``), so a plan that puts more on one replica says so, in the
+    JSON and the CSV; at the bundled 20 requests/s it does not."""
+    from capplan.plan.serving import FRONT_END_BOUND_REQUESTS_PER_S
+
+    w = load_workload("chat-serving")
+    busy = w.model_copy(update={"serving": w.serving.model_copy(update={"arrival_rate_per_s": 60.0})})
+    p = plan_serving(busy, PlanInputs(hardware=H100, model=LLAMA, inference_gpus=1), 2000)
+    assert p.per_replica_rate_per_s == 60.0 > FRONT_END_BOUND_REQUESTS_PER_S == 30.4
+    assert len(p.warnings) == 1 and p.warnings[0].startswith("60 requests/s per replica: capplan prices the GPU work only")
+    assert p.as_dict()["warnings"] == p.warnings
+    assert plan_serving(w, PlanInputs(hardware=H100, model=LLAMA), 2000).warnings == []
+
+
 @pytest.mark.parametrize("name", ["a100-40gb", "a100-80gb", "b200", "h100-pcie", "h100-sxm"])
 def test_profile_prices_name_their_list_and_date(name):
     hw = load_hardware(name)

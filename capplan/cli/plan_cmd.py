@@ -330,6 +330,7 @@ SERVING_CSV_COLUMNS: list[tuple[str, Any]] = [
     ("cost_usd_per_million_output_tokens", lambda p: p.cost_usd_per_million_output_tokens),
     ("cost_usd_per_million_input_tokens", lambda p: p.cost_usd_per_million_input_tokens),
     ("sizing", lambda p: p.sizing),
+    ("warnings", lambda p: " | ".join(p.warnings)),
 ]
 
 
@@ -463,6 +464,8 @@ def render_serving(plans: list["ServingPlan"], explain: bool) -> None:
             out.print(f"{escape(p.workload)}: {escape(line)}.")
         for reason in p.reasons:
             out.print(f"{escape(p.workload)}: [bold]target not met[/bold]: {escape(reason)}.")
+        for warning in p.warnings:
+            out.print(f"[bold]warning[/bold] {escape(p.workload)}: {escape(warning)}.")
         out.print(f"{escape(p.workload)}: price: {escape(p.price_source)}")
     out.print("Assumptions: " + escape("; ".join(dict.fromkeys(a for p in plans for a in p.assumptions))) + ".")
     if explain:

@@ -208,6 +208,8 @@ class ServingPlan:
     """Fleet cost of the prefill share of step time per million prompt tokens [USD/1M tokens]."""
     assumptions: list[str] = field(default_factory=list)
     """The assumptions behind the figures, as text."""
+    warnings: list[str] = field(default_factory=list)
+    """Where the plan leaves what capplan models (:func:`front_end_warning`), one sentence each."""
     explain: list[str] = field(default_factory=list)
     """Every formula with its numbers (``--explain``; not in the JSON contract)."""
     ep: int = 1
@@ -243,6 +245,35 @@ LAYOUT_KEYS = frozenset({"ep", "dp", "instances"})
 # weights_gib_per_gpu is None (so absent) unless the layout is in use
 FEATURE_KEYS = LAYOUT_KEYS | {"weights_gib_per_gpu", "speculative", "disaggregated", "kv_offload"}
 """Serving-plan keys of the engine features: absent from the JSON while the feature is off."""
+
+
+FRONT_END_BOUND_REQUESTS_PER_S = 30.4
+"""The lowest request rate a published server completed while capplan prices its GPU work at
+three times that or more, which points at its HTTP front end (request parsing, chat template,
+tokenization, detokenization, streaming), which capplan does not price [requests/s]: vLLM
+0.11.0's chat endpoint completed 1,000 requests of 128 prompt and 4 output tokens, all sent at
+once, at 30.4 requests/s with Qwen3-32B on one H100, whose GPU work capplan prices at 101
+requests/s (GPUStack performance lab; corpus row
+``vllm0110-gpustack-h100x1-qwen3-32b-tp1-rand128-4-inf-out-tput``). The lab's other such bursts:
+Qwen3-14B 44 (GPU work 237), DeepSeek-R1 on 8 x H200 45 (413), Qwen3-235B-A22B on 8 x H100 111
+(464) and gpt-oss-20b 213 (496) under vLLM 0.11, 128-156 under SGLang 0.5 (docs/accuracy.md,
+"Where the model is still wrong")."""
+
+
+def front_end_warning(per_replica_rate_per_s: float) -> str | None:
+    """The warning for a replica planned past :data:`FRONT_END_BOUND_REQUESTS_PER_S`, else ``None``.
+
+    >>> front_end_warning(10.0) is None
+    True
+    >>> front_end_warning(120.0).startswith("120 requests/s per replica")
+    True
+    """
+    if per_replica_rate_per_s <= FRONT_END_BOUND_REQUESTS_PER_S:
+        return None
+    return (f"{per_replica_rate_per_s:,.4g} requests/s per replica: capplan prices the GPU work only, and published servers "
+            f"have completed short requests at {FRONT_END_BOUND_REQUESTS_PER_S:g} requests/s where their GPU work allowed three "
+            "times that (vLLM 0.11's chat endpoint), which points at the HTTP front end; measure the front end at this rate or "
+            "plan more replicas")
 
 
 def _kv_name(limited_by: str) -> str:
@@ -376,6 +407,7 @@ def plan_serving(
         price_usd_per_gpu_hour=price, price_source=source, fleet_cost_usd_per_hour=fleet_cost,
         cost_usd_per_million_output_tokens=cost_out, cost_usd_per_million_input_tokens=cost_in,
         assumptions=_assumptions(engine, hw.name, s) + feature_assumptions(inputs),
+        warnings=[w for w in [front_end_warning(lam / replicas)] if w],
     )
     plan = _with_features(plan, workload, inputs, server, memory, mix, q)
     plan = _with_explanation(plan, q, server, mix)
