@@ -221,15 +221,23 @@ def test_price_from_the_hardware_profile_and_none_without_one():
 def test_a_replica_planned_past_the_published_front_end_bound_is_warned_about():
     """capplan prices a replica's GPU work only. GPUStack's vLLM 0.11 chat endpoint completed short
     requests at 30.4 requests/s where capplan prices the GPU work at 101
-    (``FRONT_END_BOUND_REQUESTS_PER_S``), so a plan that puts more on one replica says so, in the
+    (``FRONT_END_BOUND_REQUESTS_PER_S``; the test checks both against the corpus row), so a plan
+    that puts more on one server says so, in the
     JSON and the CSV; at the bundled 20 requests/s it does not."""
     from capplan.plan.serving import FRONT_END_BOUND_REQUESTS_PER_S
 
+    from capplan.accuracy.corpus import load_corpus
+    from capplan.accuracy.predict import predict_serving
+    from capplan.accuracy.report import default_engines
+
+    row = next(r for r in load_corpus() if r.id == "vllm0110-gpustack-h100x1-qwen3-32b-tp1-rand128-4-inf-out-tput")
+    assert row.measured / 4 == pytest.approx(FRONT_END_BOUND_REQUESTS_PER_S, abs=0.05)  # 4 output tokens a request
+    assert predict_serving(row, default_engines()["vllm"]).value / 4 >= 3 * FRONT_END_BOUND_REQUESTS_PER_S
     w = load_workload("chat-serving")
     busy = w.model_copy(update={"serving": w.serving.model_copy(update={"arrival_rate_per_s": 60.0})})
     p = plan_serving(busy, PlanInputs(hardware=H100, model=LLAMA, inference_gpus=1), 2000)
     assert p.per_replica_rate_per_s == 60.0 > FRONT_END_BOUND_REQUESTS_PER_S == 30.4
-    assert len(p.warnings) == 1 and p.warnings[0].startswith("60 requests/s per replica: capplan prices the GPU work only")
+    assert len(p.warnings) == 1 and p.warnings[0].startswith("60 requests/s per server: capplan prices the GPU work only")
     assert p.as_dict()["warnings"] == p.warnings
     assert plan_serving(w, PlanInputs(hardware=H100, model=LLAMA), 2000).warnings == []
 

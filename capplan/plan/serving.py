@@ -260,17 +260,18 @@ Qwen3-14B 44 (GPU work 237), DeepSeek-R1 on 8 x H200 45 (413), Qwen3-235B-A22B o
 "Where the model is still wrong")."""
 
 
-def front_end_warning(per_replica_rate_per_s: float) -> str | None:
-    """The warning for a replica planned past :data:`FRONT_END_BOUND_REQUESTS_PER_S`, else ``None``.
+def front_end_warning(per_server_rate_per_s: float) -> str | None:
+    """The warning for a server (an instance of ``tp x dp`` GPUs behind one front end) planned past
+    :data:`FRONT_END_BOUND_REQUESTS_PER_S`, else ``None``.
 
     >>> front_end_warning(10.0) is None
     True
-    >>> front_end_warning(120.0).startswith("120 requests/s per replica")
+    >>> front_end_warning(120.0).startswith("120 requests/s per server")
     True
     """
-    if per_replica_rate_per_s <= FRONT_END_BOUND_REQUESTS_PER_S:
+    if per_server_rate_per_s <= FRONT_END_BOUND_REQUESTS_PER_S:
         return None
-    return (f"{per_replica_rate_per_s:,.4g} requests/s per replica: capplan prices the GPU work only, and published servers "
+    return (f"{per_server_rate_per_s:,.4g} requests/s per server: capplan prices the GPU work only, and published servers "
             f"have completed short requests at {FRONT_END_BOUND_REQUESTS_PER_S:g} requests/s where their GPU work allowed three "
             "times that (vLLM 0.11's chat endpoint), which points at the HTTP front end; measure the front end at this rate or "
             "plan more replicas")
@@ -407,7 +408,7 @@ def plan_serving(
         price_usd_per_gpu_hour=price, price_source=source, fleet_cost_usd_per_hour=fleet_cost,
         cost_usd_per_million_output_tokens=cost_out, cost_usd_per_million_input_tokens=cost_in,
         assumptions=_assumptions(engine, hw.name, s) + feature_assumptions(inputs),
-        warnings=[w for w in [front_end_warning(lam / replicas)] if w],
+        warnings=[w for w in [front_end_warning(lam * unit / replicas)] if w],
     )
     plan = _with_features(plan, workload, inputs, server, memory, mix, q)
     plan = _with_explanation(plan, q, server, mix)
