@@ -218,12 +218,12 @@ def test_price_from_the_hardware_profile_and_none_without_one():
     assert q.price_usd_per_gpu_hour is None and q.cost_usd_per_million_output_tokens is None
 
 
-def test_a_replica_planned_past_the_published_front_end_bound_is_warned_about():
+def test_a_server_planned_past_the_published_front_end_bound_is_warned_about():
     """capplan prices a replica's GPU work only. GPUStack's vLLM 0.11 chat endpoint completed short
     requests at 30.4 requests/s where capplan prices the GPU work at 101
     (``FRONT_END_BOUND_REQUESTS_PER_S``; the test checks both against the corpus row), so a plan
-    that puts more on one server says so, in the
-    JSON and the CSV; at the bundled 20 requests/s it does not."""
+    that puts more on one server says so, in the JSON and the CSV; at the bundled 20 requests/s it
+    does not."""
     from capplan.plan.serving import FRONT_END_BOUND_REQUESTS_PER_S
 
     from capplan.accuracy.corpus import load_corpus
