@@ -242,12 +242,14 @@ def test_accuracy_groups_by_the_engine_profile_that_priced_each_row():
 
 
 def test_a_chip_where_an_engines_published_rows_are_far_off_is_named_on_stderr(tmp_path):
-    """``validation/coverage.yaml`` (generated with the docs) records, per engine and chip, the
-    published serving rows capplan predicts and their error. SGLang on MI300X: 16 held-out rows of
-    the SGLang Cookbook, median signed error +203%, 19% within 2x, so ``capplan roofline`` with
-    ``--engine sglang -H mi300x`` says so on standard error; vLLM on H100 (377 rows, +5%, 92%
-    within 2x) prints nothing; nor does a profile the user calibrated, which those rows did not
-    test. The thresholds: at least 5 rows, and |median| > 25% or fewer than 75% within 2x."""
+    """``validation/coverage.yaml`` (generated with the docs) records, per engine, chip and
+    architecture (dense or MoE), the published serving rows capplan predicts and their error.
+    SGLang on MI300X: 16 held-out MoE rows of the SGLang Cookbook (DeepSeek-V3.1), median signed
+    error +203%, 19% within 2x, so ``capplan roofline`` of a MoE model with ``--engine sglang -H
+    mi300x`` says so on standard error; a dense model there has no such rows and prints nothing,
+    as does vLLM on H100 (dense rows +5%, 92% within 2x) and a profile the user calibrated, which
+    those rows did not test. The thresholds: at least 5 rows, and |median| > 25% or fewer than 75%
+    within 2x."""
     from typer.testing import CliRunner
 
     from capplan.accuracy.coverage import Coverage, known_error
@@ -255,19 +257,23 @@ def test_a_chip_where_an_engines_published_rows_are_far_off_is_named_on_stderr(t
     from capplan.cli.app import app
     from capplan.engine import load_engine
 
-    c = known_error("sglang", "mi300x")
-    assert c is not None and c.rows >= 5 and c.median_signed_error > 1.0
-    assert known_error("vllm", "h100-sxm") is None and known_error("sglang", "no-such-chip") is None
-    assert not Coverage("e", "h", 4, 0, 3.0, 0.0).warrants_warning
-    assert Coverage("e", "h", 5, 0, -0.26, 1.0).warrants_warning and Coverage("e", "h", 5, 0, 0.0, 0.7).warrants_warning
-    assert not Coverage("e", "h", 5, 0, 0.25, 0.75).warrants_warning
+    c = known_error("sglang", "mi300x", moe=True)
+    assert c is not None and c.rows >= 5 and c.median_signed_error > 1.0 and c.architecture == "moe"
+    assert known_error("sglang", "mi300x", moe=False) is None
+    assert known_error("vllm", "h100-sxm", moe=False) is None and known_error("sglang", "no-such-chip", moe=True) is None
+    assert not Coverage("e", "h", "dense", 4, 0, 3.0, 0.0).warrants_warning
+    assert Coverage("e", "h", "moe", 5, 0, -0.26, 1.0).warrants_warning and Coverage("e", "h", "dense", 5, 0, 0.0, 0.7).warrants_warning
+    assert not Coverage("e", "h", "dense", 5, 0, 0.25, 0.75).warrants_warning
 
-    args = ["roofline", "-m", "llama-3.1-8b", "--batch", "1", "--context", "1024"]
-    far = CliRunner().invoke(app, [*args, "-H", "mi300x", "--engine", "sglang"])
-    assert far.exit_code == 0 and "Warning: engine profile sglang: on mi300x, 16 published sglang serving" in far.stderr
-    near = CliRunner().invoke(app, [*args, "-H", "h100-sxm"])
+    args = ["roofline", "--batch", "1", "--context", "1024"]
+    far = CliRunner().invoke(app, [*args, "-m", "qwen3-30b-a3b", "-H", "mi300x", "--engine", "sglang"])
+    assert far.exit_code == 0
+    assert "Warning: engine profile sglang: on mi300x, 16 published sglang serving measurements of MoE models" in far.stderr
+    dense = CliRunner().invoke(app, [*args, "-m", "llama-3.1-8b", "-H", "mi300x", "--engine", "sglang"])
+    assert dense.exit_code == 0 and "Warning" not in dense.stderr
+    near = CliRunner().invoke(app, [*args, "-m", "llama-3.1-8b", "-H", "h100-sxm"])
     assert near.exit_code == 0 and "Warning" not in near.stderr
     mine = load_engine("sglang").model_copy(update={"name": "my-sglang", "calibration": "calibrated on my files"})
     path = write_profile(mine, tmp_path)
-    own = CliRunner().invoke(app, [*args, "-H", "mi300x", "--engine", str(path)])
+    own = CliRunner().invoke(app, [*args, "-m", "qwen3-30b-a3b", "-H", "mi300x", "--engine", str(path)])
     assert own.exit_code == 0 and "Warning" not in own.stderr

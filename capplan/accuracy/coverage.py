@@ -1,9 +1,10 @@
-"""What the validation corpus says of one engine on one chip: how many published serving
-measurements capplan predicts there, and how far off it has been.
+"""What the validation corpus says of one engine on one chip for dense or MoE models: how many
+published serving measurements capplan predicts there, and how far off it has been.
 
 ``python -m capplan.cli.reference`` writes ``validation/coverage.yaml`` from ``capplan accuracy``
 on the shipped corpus (:func:`coverage_yaml`), beside ``docs/accuracy.md``. A command that prices
-steps with a bundled engine profile on a chip where that engine's published rows show a large or
+steps with a bundled engine profile on a chip where that engine's published rows of the same
+architecture (dense or MoE, whose errors differ: ``capplan accuracy --by moe``) show a large or
 one-sided error says so on standard error (:func:`known_error`), so a plan is never read as more
 certain than the measurements allow.
 """
@@ -29,14 +30,25 @@ WARN_WITHIN_2X = 0.75
 """... and so does a share of rows within a factor of 2 below this."""
 
 
+ARCHITECTURES = ("dense", "moe")
+"""The model architectures coverage is kept apart for (:func:`architecture`)."""
+
+
+def architecture(moe: bool) -> str:
+    """``"moe"`` for a model with routed experts, else ``"dense"``."""
+    return ARCHITECTURES[1] if moe else ARCHITECTURES[0]
+
+
 @dataclass(frozen=True)
 class Coverage:
-    """capplan's serving error for one engine family on one hardware profile."""
+    """capplan's serving error for one engine family on one hardware profile, for one architecture."""
 
     engine: str
     """Engine family (``EngineProfile.engine``: vllm, sglang, trtllm)."""
     hardware: str
     """Hardware profile name."""
+    architecture: str
+    """``dense`` or ``moe`` (:func:`architecture`)."""
     rows: int
     """Published serving measurements capplan predicts there."""
     fit_rows: int
@@ -54,47 +66,49 @@ class Coverage:
     def sentence(self) -> str:
         """One line for a user: what the published rows show."""
         side = "optimistic" if self.median_signed_error > 0 else "pessimistic"
-        return (f"on {self.hardware}, {self.rows} published {self.engine} serving measurements ({self.fit_rows} of them fitted) "
-                f"have capplan {side}: median signed error {self.median_signed_error:+.0%}, {self.within_2x:.0%} of them within "
-                "a factor of 2 (docs/accuracy.md)")
+        what = "MoE" if self.architecture == ARCHITECTURES[1] else "dense"
+        return (f"on {self.hardware}, {self.rows} published {self.engine} serving measurements of {what} models "
+                f"({self.fit_rows} of them fitted) have capplan {side}: median signed error {self.median_signed_error:+.0%}, "
+                f"{self.within_2x:.0%} of them within a factor of 2 (docs/accuracy.md)")
 
 
 def coverage_table(report: "AccuracyReport") -> list[Coverage]:
-    """Every (engine family, hardware) with predicted serving rows in ``report``, sorted."""
+    """Every (engine family, hardware, architecture) with predicted serving rows in ``report``, sorted."""
     from capplan.engine import load_engine
 
     family: dict[str, str] = {}
-    groups: dict[tuple[str, str], list[Any]] = {}
+    groups: dict[tuple[str, str, str], list[Any]] = {}
     for r in report.rows:
         if r.kind != "serving" or r.signed_error is None or not r.engine_profile:
             continue
         if r.engine_profile not in family:
             family[r.engine_profile] = load_engine(r.engine_profile).engine
-        groups.setdefault((family[r.engine_profile], r.hardware), []).append(r)
+        groups.setdefault((family[r.engine_profile], r.hardware, architecture(r.moe)), []).append(r)
     out = []
-    for (engine, hardware), rows in sorted(groups.items()):
+    for (engine, hardware, arch), rows in sorted(groups.items()):
         signed = [r.signed_error for r in rows]
-        out.append(Coverage(engine, hardware, len(rows), sum(not r.held_out for r in rows), round(median(signed), 4),
+        out.append(Coverage(engine, hardware, arch, len(rows), sum(not r.held_out for r in rows), round(median(signed), 4),
                             round(sum(-0.5 <= s <= 1.0 for s in signed) / len(signed), 4)))
     return out
 
 
 def coverage_yaml(report: "AccuracyReport") -> str:
-    """``validation/coverage.yaml``: :func:`coverage_table` by engine family, then hardware."""
+    """``validation/coverage.yaml``: :func:`coverage_table` by engine family, hardware, then architecture."""
     import yaml
 
-    body: dict[str, dict[str, dict[str, Any]]] = {}
+    body: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
     for c in coverage_table(report):
-        body.setdefault(c.engine, {})[c.hardware] = {
+        body.setdefault(c.engine, {}).setdefault(c.hardware, {})[c.architecture] = {
             "rows": c.rows, "fit_rows": c.fit_rows, "median_signed_error": c.median_signed_error, "within_2x": c.within_2x}
     head = ("# Generated by `python -m capplan.cli.reference` from `capplan accuracy` on the shipped corpus; do not edit.\n"
-            "# Per engine family and hardware profile: the published serving measurements capplan predicts, how many\n"
-            "# are fit rows (not held out), their median signed error (+: capplan optimistic) and the share within 2x.\n")
+            "# Per engine family, hardware profile and architecture (dense or moe): the published serving measurements\n"
+            "# capplan predicts, how many are fit rows (not held out), their median signed error (+: capplan optimistic)\n"
+            "# and the share within 2x.\n")
     return head + yaml.safe_dump(body, sort_keys=True)
 
 
 @lru_cache(maxsize=1)
-def _load() -> dict[tuple[str, str], Coverage]:
+def _load() -> dict[tuple[str, str, str], Coverage]:
     import yaml
 
     from capplan.resources import bundled_dir
@@ -103,11 +117,13 @@ def _load() -> dict[tuple[str, str], Coverage]:
     if not path.is_file():
         return {}
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    return {(engine, hw): Coverage(engine, hw, **v) for engine, chips in data.items() for hw, v in chips.items()}
+    return {(engine, hw, arch): Coverage(engine, hw, arch, **v)
+            for engine, chips in data.items() for hw, archs in chips.items() for arch, v in archs.items()}
 
 
-def known_error(engine: str, hardware: str) -> Coverage | None:
-    """The shipped corpus' record of ``engine`` (family) on ``hardware`` when it
-    :attr:`~Coverage.warrants_warning`, else ``None`` (few rows, or an error within bounds)."""
-    c = _load().get((engine, hardware))
+def known_error(engine: str, hardware: str, moe: bool) -> Coverage | None:
+    """The shipped corpus' record of ``engine`` (family) on ``hardware`` for dense models or MoE
+    ones (``moe``) when it :attr:`~Coverage.warrants_warning`, else ``None`` (few rows, or an
+    error within bounds)."""
+    c = _load().get((engine, hardware, architecture(moe)))
     return c if c is not None and c.warrants_warning else None

@@ -116,6 +116,8 @@ class AccuracyReport:
         return {k: summarize(v) for k, v in sorted(out.items())}
 
     def as_dict(self) -> dict[str, Any]:
+        from capplan.accuracy.coverage import architecture
+
         return {
             "engines": self.engines,
             "rows": [r.as_dict() for r in self.rows],
@@ -127,7 +129,7 @@ class AccuracyReport:
                 "by_source": {k: v.as_dict() for k, v in self.groups(lambda r: r.source).items()},
                 "by_hardware": {k: v.as_dict() for k, v in self.groups(lambda r: r.hardware).items()},
                 "by_feature": {k: v.as_dict() for k, v in self.groups(lambda r: r.feature or "none").items()},
-                "by_moe": {k: v.as_dict() for k, v in self.groups(lambda r: "moe" if r.moe else "dense").items()},
+                "by_moe": {k: v.as_dict() for k, v in self.groups(lambda r: architecture(r.moe)).items()},
             },
             "unsupported": len([r for r in self.rows if r.predicted is None]),
             "saturated": self.saturated(),

@@ -117,13 +117,15 @@ def render(con, report: "AccuracyReport", by: str, show_rows: bool) -> None:  # 
     from rich.markup import escape
     from rich.table import Table
 
+    from capplan.accuracy.coverage import architecture
+
     key = {
         "source": lambda r: r.source,
         "metric": lambda r: f"{r.kind}: {r.metric}",
         "hardware": lambda r: r.hardware,
         "kind": lambda r: r.kind,
         "feature": lambda r: r.feature or "none",
-        "moe": lambda r: "moe" if r.moe else "dense",
+        "moe": lambda r: architecture(r.moe),
         "engine": lambda r: r.engine_profile or "none",
     }[by]
     con.print(

@@ -17,6 +17,8 @@ from capplan.units import dtype_name  # noqa: F401  (re-exported: the commands s
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from capplan.modelspec import ModelSpec
+
 T = TypeVar("T")
 
 
@@ -407,16 +409,17 @@ def load_engine_option(name: str | None, enforce_eager: bool | None = None, sche
     return call(lambda: profile.with_settings(enforce_eager=enforce_eager, capacity_scheduler_policy=scheduler_policy))
 
 
-def warn_known_error(profile: Any, hardware: Iterable[str]) -> Any:
+def warn_known_error(profile: Any, hardware: Iterable[str], spec: "ModelSpec | None") -> Any:
     """Warn on standard error, once per chip in ``hardware`` (profile names), where the shipped
-    corpus' published serving rows of ``profile``'s engine show a large or one-sided error
+    corpus' published serving rows of ``profile``'s engine for models of ``spec``'s architecture
+    (dense or MoE; ``None``: no model named yet, no warning) show a large or one-sided error
     (:func:`capplan.accuracy.coverage.known_error`); a profile the user calibrated is not the one
     those rows tested, so it is not warned about. Returns ``profile``."""
-    if str(profile.calibration).startswith("validation corpus fit"):
+    if spec is not None and str(profile.calibration).startswith("validation corpus fit"):
         from capplan.accuracy.coverage import known_error
 
         for name in dict.fromkeys(hardware):
-            c = known_error(profile.engine, name)
+            c = known_error(profile.engine, name, spec.moe is not None)
             if c is not None:
                 warn(f"engine profile {profile.name}: {c.sentence()}")
     return profile

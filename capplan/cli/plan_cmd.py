@@ -804,7 +804,8 @@ def plan(
             raise fail(f"--pipeline-parallel-size {e['pp']}: plan models replicas of one pipeline stage (1); capplan kv gives "
                        "pipeline-parallel memory")
         engine_profile = engine_settings(
-            warn_known_error(load_engine_option(e["engine"], e["enforce_eager"], scheduler_policy), [hw.name]), block_size=e["block_size"],
+            warn_known_error(load_engine_option(e["engine"], e["enforce_eager"], scheduler_policy), [hw.name], spec),
+            block_size=e["block_size"],
             max_num_seqs=e["max_num_seqs"],
             max_num_batched_tokens=e["max_num_batched_tokens"],
         )

@@ -150,7 +150,7 @@ def accuracy_markdown() -> str:
             reason = r.unsupported.split(":")[0].split("'")[0].strip()
             unsupported[reason] = unsupported.get(reason, 0) + 1
     saturated = report.saturated()
-    from capplan.accuracy.coverage import WARN_MEDIAN_SIGNED, WARN_MIN_ROWS, WARN_WITHIN_2X, coverage_table
+    from capplan.accuracy.coverage import WARN_MEDIAN_SIGNED, WARN_MIN_ROWS, WARN_WITHIN_2X, architecture, coverage_table
 
     fits = []
     for name in list_engines():
@@ -165,7 +165,7 @@ def accuracy_markdown() -> str:
         by_source=_summary_table(report.groups(lambda r: r.source, held), "source (held out)"),
         by_hardware=_summary_table(report.groups(lambda r: r.hardware, held), "hardware (held out)"),
         by_engine=_summary_table(report.groups(lambda r: r.engine_profile or "?"), "engine profile (all rows)"),
-        by_moe=_summary_table(report.groups(lambda r: f"{r.kind}: {'moe' if r.moe else 'dense'}"), "dense or MoE (all rows)"),
+        by_moe=_summary_table(report.groups(lambda r: f"{r.kind}: {architecture(r.moe)}"), "dense or MoE (all rows)"),
         by_feature=_summary_table(report.groups(lambda r: r.feature or "none"), "engine feature (all rows)"),
         worst="\n".join(
             f"| `{r.id}` | {'held out' if r.held_out else 'fit'} | {r.metric} | {r.predicted:,.4g} | {r.measured:,.4g} | {r.signed_error:+.0%} |"
@@ -173,7 +173,7 @@ def accuracy_markdown() -> str:
         ) or "| (none) | | | | | |",
         n_worst=len(worst),
         warn_rows=WARN_MIN_ROWS, warn_median=WARN_MEDIAN_SIGNED, warn_within=WARN_WITHIN_2X,
-        warned="; ".join(f"{c.engine} on {c.hardware} ({c.rows} rows, median {c.median_signed_error:+.0%}, "
+        warned="; ".join(f"{c.engine} on {c.hardware}, {c.architecture} ({c.rows} rows, median {c.median_signed_error:+.0%}, "
                          f"{c.within_2x:.0%} within 2x)" for c in coverage_table(report) if c.warrants_warning) or "none",
         gate=_gate_sentence(report.summary(held), sum(r.held_out for r in worst), saturated["held_out"]),
         unsupported="\n".join(f"| {k} | {v} |" for k, v in sorted(unsupported.items(), key=lambda kv: -kv[1])),
@@ -225,11 +225,12 @@ CI can gate on these figures: `capplan accuracy --max-median-error 0.15 --max-si
 signed error leaves +/-5%, or any held-out row is off by more than a factor of 2 either way (or a
 latency row is predicted saturated). On the shipped corpus: {gate}.
 
-Where an engine's published serving rows on one chip are far off (at least {warn_rows} rows, and a
-median signed error beyond +/-{warn_median:.0%} or fewer than {warn_within:.0%} of them within 2x), `roofline`, `plan`, `sweep` and
-`simulate` say so on standard error when a bundled profile of that engine prices steps on that
-chip (a profile you calibrated is not warned about). The record is `validation/coverage.yaml`,
-generated with this page; the engine and chip pairs it warns on now: {warned}.
+Where an engine's published serving rows on one chip, of dense models or of MoE ones (their errors
+differ, below), are far off (at least {warn_rows} rows, and a median signed error beyond +/-{warn_median:.0%} or fewer than
+{warn_within:.0%} of them within 2x), `roofline`, `plan`, `sweep` and `simulate` say so on standard error when a
+bundled profile of that engine prices a model of that architecture on that chip (a profile you
+calibrated is not warned about). The record is `validation/coverage.yaml`, generated with this
+page; the engine, chip and architecture it warns on now: {warned}.
 
 ## By kind, metric, source and hardware (held-out rows)
 

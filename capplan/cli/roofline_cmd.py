@@ -206,7 +206,7 @@ def roofline(
         _check_plot_path(plot, force)
     spec = call(lambda: load_model_spec(model))
     hw = call(lambda: load_hardware(hardware))
-    engine_profile = warn_known_error(load_engine_option(engine, enforce_eager), [hw.name])
+    engine_profile = warn_known_error(load_engine_option(engine, enforce_eager), [hw.name], spec)
     inp = call(
         lambda: RooflineInputs(
             tp=tp, weight_dtype=dtype_name(weight_dtype), kv_dtype=dtype_name(kv_dtype),

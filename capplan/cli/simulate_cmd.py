@@ -332,12 +332,13 @@ def simulate(
     features = _engine_features(ctx, w, tp, ep, dp, expert_dtype, redundant_experts, kv_scale, two_batch_overlap, alltoall_mode,
                                 gemm_dtype, (spec_method, spec_tokens, acceptance_rate, acceptance_length, draft_model),
                                 kv_offload_gib, disaggregated)
+    model_spec = None
     if model or w.model:  # a layout the model cannot run, named by what set it (flag or engine: key), before any work
         from capplan.cli.common import check_engine_layout, engine_features
         from capplan.modelspec import load_model_spec
 
-        spec = call(lambda: load_model_spec(model or w.model))
-        check_engine_layout(ctx, workload, w, spec, tp, pp, engine_features(
+        model_spec = call(lambda: load_model_spec(model or w.model))
+        check_engine_layout(ctx, workload, w, model_spec, tp, pp, engine_features(
             ctx, w, tp, ep=ep, dp=dp, redundant_experts=redundant_experts, two_batch_overlap=two_batch_overlap,
             kv_offload_gib=kv_offload_gib))
     if inference_gpus is not None:
@@ -354,7 +355,7 @@ def simulate(
             raise fail(f"--sweep does not apply to {w.name} (method serving): it sweeps the settings of an RL simulation")
         _simulate_serving(ctx, w, hardware, model, tp, inference_replicas, seed, kv_dtype, weight_dtype, max_num_seqs,
                           max_batched_tokens, engine, format, output, requests, request_rate, trace, records, force, features,
-                          enforce_eager, scheduler_policy)
+                          enforce_eager, scheduler_policy, model_spec)
         return
     serving_only = given(ctx, SIMULATE_SERVING_FLAGS)
     if serving_only:
@@ -393,7 +394,7 @@ def simulate(
         step_overhead_s=step_overhead,
         kv_dtype=dtype_name(kv_dtype), weight_dtype=dtype_name(weight_dtype), max_num_seqs=max_num_seqs,
         max_batched_tokens=max_batched_tokens, gpu_mem_util=gpu_memory_utilization,
-        engine=engine_settings(warn_known_error(load_engine_option(engine, enforce_eager, scheduler_policy), [hw.name]),
+        engine=engine_settings(warn_known_error(load_engine_option(engine, enforce_eager, scheduler_policy), [hw.name], model_spec),
                                block_size=block_size), **features,
     ))
     if bounds is not None:
@@ -621,7 +622,7 @@ def render_grid(grid: Any, title: str) -> None:
 def _simulate_serving(ctx, w, hardware, model, tp, inference_replicas, seed, kv_dtype, weight_dtype, max_num_seqs,  # noqa: ANN001
                       max_batched_tokens, engine, format, output, requests, request_rate, trace, records, force,
                       features: dict[str, Any] | None = None, enforce_eager: bool | None = None,
-                      scheduler_policy: str | None = None) -> None:
+                      scheduler_policy: str | None = None, model_spec: Any = None) -> None:
     """``capplan simulate`` on a serving workload (:func:`capplan.sim.serving.simulate_serving`)."""
     from capplan.cli.method_flags import SIMULATE_RL_FLAGS, given
     from capplan.hardware import load_hardware
@@ -643,7 +644,7 @@ def _simulate_serving(ctx, w, hardware, model, tp, inference_replicas, seed, kv_
         if path is not None and path.exists() and not force:
             raise fail(f"{path}: file exists; pass --force to overwrite it")
     hw = call(lambda: load_hardware(hardware))
-    profile = warn_known_error(load_engine_option(engine, enforce_eager, scheduler_policy), [hw.name])
+    profile = warn_known_error(load_engine_option(engine, enforce_eager, scheduler_policy), [hw.name], model_spec)
     replicas = inference_replicas
     if not given(ctx, ["inference_replicas", "inference_gpus"]) and trace is None:
         replicas = _planned_replicas(w, hw, model, tp, kv_dtype, weight_dtype, profile, features or {})

@@ -383,7 +383,7 @@ def sweep_cmd(
             "pass --gpu-hour-price 2.5 or HARDWARE=PRICE pairs"
         )
     engine_profile = engine_settings(
-        warn_known_error(load_engine_option(engine, e["enforce_eager"], scheduler_policy), [p.name for p in profiles]),
+        warn_known_error(load_engine_option(engine, e["enforce_eager"], scheduler_policy), [p.name for p in profiles], spec),
         gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
     )
