@@ -121,6 +121,11 @@ def _load() -> dict[tuple[str, str, str], Coverage]:
             for engine, chips in data.items() for hw, archs in chips.items() for arch, v in archs.items()}
 
 
+def reload() -> None:
+    """Read ``validation/coverage.yaml`` afresh at the next :func:`known_error` (after it is rewritten)."""
+    _load.cache_clear()
+
+
 def known_error(engine: str, hardware: str, moe: bool) -> Coverage | None:
     """The shipped corpus' record of ``engine`` (family) on ``hardware`` for dense models or MoE
     ones (``moe``) when it :attr:`~Coverage.warrants_warning`, else ``None`` (few rows, or an
