@@ -29,7 +29,7 @@ so among its assumptions.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -281,8 +281,6 @@ class PreparedServing:
     def evaluate(self, engine: "EngineProfile | None" = None) -> float:
         """The predicted value, with ``engine``'s time terms if given (memory as prepared; the
         release's :attr:`pinned_time` kept)."""
-        from dataclasses import replace
-
         from capplan import benchmark
 
         if self.replayed:
@@ -333,8 +331,6 @@ def with_first_wave(r: Any, server: Any, share: float, clients: int, prompt: flo
     wave (:func:`first_wave_share`): ``share`` of the requests take the means of ``clients``
     requests sent at once, replayed through the serving simulator
     (:func:`capplan.sim.serving.simulate_replica`), the rest the steady state's."""
-    from dataclasses import replace
-
     import numpy as np
 
     wave = replay_fixed(server, np.zeros(max(1, clients)), prompt, output, cached)

@@ -387,18 +387,17 @@ def refit(folder: Path | None = None, write: bool = True) -> dict[str, Any]:
         if spec.family not in time_fits:
             prepared = _prepare(family_fit_rows(fit_rows, spec.family), engine, "serving")
             terms = TIME_TERMS if len(prepared) >= 100 else FAMILY_TERMS
-            own = {f"hardware.{hw}.{t}": bundled.fitted_on[f"hardware.{hw}.{t}"]
-                   for hw, o in bundled.hardware.items() for t in o.set_terms() if f"hardware.{hw}.{t}" in bundled.fitted_on}
-            start = engine.model_copy(update={"hardware": bundled.hardware, "fitted_on": {**engine.fitted_on, **own}})
+            own = {hw: o.set_terms() for hw, o in bundled.hardware.items()}  # the bundled chip overrides
+            start = engine.model_copy(update={"hardware": bundled.hardware,
+                                              "fitted_on": {**engine.fitted_on, **override_rows(bundled, own)}})
             if spec.family != BASE_FAMILY and BASE_FAMILY in time_fits:
                 base = time_fits[BASE_FAMILY].engine
                 hardware, inherited = inherited_overrides(base, terms)
-                hardware = overrides_on_top(hardware, {hw: {t: v for t, v in o.set_terms().items() if t in terms}
-                                                       for hw, o in bundled.hardware.items()})
-                own = {k: v for k, v in own.items() if k.rsplit(".", 1)[1] in terms}
+                own = {hw: {t: v for t, v in ts.items() if t in terms} for hw, ts in own.items()}  # of the terms it fits
                 start = engine.model_copy(update={
                     "time": base.time.model_copy(update={**{t: getattr(engine.time, t) for t in terms}, **spec.time}),
-                    "hardware": hardware, "fitted_on": {**engine.fitted_on, **inherited, **own}})
+                    "hardware": overrides_on_top(hardware, own),
+                    "fitted_on": {**engine.fitted_on, **inherited, **override_rows(bundled, own)}})
             result = fit_time_terms(start, prepared, terms)
             result = _fit_hardware_overrides(result, prepared)
             time_fits[spec.family] = result
@@ -433,17 +432,16 @@ def inherited_overrides(base: Any, fitted: list[str]) -> tuple[dict[str, Any], d
     their ``fitted_on`` entries, the base's rows."""
     from capplan.engine import TimeOverrides
 
-    hardware: dict[str, Any] = {}
-    fitted_on: dict[str, list[str]] = {}
-    for hw, overrides in base.hardware.items():
-        kept = {t: v for t, v in overrides.set_terms().items() if t not in fitted}
-        if kept:
-            hardware[hw] = TimeOverrides(**kept)
-            for t in kept:
-                key = f"hardware.{hw}.{t}"
-                if key in base.fitted_on:
-                    fitted_on[key] = base.fitted_on[key]
-    return hardware, fitted_on
+    kept = {hw: {t: v for t, v in o.set_terms().items() if t not in fitted} for hw, o in base.hardware.items()}
+    kept = {hw: ts for hw, ts in kept.items() if ts}
+    return {hw: TimeOverrides(**ts) for hw, ts in kept.items()}, override_rows(base, kept)
+
+
+def override_rows(engine: Any, terms: dict[str, dict[str, float]]) -> dict[str, list[str]]:
+    """The ``fitted_on`` entries of ``engine``'s chip overrides of ``terms`` (hardware -> term ->
+    value), those it records."""
+    keys = (f"hardware.{hw}.{t}" for hw, ts in terms.items() for t in ts)
+    return {k: engine.fitted_on[k] for k in keys if k in engine.fitted_on}
 
 
 def overrides_on_top(inherited: dict[str, Any], own: dict[str, dict[str, float]]) -> dict[str, Any]:

@@ -57,6 +57,7 @@ from capplan.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from capplan.modelspec import ModelSpec
     from capplan.sim import SimResult
 
 commands = CommandSet()
@@ -622,7 +623,7 @@ def render_grid(grid: Any, title: str) -> None:
 def _simulate_serving(ctx, w, hardware, model, tp, inference_replicas, seed, kv_dtype, weight_dtype, max_num_seqs,  # noqa: ANN001
                       max_batched_tokens, engine, format, output, requests, request_rate, trace, records, force,
                       features: dict[str, Any] | None = None, enforce_eager: bool | None = None,
-                      scheduler_policy: str | None = None, model_spec: Any = None) -> None:
+                      scheduler_policy: str | None = None, model_spec: "ModelSpec | None" = None) -> None:
     """``capplan simulate`` on a serving workload (:func:`capplan.sim.serving.simulate_serving`)."""
     from capplan.cli.method_flags import SIMULATE_RL_FLAGS, given
     from capplan.hardware import load_hardware
@@ -647,7 +648,7 @@ def _simulate_serving(ctx, w, hardware, model, tp, inference_replicas, seed, kv_
     profile = warn_known_error(load_engine_option(engine, enforce_eager, scheduler_policy), [hw.name], model_spec)
     replicas = inference_replicas
     if not given(ctx, ["inference_replicas", "inference_gpus"]) and trace is None:
-        replicas = _planned_replicas(w, hw, model, tp, kv_dtype, weight_dtype, profile, features or {})
+        replicas = _planned_replicas(w, hw, model_spec, tp, kv_dtype, weight_dtype, profile, features or {})
         typer.echo(f"simulating {replicas} replica(s), the serving plan's fleet (give --inference-replicas for another)", err=True)
     cfg = call(lambda: ServingSimConfig(
         tp=tp, inference_replicas=replicas, requests=requests if requests is not None else 20_000, request_rate_per_s=request_rate,
@@ -666,16 +667,14 @@ def _simulate_serving(ctx, w, hardware, model, tp, inference_replicas, seed, kv_
         typer.echo(f"wrote {path}", err=True)
 
 
-def _planned_replicas(w, hw, model, tp, kv_dtype, weight_dtype, profile, features: dict[str, Any]) -> int:  # noqa: ANN001
-    """The serving plan's replica count for the simulation's settings."""
-    from capplan.modelspec import load_model_spec
+def _planned_replicas(w, hw, spec, tp, kv_dtype, weight_dtype, profile, features: dict[str, Any]) -> int:  # noqa: ANN001
+    """The serving plan's replica count for the simulation's settings (``spec``: the model, loaded
+    once by :func:`simulate`; ``None`` when neither the workload nor ``--model`` names one)."""
     from capplan.plan import PlanInputs
     from capplan.plan.serving import plan_serving
 
-    ref = model or w.model
-    if ref is None:
+    if spec is None:
         raise fail(f"{w.name}: the workload names no model; add 'model:' to it or pass --model")
-    spec = call(lambda: load_model_spec(ref))
     inputs = call(lambda: PlanInputs(hardware=hw, model=spec, tp=tp, kv_dtype=dtype_name(kv_dtype),
                                      weight_dtype=dtype_name(weight_dtype), engine=profile, **features))
     return call(lambda: plan_serving(w, inputs, conversations=min(w.sampling.conversations, 20_000))).replicas
