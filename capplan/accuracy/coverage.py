@@ -109,14 +109,13 @@ def coverage_yaml(report: "AccuracyReport") -> str:
 
 @lru_cache(maxsize=1)
 def _load() -> dict[tuple[str, str, str], Coverage]:
-    import yaml
-
     from capplan.resources import bundled_dir
+    from capplan.yamlio import safe_load
 
     path = bundled_dir("validation") / COVERAGE_FILE
     if not path.is_file():
         return {}
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    data = safe_load(path.read_text(encoding="utf-8"), bundled=True) or {}
     return {(engine, hw, arch): Coverage(engine, hw, arch, **v)
             for engine, chips in data.items() for hw, archs in chips.items() for arch, v in archs.items()}
 
