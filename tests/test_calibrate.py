@@ -27,7 +27,7 @@ def _by_metric(data):
 
 def test_vllm_bench_serve_reader():
     """Lengths without --save-detailed are totals / completed: 65537 / 64 = 1024.015625 prompt and
-    8192 / 64 = 128 output tokens; whether they vary is unknown."""
+    8192 / 64 = 128 output tokens; whether they vary is unknown. The run length is num_prompts, 64."""
     d = read_file(EXAMPLES / "vllm-bench-serve.json")
     assert d.format == "vllm bench serve"
     assert [r.id for r in d.rows] == ["vllm-bench-serve.json:c8:ttft_ms", "vllm-bench-serve.json:c8:tpot_ms",
@@ -38,7 +38,7 @@ def test_vllm_bench_serve_reader():
     assert m["output_tokens_per_s"].measured == 884.0477040899472
     assert {k: v for k, v in m["ttft_ms"].fields.items() if k != "file"} == {
         "model_named": "meta-llama/Llama-3.1-8B-Instruct", "input_tokens": 1024.015625, "output_tokens": 128.0,
-        "lengths": None, "scenario": "concurrency", "concurrency": 8.0, "closed_loop": True,
+        "lengths": None, "num_prompts": 64, "scenario": "concurrency", "concurrency": 8.0, "closed_loop": True,
     }
 
 
@@ -61,6 +61,7 @@ def test_guidellm_reader_one_point_set_per_benchmark():
                                            585.2640047669411, 10.624883329774452, 2069.958673091804]
     assert {(r.fields["concurrency"], r.fields["lengths"], r.fields["model_named"]) for r in d.rows} == {
         (8.0, "fixed", "meta-llama/Llama-3.1-8B-Instruct"), (32.0, "fixed", "meta-llama/Llama-3.1-8B-Instruct")}
+    assert {r.fields["num_prompts"] for r in d.rows} == {64}  # metrics.request_totals.total
 
 
 def test_aiperf_reader():
@@ -71,8 +72,8 @@ def test_aiperf_reader():
     assert (m["ttft_ms"].measured, m["itl_ms"].measured, m["output_tokens_per_s"].measured) == (
         117.50302290625, 8.275203394192912, 864.4063282445708)
     f = m["ttft_ms"].fields
-    assert (f["concurrency"], f["input_tokens"], f["output_tokens"], f["lengths"], f["model_named"]) == (
-        8.0, 1024.0, 128.0, "fixed", "meta-llama/Llama-3.1-8B-Instruct")
+    assert (f["concurrency"], f["input_tokens"], f["output_tokens"], f["lengths"], f["model_named"], f["num_prompts"]) == (
+        8.0, 1024.0, 128.0, "fixed", "meta-llama/Llama-3.1-8B-Instruct", 64)  # request_count.avg
 
 
 def test_vllm_startup_log_reader():
@@ -493,8 +494,9 @@ def test_a_rate_runs_burstiness_is_its_arrival_process(tmp_path):
     refused with the file and the key."""
     from capplan.errors import InputError
 
-    even = read_file(_bench(tmp_path, None, "even.json", request_rate=8.0, burstiness=4.0))
-    plain = read_file(_bench(tmp_path, None, "plain.json", request_rate=8.0))
+    long_run = {"completed": 1000, "total_input_tokens": 1024 * 1000, "total_output_tokens": 128 * 1000}  # steady state
+    even = read_file(_bench(tmp_path, None, "even.json", request_rate=8.0, burstiness=4.0, **long_run))
+    plain = read_file(_bench(tmp_path, None, "plain.json", request_rate=8.0, **long_run))
     assert even.rows[0].fields["burstiness"] == 4.0 and plain.rows[0].fields["burstiness"] == 1.0
     assert not any("burstiness" in n for n in even.notes)
     settings = CalibrateSettings(hardware="h100-sxm", terms=())
@@ -579,3 +581,54 @@ def test_a_log_that_subtracts_its_graph_estimate_sets_the_profiles_graph_term(tm
     # a compare-only run changes nothing
     same = calibrate([later], CalibrateSettings(hardware="a100-40gb", engine=str(base), terms=()))
     assert same.engine.memory.cudagraph_gib == 2.35
+
+
+def test_a_burst_is_replayed_and_its_terms_recovered(tmp_path):
+    """``vllm bench serve`` with no --max-concurrency and no --request-rate (its defaults) sends all
+    ``num_prompts`` requests at once. Such a file is priced as the corpus prices a fixed-length burst:
+    its 48 requests replayed through the serving simulator (before, with no run length, only its
+    throughput had a price, the steady-state closed form's, and TTFT and TPOT had none). The
+    measured values here are that replay with the KNOWN bandwidth and GEMM efficiencies; calibrating
+    from a start 20% / 25% off recovers both within 1%."""
+    import numpy as np
+    import yaml
+
+    from capplan import benchmark
+    from capplan.accuracy.fit import with_time_terms
+    from capplan.accuracy.predict import replay_fixed
+    from capplan.engine import load_engine
+    from capplan.hardware import load_hardware
+    from capplan.modelspec import load_model_spec
+
+    base = load_engine("vllm-0.19").model_copy(update={"hardware": {}})
+    known = {"bandwidth_efficiency": KNOWN["bandwidth_efficiency"], "gemm_efficiency": KNOWN["gemm_efficiency"]}
+    truth = with_time_terms(base, known)
+    server = benchmark.server_for(load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm"), engine=truth)
+    n, P, O = 48, 1024, 128
+    run = replay_fixed(server, np.zeros(n), P, O, 0.0)
+    ttft = float(np.mean(run.ttft_s)) * 1e3
+    tpot = float(np.mean((run.finish_s - run.ttft_s) / (O - 1))) * 1e3  # every arrival at 0: e2e is finish_s
+    path = _bench(tmp_path, None, "burst.json", num_prompts=n, completed=n, total_input_tokens=P * n,
+                  total_output_tokens=O * n, input_lens=[P] * n, output_lens=[O] * n, mean_ttft_ms=ttft,
+                  mean_tpot_ms=tpot, output_throughput=n * O / float(run.finish_s.max()))
+    start = with_time_terms(base, {"bandwidth_efficiency": known["bandwidth_efficiency"] * 0.8,
+                                   "gemm_efficiency": known["gemm_efficiency"] * 1.25})
+    start_path = tmp_path / "start.yaml"
+    start_path.write_text(yaml.safe_dump(start.model_dump(mode="json")))
+    cal = calibrate([path], CalibrateSettings(hardware="h100-sxm", engine=str(start_path),
+                                              terms=("bandwidth_efficiency", "gemm_efficiency")))
+    assert [p.setting for p in cal.points] == ["all 48 at once, 1024 in / 128 out"] * 3
+    fitted = {t.name.split(".", 1)[1]: t.after for t in cal.terms}
+    for term, value in known.items():
+        assert fitted[term] == pytest.approx(value, rel=0.01), term
+    assert cal.median_abs_error_before > 0.05 and cal.median_abs_error_after < 1e-3
+
+
+def test_a_burst_of_varied_lengths_is_not_priced(tmp_path):
+    """A burst whose requests differ in length (a --save-detailed file's lists) has no price: its
+    TTFT and TPOT depend on the order the requests are served, its throughput on the ramp and the
+    drain the steady state does not have; the corpus refuses such rows for the same reasons."""
+    path = _bench(tmp_path, None, "varied.json", num_prompts=4, input_lens=[512, 1536, 1024, 1024],
+                  output_lens=[128] * 4)
+    with pytest.raises(InputError, match="no point capplan can price.*variable-length"):
+        calibrate([path], CalibrateSettings(hardware="h100-sxm", terms=()))

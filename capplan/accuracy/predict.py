@@ -271,20 +271,41 @@ class PreparedServing:
     :meth:`evaluate` is given."""
     first_wave: float = 0.0
     """Share of a closed-loop run's requests sent at its start, all at once (:func:`first_wave_share`)."""
+    replay: bool = False
+    """Whether :meth:`evaluate` replays a run the closed form cannot price (:meth:`priced`), as
+    ``capplan calibrate`` has it; the corpus fits leave such runs out (``False``)."""
 
     @property
     def replayed(self) -> bool:
         """A burst (:data:`BURST`): always replayed by :func:`finite_run`, never priced by the
-        closed form, so no time term of a fit moves it."""
+        closed form; the corpus fits leave it out (:attr:`replay`)."""
         return self.scenario == "burst"
 
     def evaluate(self, engine: "EngineProfile | None" = None) -> float:
         """The predicted value, with ``engine``'s time terms if given (memory as prepared; the
-        release's :attr:`pinned_time` kept)."""
-        from capplan import benchmark
+        release's :attr:`pinned_time` kept): the closed form's, or with :attr:`replay` the
+        replayed run's where the closed form cannot price it (:meth:`priced`)."""
+        if self.replay:
+            return self.priced(engine)[0]
+        return self._closed_form(self._server_with(engine))
 
-        if self.replayed:
-            raise Unsupported(f"{BURST}: the run is replayed (finite_run)")
+    def priced(self, engine: "EngineProfile | None" = None) -> tuple[float, str | None]:
+        """The predicted value and, for a run replayed through the serving simulator
+        (:func:`finite_run`: a burst, arrivals past the capacity, a run shorter than the steady
+        state), the note that says so (else ``None``)."""
+        server = self._server_with(engine)
+        try:
+            return self._closed_form(server), None
+        except Unsupported as exc:
+            why = next((p for p in _REPLAY_REASON if str(exc).startswith(p)), None)
+            if why is None:
+                raise
+            rate, P, O = self.args
+            return finite_run(self.row, server, rate, self.instances, P, O, self.cached_tokens, self.burstiness,
+                              row_statistic(self.row), why=why, divisor=self.divisor)
+
+    def _server_with(self, engine: "EngineProfile | None") -> Any:
+        """The prepared server with ``engine``'s time terms (and the release's pinned ones)."""
         server = self.server
         if engine is not None:
             if self.pinned_time:
@@ -292,6 +313,13 @@ class PreparedServing:
             t = engine.time_on(server.pricer.hw.name)
             server = replace(server, pricer=server.pricer.with_inputs(server.pricer.inp.model_copy(update={"engine": engine})),
                              **t.schedule())
+        return server
+
+    def _closed_form(self, server: Any) -> float:
+        from capplan import benchmark
+
+        if self.replayed:
+            raise Unsupported(f"{BURST}: the run is replayed (finite_run)")
         extra: dict[str, float] = {"cached_tokens": self.cached_tokens} if self.scenario != "static_batch" else {}
         args = self.args
         if self.scenario == "open_loop":
@@ -453,7 +481,7 @@ def _all_at_once(row: "CorpusRow", P: float, O: float) -> tuple[str, tuple]:
     if row.metric in LATENCY_METRICS:
         raise Unsupported("latency with every request queued at once depends on the request count and the engine's batch "
                           "limit" + (": a burst of variable-length requests" if variable and row.number("num_prompts") else ""))
-    if variable and row.get("request_rate") == "inf":
+    if variable and row.number("request_rate") == math.inf:
         raise Unsupported("a finite burst of variable-length requests: its throughput includes the ramp and the drain, "
                           "which the steady-state closed form does not model")
     return "offline", (round(P), round(O))
@@ -626,21 +654,12 @@ def predict_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Predict
             value, assumed = predict_phase(row, engine)
             return Prediction(value, "", name, assumed)
         prepared = prepare_serving(row, engine)
-        try:
-            value = prepared.evaluate()
-        except Unsupported as exc:
-            why = next((p for p in _REPLAY_REASON if str(exc).startswith(p)), None)
-            if why is None:
-                raise
-            rate, P, O = prepared.args
-            value, note = finite_run(row, prepared.server, rate, prepared.instances, P, O, prepared.cached_tokens,
-                                     prepared.burstiness, row_statistic(row), why=why, divisor=prepared.divisor)
-            return Prediction(value, "", name, prepared.assumed + [note])
+        value, note = prepared.priced()
     except Unsupported as exc:
         return Prediction(None, str(exc), name)
     except CapplanError as exc:
         return Prediction(None, f"capplan refused the setup: {exc}", name)
-    return Prediction(value, "", name, prepared.assumed)
+    return Prediction(value, "", name, prepared.assumed + ([note] if note else []))
 
 
 PHASES = ("prefill", "decode", "offload_ttft", "offload_throughput", "decode_ratio")

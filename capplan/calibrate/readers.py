@@ -137,6 +137,14 @@ def _positive(path: Path, key: str, value: Any) -> float:
     return x
 
 
+def _run_length(value: Any) -> int | None:
+    """How many requests a run sent (``num_prompts``), when the file states a whole number >= 1:
+    :mod:`capplan.accuracy.predict` replays a burst, a saturated or short open-loop run and a
+    closed-loop run's first wave from it, as it does the corpus's rows."""
+    x = _number(value)
+    return int(x) if x is not None and x >= 1 and x != math.inf and x == int(x) else None
+
+
 def _serving_rows(path: Path, label: str, fmt: str, point: str, setup: dict[str, Any],
                   values: list[tuple[str, str, Any]]) -> tuple[list[CorpusRow], list[str]]:
     """Rows of one benchmark run; values that are absent or not positive are left out with a note.
@@ -170,7 +178,7 @@ def read_vllm_bench(path: Path, label: str, data: dict[str, Any]) -> FileData:
     all at once) and ``burstiness`` (gamma shape of the gaps: 1, the default, Poisson). Lengths are the means of the per-request
     ``input_lens`` / ``output_lens`` of a detailed file, else ``total_input_tokens / completed``.
     Measured: ``mean_ttft_ms``, ``mean_tpot_ms`` (``mean_itl_ms`` when absent),
-    ``output_throughput``.
+    ``output_throughput``. Run length ``num_prompts`` (``completed`` in files without it).
     """
     notes: list[str] = []
     for key in ("completed", "total_input_tokens", "total_output_tokens"):
@@ -186,7 +194,8 @@ def read_vllm_bench(path: Path, label: str, data: dict[str, Any]) -> FileData:
         O = _positive(path, "total_output_tokens", data["total_output_tokens"]) / completed
         lengths = None
     setup: dict[str, Any] = {"model_named": data.get("model_id") or data.get("tokenizer_id"),
-                             "input_tokens": P, "output_tokens": O, "lengths": lengths}
+                             "input_tokens": P, "output_tokens": O, "lengths": lengths,
+                             "num_prompts": _run_length(data.get("num_prompts")) or _run_length(completed)}
     rate = _number(data.get("request_rate"))
     if data.get("request_rate") is not None and rate is None:
         raise InputError(f"{path}: request_rate {data.get('request_rate')!r}: expected a number or \"inf\"")
@@ -242,7 +251,8 @@ def read_guidellm(path: Path, label: str, data: dict[str, Any]) -> FileData:
     ``poisson`` a request ``rate``, ``throughput`` everything at once. Lengths and measured values
     are the ``successful`` means of ``metrics.prompt_token_count``, ``output_token_count``,
     ``time_to_first_token_ms``, ``inter_token_latency_ms`` and ``output_tokens_per_second``
-    (``time_per_output_token_ms`` is not used: GuideLLM includes the first token in it).
+    (``time_per_output_token_ms`` is not used: GuideLLM includes the first token in it). Run
+    length ``metrics.request_totals.total``.
     """
     rows: list[CorpusRow] = []
     notes: list[str] = []
@@ -266,6 +276,8 @@ def read_guidellm(path: Path, label: str, data: dict[str, Any]) -> FileData:
             "input_tokens": _positive(path, f"benchmarks[{i}].metrics.prompt_token_count.successful.mean", prompt.get("mean")),
             "output_tokens": _positive(path, f"benchmarks[{i}].metrics.output_token_count.successful.mean", output.get("mean")),
         }
+        totals = metrics.get("request_totals")
+        setup["num_prompts"] = _run_length(totals.get("total")) if isinstance(totals, dict) else None
         fixed = [_spread_free(prompt), _spread_free(output)]
         setup["lengths"] = None if None in fixed else ("fixed" if all(fixed) else "varying")
         if kind in ("synchronous", "concurrent"):
@@ -325,7 +337,7 @@ def read_aiperf(path: Path, label: str, data: dict[str, Any]) -> FileData:
     ``input_config.loadgen.concurrency`` (0.1.x); a request rate from the same places
     (``request_rate``). Lengths ``input_sequence_length.avg`` / ``output_sequence_length.avg``;
     measured ``time_to_first_token.avg``, ``inter_token_latency.avg`` and
-    ``output_token_throughput.avg``.
+    ``output_token_throughput.avg``. Run length ``request_count.avg``.
     """
     cfg = data.get("input_config") if isinstance(data.get("input_config"), dict) else {}
     phases = [p for p in cfg.get("phases") or [] if isinstance(p, dict) and p.get("kind", "profiling") == "profiling"]
@@ -345,7 +357,8 @@ def read_aiperf(path: Path, label: str, data: dict[str, Any]) -> FileData:
     named = (models[0].get("name") if models and isinstance(models[0], dict) else None) or (cfg.get("model_names") or [None])[0]
     spreads = [(data.get(t) or {}).get("std") for t in ("input_sequence_length", "output_sequence_length")]
     lengths = None if None in spreads else ("fixed" if all(s == 0 for s in spreads) else "varying")
-    setup: dict[str, Any] = {"model_named": named, "input_tokens": P, "output_tokens": O, "lengths": lengths}
+    setup: dict[str, Any] = {"model_named": named, "input_tokens": P, "output_tokens": O, "lengths": lengths,
+                             "num_prompts": _run_length(_aiperf_value(path, data, "request_count"))}
     notes: list[str] = []
     if rate:
         setup.update(scenario="request_rate", request_rate=rate)

@@ -332,7 +332,10 @@ def _setting_text(row: "CorpusRow", waves: bool) -> str:
     if f.get("scenario") in ("concurrency", "static_batch"):
         return f"{'waves of' if waves else 'steady'} {f['concurrency']:g}, {lengths}"
     rate = f.get("request_rate")
-    return f"all at once, {lengths}" if rate == math.inf else f"{rate:g} req/s, {lengths}"
+    if rate == math.inf:
+        n = f.get("num_prompts")
+        return f"all {n:,} at once, {lengths}" if n else f"all at once, {lengths}"
+    return f"{rate:g} req/s, {lengths}"
 
 
 def _log_overrides(files: list["FileData"], rows_by_file: list[list["CorpusRow"]]) -> dict[tuple[str, int], dict[str, Any]]:
@@ -619,7 +622,7 @@ def _prepare_time(rows: list["CorpusRow"], engine: "EngineProfile", overrides: d
             if r.kind == "step":
                 p: Any = _prepare_step(r, engine)
             else:
-                p = prepare_serving(_as_corpus_fields(r, engine, waves), engine)
+                p = replace(prepare_serving(_as_corpus_fields(r, engine, waves), engine), replay=True)
                 log = overrides.get((r.fields["model"], int(r.fields["tp"])))
                 if log is not None:
                     p = _apply_log(p, log)
