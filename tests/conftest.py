@@ -5,8 +5,17 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import os
+
 import pytest
+from hypothesis import settings
 from typer.testing import CliRunner
+
+# Property tests draw the same examples on every run, so a CI run passes or fails on the code
+# alone; HYPOTHESIS_PROFILE=explore draws new ones (run it locally to search for counterexamples).
+settings.register_profile("ci", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -55,16 +55,22 @@ def test_speculation_never_helps_at_zero_acceptance(model, hw, method, k, batch,
 )
 def test_speedup_shrinks_with_batch_once_verify_is_compute_bound(model, hw, method, k, a, batch, more, context):
     """Once the verify step is compute-bound its ``k + 1`` positions per sequence cost ``k + 1``
-    times a decode step's GEMM FLOPs, so adding sequences never raises the speed-up. (While the
-    verify step is memory-bound the speed-up stays nearly flat and can rise at long contexts,
-    where the drafter reads far less KV than the target: docs/features.md.)"""
+    times a decode step's GEMM FLOPs, so adding sequences never lowers the verify step's cost
+    against a plain decode step's. The whole speed-up can still rise by a hair: the drafter's ``k``
+    steps each pay the engine's fixed host time and read the drafter's weights, which spread over
+    more sequences (Qwen3-8B, EAGLE-3 with 8 tokens on B200 at 2,889 cached positions: 82.7 ->
+    81.0 us of drafting per sequence from 2,794 to 6,256 sequences, speed-up 1.0847 -> 1.0875),
+    never by 1% in a 3,000-case search (at most 0.26%). (While the verify step is memory-bound
+    the speed-up stays nearly flat and can rise at long contexts, where the drafter reads far less
+    KV than the target: docs/features.md.)"""
     s = SpecInputs(method=method, num_speculative_tokens=k, acceptance_rate=a)
     t, d = spec_pricers(load_model_spec(model), load_hardware(hw), RooflineInputs(), s)
     r1 = spec_step(t, d, s, batch, context)
     if r1.verify_bound != "compute":
         return
     r2 = spec_step(t, d, s, batch + more, context)
-    assert r2.speedup <= r1.speedup * (1 + 1e-9)
+    assert r2.decode_step_s / r2.verify_step_s <= r1.decode_step_s / r1.verify_step_s * (1 + 1e-9)
+    assert r2.speedup <= r1.speedup * 1.01
 
 
 @SETTINGS
