@@ -618,6 +618,7 @@ def test_a_burst_is_replayed_and_its_terms_recovered(tmp_path):
     cal = calibrate([path], CalibrateSettings(hardware="h100-sxm", engine=str(start_path),
                                               terms=("bandwidth_efficiency", "gemm_efficiency")))
     assert [p.setting for p in cal.points] == ["all 48 at once, 1024 in / 128 out"] * 3
+    assert sum("48 requests (num_prompts) replayed through the serving simulator" in n for n in cal.notes) == 1
     fitted = {t.name.split(".", 1)[1]: t.after for t in cal.terms}
     for term, value in known.items():
         assert fitted[term] == pytest.approx(value, rel=0.01), term

@@ -629,7 +629,13 @@ def _prepare_time(rows: list["CorpusRow"], engine: "EngineProfile", overrides: d
                     note = f"{r.id.split(':')[0]}: scheduler limits and KV capacity from {log['file']} (same model and tp)"
                     if note not in notes:
                         notes.append(note)
-            p.evaluate(engine)
+            if r.kind == "step":
+                p.evaluate(engine)
+            else:
+                _, replayed = p.priced(engine)
+                run = r.id.rsplit(":", 1)[0]
+                if replayed and not any(n.startswith(f"{run}: ") for n in notes):  # one note a run
+                    notes.append(f"{run}: {replayed}")
         except (Unsupported, CapplanError) as exc:
             skipped.append((r.id, str(exc)))
             continue
