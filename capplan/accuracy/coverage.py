@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from statistics import median
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -74,6 +73,7 @@ class Coverage:
 
 def coverage_table(report: "AccuracyReport") -> list[Coverage]:
     """Every (engine family, hardware, architecture) with predicted serving rows in ``report``, sorted."""
+    from capplan.accuracy.report import summarize
     from capplan.engine import load_engine
 
     family: dict[str, str] = {}
@@ -86,9 +86,10 @@ def coverage_table(report: "AccuracyReport") -> list[Coverage]:
         groups.setdefault((family[r.engine_profile], r.hardware, architecture(r.moe)), []).append(r)
     out = []
     for (engine, hardware, arch), rows in sorted(groups.items()):
-        signed = [r.signed_error for r in rows]
-        out.append(Coverage(engine, hardware, arch, len(rows), sum(not r.held_out for r in rows), round(median(signed), 4),
-                            round(sum(-0.5 <= s <= 1.0 for s in signed) / len(signed), 4)))
+        s = summarize(rows)
+        assert s.median_signed_error is not None and s.within_2x is not None  # every row is predicted
+        out.append(Coverage(engine, hardware, arch, len(rows), sum(not r.held_out for r in rows),
+                            round(s.median_signed_error, 4), round(s.within_2x, 4)))
     return out
 
 

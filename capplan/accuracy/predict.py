@@ -93,6 +93,15 @@ class Unsupported(Exception):
     """A row capplan cannot express; the message says why."""
 
 
+class NeedsReplay(Unsupported):
+    """A run the closed form cannot price and :func:`finite_run` replays: ``why`` is
+    :data:`BURST`, :data:`SATURATED` or :data:`SHORT_RUN`, and the message starts with it."""
+
+    def __init__(self, why: str, detail: str) -> None:
+        super().__init__(f"{why}: {detail}")
+        self.why = why
+
+
 def engine_family(engine: str | None) -> str:
     """``trtllm``, ``vllm``, ``sglang`` or ``other`` from a row's free-text engine column."""
     e = (engine or "").lower()
@@ -296,13 +305,10 @@ class PreparedServing:
         server = self._server_with(engine)
         try:
             return self._closed_form(server), None
-        except Unsupported as exc:
-            why = next((p for p in _REPLAY_REASON if str(exc).startswith(p)), None)
-            if why is None:
-                raise
+        except NeedsReplay as exc:
             rate, P, O = self.args
             return finite_run(self.row, server, rate, self.instances, P, O, self.cached_tokens, self.burstiness,
-                              row_statistic(self.row), why=why, divisor=self.divisor)
+                              row_statistic(self.row), why=exc.why, divisor=self.divisor)
 
     def _server_with(self, engine: "EngineProfile | None") -> Any:
         """The prepared server with ``engine``'s time terms (and the release's pinned ones)."""
@@ -319,7 +325,7 @@ class PreparedServing:
         from capplan import benchmark
 
         if self.replayed:
-            raise Unsupported(f"{BURST}: the run is replayed (finite_run)")
+            raise NeedsReplay(BURST, "the run is replayed (finite_run)")
         extra: dict[str, float] = {"cached_tokens": self.cached_tokens} if self.scenario != "static_batch" else {}
         args = self.args
         if self.scenario == "open_loop":
@@ -332,10 +338,10 @@ class PreparedServing:
         if self.first_wave > 0:  # the wave's clients are the steady state's, on the one instance it prices
             r = with_first_wave(r, server, self.first_wave, math.ceil(args[0]), *args[1:], self.cached_tokens)
         if r.limited_by == "saturated" and self.row.metric in LATENCY_METRICS:
-            raise Unsupported(f"{SATURATED}: latency grows with the run's length")
+            raise NeedsReplay(SATURATED, "latency grows with the run's length")
         in_system = r.requests_per_s * r.e2e_latency_s * self.instances
         if self.scenario == "open_loop" and self.row.metric in LATENCY_METRICS and ends_before_steady_state(self.row, in_system):
-            raise Unsupported(f"{SHORT_RUN}: {in_system:,.0f} requests in the system at the steady state, "
+            raise NeedsReplay(SHORT_RUN, f"{in_system:,.0f} requests in the system at the steady state, "
                               f"{self.row.number('num_prompts'):,.0f} in the run")
         return _metric(self.row.metric, r, self.instances, self.divisor)
 

@@ -388,8 +388,6 @@ def refit(folder: Path | None = None, write: bool = True) -> dict[str, Any]:
             prepared = _prepare(family_fit_rows(fit_rows, spec.family), engine, "serving")
             terms = TIME_TERMS if len(prepared) >= 100 else FAMILY_TERMS
             own = {hw: o.set_terms() for hw, o in bundled.hardware.items()}  # the bundled chip overrides
-            start = engine.model_copy(update={"hardware": bundled.hardware,
-                                              "fitted_on": {**engine.fitted_on, **override_rows(bundled, own)}})
             if spec.family != BASE_FAMILY and BASE_FAMILY in time_fits:
                 base = time_fits[BASE_FAMILY].engine
                 hardware, inherited = inherited_overrides(base, terms)
@@ -398,6 +396,9 @@ def refit(folder: Path | None = None, write: bool = True) -> dict[str, Any]:
                     "time": base.time.model_copy(update={**{t: getattr(engine.time, t) for t in terms}, **spec.time}),
                     "hardware": overrides_on_top(hardware, own),
                     "fitted_on": {**engine.fitted_on, **inherited, **override_rows(bundled, own)}})
+            else:
+                start = engine.model_copy(update={"hardware": bundled.hardware,
+                                                  "fitted_on": {**engine.fitted_on, **override_rows(bundled, own)}})
             result = fit_time_terms(start, prepared, terms)
             result = _fit_hardware_overrides(result, prepared)
             time_fits[spec.family] = result

@@ -616,6 +616,7 @@ def _prepare_time(rows: list["CorpusRow"], engine: "EngineProfile", overrides: d
 
     out: list[tuple[Any, bool]] = []
     skipped: list[tuple[str, str]] = []
+    replayed_runs: set[str] = set()  # one note a run
     for r in rows:
         waves = waves_for(r)
         try:
@@ -634,7 +635,8 @@ def _prepare_time(rows: list["CorpusRow"], engine: "EngineProfile", overrides: d
             else:
                 _, replayed = p.priced(engine)
                 run = r.id.rsplit(":", 1)[0]
-                if replayed and not any(n.startswith(f"{run}: ") for n in notes):  # one note a run
+                if replayed and run not in replayed_runs:
+                    replayed_runs.add(run)
                     notes.append(f"{run}: {replayed}")
         except (Unsupported, CapplanError) as exc:
             skipped.append((r.id, str(exc)))
