@@ -329,7 +329,9 @@ rows beyond 2x 36 -> 33 (another `--terms trtllm:` refit moved nothing). Then, i
   (`accuracy.predict.first_wave_share`). Medians and percentiles keep the steady state. Only the
   InferenceX and SGLang Cookbook rows state N (N = 5-10 C): InferenceX TTFT +178..+244% ->
   +110..+158%, the Cookbook's means at 16 clients on B200 +110..+272% -> +64..+148% (two of them
-  inside 2x); the rest of their start-of-run tail is not priced (below).
+  inside 2x); the rest of their start-of-run tail is not priced (below). InferenceX's servers run
+  `--stream-interval 10`, which does not hold the first token back: SGLang 0.5.7's scheduler
+  streams a request at output lengths 1, 11, 21, ... (`scheduler_output_processor_mixin.py`).
 - **The trtllm family refitted without the bursts.** Those throughput rows had fitted the
   `trtllm` family terms as steady-state runs; a replayed burst is left out of every fit, since no
   time term prices it in closed form. Refitted without them (`--terms trtllm:` of the ten family
@@ -503,12 +505,21 @@ Where the model is still wrong, and why:
     one H100: 8.3k, 9.2k, 10.6k and 5.8k. A ceiling in tokens/s that does not follow the GPU's work
     points at per-token work outside it, such as turning each random-token prompt's text into
     tokens on the API server (inferred: not located). Dense Qwen3 on one H100 is +83..+157%, on
-    one A100 (slower GPU work, nearer the ceiling) +18..+59%.
+    one A100 (slower GPU work, nearer the ceiling) +18..+59%. Between the lab's two chips, the H100
+    run of Qwen3-32B at 2000/100 (1.5 requests/s, far below any front-end bound) is 1.27x the A100
+    run where capplan has 1.97x, less than the 1.64x of the chips' memory bandwidth alone.
 - **SGLang on B200 and MI300X (held out: the SGLang Cookbook and LMSYS's gpt-oss post).** The
   `sglang` profile's own terms were fitted on five H20 and H100 rows; these sources test them
   elsewhere (56 rows; `validation/sources/serving_vllm.md`):
   - Qwen3-235B-A22B on 8 x B200 at one client: TTFT -3..+20% (means and medians at 1000 and 8000
     input tokens), TPOT -3% and -1%.
+  - The profile's request overhead, 74 ms, was fitted on those five rows, none of them a TTFT (it
+    enters through their closed-loop throughput). The same H100 runs' held-out TTFT rows measure
+    28-40 ms where capplan has 83-86 ms. With vLLM's 13.9 ms instead, they come within 2x, but
+    DeepSeek's TTFT rows under SGLang (B200, H200, MI300X) move further out, and the rows within
+    2x fall from 92.8% to 91.9% (held out: 90.8% to 88.4%): DeepSeek-R1 on 8 x B200 at one client
+    has a TTFT of 141 ms (median) at ~500-token prompts and 155 ms at ~4,000, a fixed ~140 ms that
+    the 74 ms stands in for.
   - DeepSeek-R1 on 8 x B200: +15% (TPOT at one client) to +57% (TTFT); at 16 clients TPOT +35%
     and output tokens/s +52..+54%.
   - On B200 the mean TTFT at 16 clients is +64..+148% with the run's first wave priced (above),
