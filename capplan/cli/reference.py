@@ -515,11 +515,12 @@ Where the model is still wrong, and why:
     input tokens), TPOT -3% and -1%.
   - The profile's request overhead, 74 ms, was fitted on those five rows, none of them a TTFT (it
     enters through their closed-loop throughput). The same H100 runs' held-out TTFT rows measure
-    28-40 ms where capplan has 83-86 ms. With vLLM's 13.9 ms instead, they come within 2x, but
-    DeepSeek's TTFT rows under SGLang (B200, H200, MI300X) move further out, and the rows within
-    2x fall from 92.8% to 91.9% (held out: 90.8% to 88.4%): DeepSeek-R1 on 8 x B200 at one client
-    has a TTFT of 141 ms (median) at ~500-token prompts and 155 ms at ~4,000, a fixed ~140 ms that
-    the 74 ms stands in for.
+    28-40 ms where capplan has 83-86 ms. With vLLM's 13.9 ms instead, they and gpt-oss-120b's two
+    TTFT rows on B200 come within 2x, but 17 TTFT rows of the large MoE models go beyond it
+    (Qwen3-235B-A22B and DeepSeek-R1 on 8 x B200, DeepSeek-V3.1 on 8 x MI300X), and the rows
+    within 2x fall from 92.8% to 91.9% (held out: 90.8% to 88.4%). Their TTFT at one client has a
+    large fixed part: on 8 x B200, a median of 92 ms at ~500-token and 115 ms at ~4,000-token
+    prompts for Qwen3-235B-A22B, 141 ms and 155 ms for DeepSeek-R1; the 74 ms stands in for it.
   - DeepSeek-R1 on 8 x B200: +15% (TPOT at one client) to +57% (TTFT); at 16 clients TPOT +35%
     and output tokens/s +52..+54%.
   - On B200 the mean TTFT at 16 clients is +64..+148% with the run's first wave priced (above),
