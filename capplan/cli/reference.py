@@ -519,7 +519,7 @@ Where the model is still wrong, and why:
     TTFT rows on B200 come within 2x, but 17 TTFT rows of the large MoE models go beyond it
     (Qwen3-235B-A22B and DeepSeek-R1 on 8 x B200, DeepSeek-V3.1 on 8 x MI300X), and the rows
     within 2x fall from 92.8% to 91.9% (held out: 90.8% to 88.4%). Their TTFT at one client has a
-    large fixed part: on 8 x B200, a median of 92 ms at ~500-token and 115 ms at ~4,000-token
+    large fixed part: on 8 x B200, a median of 92 ms at ~600-token and 115 ms at ~4,200-token
     prompts for Qwen3-235B-A22B, 141 ms and 155 ms for DeepSeek-R1; the 74 ms stands in for it.
   - DeepSeek-R1 on 8 x B200: +15% (TPOT at one client) to +57% (TTFT); at 16 clients TPOT +35%
     and output tokens/s +52..+54%.
