@@ -283,6 +283,10 @@ class TimeOverrides(BaseModel):
         return {k: v for k, v in self.model_dump().items() if v is not None}
 
 
+CORPUS_FIT = "validation corpus fit"
+"""The ``calibration`` of the profiles ``python -m capplan.accuracy.refit`` fits on the validation corpus."""
+
+
 class EngineProfile(BaseModel):
     """One serving engine and version: memory terms, time terms, and where each came from."""
 
@@ -303,7 +307,14 @@ class EngineProfile(BaseModel):
     hardware: dict[str, TimeOverrides] = {}
     """Per-hardware-profile overrides of the time terms, keyed by hardware profile name."""
     calibration: str = "defaults"
-    """Which calibration the values come from: ``defaults``, the corpus fit, or a user's files."""
+    """Which calibration the values come from: ``defaults``, the corpus fit (:data:`CORPUS_FIT`,
+    with any settings a command adds after it), or a user's files."""
+
+    @property
+    def corpus_fitted(self) -> bool:
+        """Whether the values are the validation corpus fit's (a bundled profile, or a copy of one,
+        with or without a command's settings), not a user's calibration."""
+        return self.calibration.startswith(CORPUS_FIT)
     fitted_on: dict[str, list[str]] = {}
     """Corpus row ids (or input files) each fitted term was fitted on, keyed by term name."""
     sources: dict[str, str] = {}

@@ -361,7 +361,7 @@ def refit(folder: Path | None = None, write: bool = True) -> dict[str, Any]:
     from capplan.accuracy.corpus import load_corpus
     from capplan.accuracy.fit import fit_time_terms
     from capplan.accuracy.report import kv_profile_name
-    from capplan.engine import ByGpuClass, EngineProfile, MemoryTerms, TimeTerms, load_engine
+    from capplan.engine import CORPUS_FIT, ByGpuClass, EngineProfile, MemoryTerms, TimeTerms, load_engine
 
     corpus = load_corpus(folder)
     fit_rows = [r for r in corpus if not r.held_out]
@@ -374,7 +374,7 @@ def refit(folder: Path | None = None, write: bool = True) -> dict[str, Any]:
         engine = EngineProfile(
             name=spec.name, engine=spec.engine, version=spec.version, description=spec.description,  # type: ignore[arg-type]
             memory=MemoryTerms(**mem), time=TimeTerms(**{**bundled.time.model_dump(), **FEATURE_TIME_TERMS, **spec.time}),
-            calibration="validation corpus fit", sources={**FEATURE_SOURCES, **spec.sources},
+            calibration=CORPUS_FIT, sources={**FEATURE_SOURCES, **spec.sources},
         )
         # the feature terms are not refitted here: their rows stay as the last narrow fit wrote them
         fitted_on = {k: v for k, v in bundled.fitted_on.items() if k.removeprefix("time.") in FEATURE_TIME_TERMS}

@@ -415,7 +415,7 @@ def warn_known_error(profile: Any, hardware: Iterable[str], spec: "ModelSpec | N
     (dense or MoE; ``None``: no model named yet, no warning) show a large or one-sided error
     (:func:`capplan.accuracy.coverage.known_error`); a profile the user calibrated is not the one
     those rows tested, so it is not warned about. Returns ``profile``."""
-    if spec is not None and str(profile.calibration).startswith("validation corpus fit"):
+    if spec is not None and profile.corpus_fitted:
         from capplan.accuracy.coverage import known_error
 
         for name in dict.fromkeys(hardware):

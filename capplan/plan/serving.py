@@ -390,6 +390,7 @@ def plan_serving(
         cost_out = fleet_cost * (1.0 - share) / (lam * out_mean * 3600.0) * 1e6
         cost_in = fleet_cost * share / (lam * in_mean * 3600.0) * 1e6
     cached_fraction = float(np.sum(mix.cached_tokens) / np.sum(mix.prompt_tokens))
+    front_end = front_end_warning(lam * unit / replicas)
     plan = ServingPlan(
         workload=workload.name, method=workload.method, model=spec.name, hardware=hw.name, tp=tp, kv_dtype=inputs.kv_dtype,
         weight_dtype=inputs.weight_dtype, engine_profile=engine.name, calibration=engine.calibration,
@@ -408,7 +409,7 @@ def plan_serving(
         price_usd_per_gpu_hour=price, price_source=source, fleet_cost_usd_per_hour=fleet_cost,
         cost_usd_per_million_output_tokens=cost_out, cost_usd_per_million_input_tokens=cost_in,
         assumptions=_assumptions(engine, hw.name, s) + feature_assumptions(inputs),
-        warnings=[w for w in [front_end_warning(lam * unit / replicas)] if w],
+        warnings=[front_end] if front_end else [],
     )
     plan = _with_features(plan, workload, inputs, server, memory, mix, q)
     plan = _with_explanation(plan, q, server, mix)
