@@ -503,8 +503,17 @@ Where the model is still wrong, and why:
     at 32000/100, where prefill attention dominates, and +119..+175% at 2000/100); gpt-oss-20b on
     one H100: 29.7k, 33.2k, 32.1k and 28.0k at 32000, 4000, 2000 and 128 input tokens; Qwen3-14B on
     one H100: 8.3k, 9.2k, 10.6k and 5.8k. A ceiling in tokens/s that does not follow the GPU's work
-    points at per-token work outside it, such as turning each random-token prompt's text into
-    tokens on the API server (inferred: not located). Dense Qwen3 on one H100 is +83..+157%, on
+    points at work outside it, and that work goes with the output tokens, not the prompt's: where
+    one setup has several fixed-length runs, the measured run time less capplan's replay is the
+    same per output token. DeepSeek-R1 under vLLM: 34.5 s, 67.1 s and 6.8 s more over 50,000,
+    100,000 and 10,000 output tokens (2000/100, 4000/200, 32000/100), 0.69, 0.67 and 0.68 ms each,
+    where per prompt token it would be 34, 34 and 2 us; under SGLang 0.5.3, 0.47 and 0.47 ms
+    (2000/100, 4000/200). That is the 32000/100 run's +3%: it has the fewest output tokens per
+    prompt token. Each output token is one streamed chunk of `/v1/chat/completions`
+    (detokenised, serialised, sent and parsed by the client). Counted as time added to the
+    replay's, the figure agrees within 3% across the runs; as a cap on the run's rate instead it
+    would be 1.19 and 1.33 ms (2000/100, 4000/200). Which step costs ~0.5-0.7 ms a token on that
+    machine is not located, and no term prices it. Dense Qwen3 on one H100 is +83..+157%, on
     one A100 (slower GPU work, nearer the ceiling) +18..+59%. Between the lab's two chips, the H100
     run of Qwen3-32B at 2000/100 (1.5 requests/s, far below any front-end bound) is 1.27x the A100
     run where capplan has 1.97x, less than the 1.64x of the chips' memory bandwidth alone.
@@ -514,8 +523,13 @@ Where the model is still wrong, and why:
   - Qwen3-235B-A22B on 8 x B200 at one client: TTFT -3..+20% (means and medians at 1000 and 8000
     input tokens), TPOT -3% and -1%.
   - The profile's request overhead, 74 ms, was fitted on those five rows, none of them a TTFT (it
-    enters through their closed-loop throughput). The same H100 runs' held-out TTFT rows measure
-    28-40 ms where capplan has 83-86 ms. With vLLM's 13.9 ms instead, they and gpt-oss-120b's two
+    enters through their closed-loop throughput). The H100 runs' rate is below what their own
+    TTFT and TPOT give four clients: 4 x 220.6 output tokens every 1.679 s, where TTFT + 219.6 x
+    TPOT is 1.607 s (BF16; 61 ms a request apart for FP8, and 91 ms in the same lab's vLLM 0.11
+    run), as the end of a 100-request run of varied lengths would give, with fewer than four
+    requests left (inferred); the steady closed form has no such end, and the fit put the gap in
+    the request overhead. The same runs' held-out TTFT rows measure 28-40 ms where capplan has
+    83-86 ms. With vLLM's 13.9 ms instead, they and gpt-oss-120b's two
     TTFT rows on B200 come within 2x, but 17 TTFT rows of the large MoE models go beyond it
     (Qwen3-235B-A22B and DeepSeek-R1 on 8 x B200, DeepSeek-V3.1 on 8 x MI300X), and the rows
     within 2x fall from 92.8% to 91.9% (held out: 90.8% to 88.4%). Their TTFT at one client has a
