@@ -195,7 +195,9 @@ def test_a_saturated_run_of_stated_length_is_simulated(corpus):
     ("sampler", "flashinfer", True), ("sampler", "triton", False), ("cached_prefix_tokens", "nan", False),
     ("num_prompts", "3200", True), ("num_prompts", "0", False), ("num_prompts", "12.5", False),
     ("statistic", "median", True), ("statistic", "p50", False),
-    ("lengths", "fixed", True), ("lengths", "varying", True), ("lengths", "random", False),
+    ("lengths", "fixed", True), ("lengths", "varying", True), ("lengths", "sglang-random", True), ("lengths", "random", False),
+    ("random_input_len", "1000", True), ("random_input_len", "0", False), ("random_output_len", "1.5", False),
+    ("random_range_ratio", "0.8", True), ("random_range_ratio", "1.5", False), ("seed", "0", True), ("seed", "-1", False),
 ])
 def test_a_setting_column_outside_what_it_allows_is_refused(tmp_path, column, value, ok):
     """A user's corpus with a setting the model reads: a value it cannot read is a one-line error
@@ -300,7 +302,8 @@ def test_an_open_loop_run_over_several_instances_is_dealt_round_robin(corpus):
 
 def test_a_closed_loop_runs_first_wave_weighs_in_its_mean_ttft(corpus):
     """The SGLang Cookbook's Qwen3-235B-A22B run on 8 x B200 at 16 clients sends 80 requests of
-    ~3,750/520 tokens: the first 16 at once, the other 64 as requests complete. The steady state
+    ~3,750/520 tokens: the first 16 at once, the other 64 as requests complete. Priced at its mean
+    lengths (``lengths`` ``varying``, as a run whose draws cannot be repeated is), the steady state
     (the median row, which a wave of a fifth of the run does not move) is ~124 ms; the 16 sent at
     once queue for ~60,000 prompt positions, a mean of ~374 ms in the serving simulator; the mean
     row weighs them 16/80: 0.8 x 124 + 0.2 x 374 = ~174 ms (284 ms measured). The assumption says
@@ -312,7 +315,7 @@ def test_a_closed_loop_runs_first_wave_weighs_in_its_mean_ttft(corpus):
 
     engine = default_engines()["sglang"]
     base = "sglang056-cookbook-b200x8-qwen3-235b-bf16-tp8-8000-1000-c16-ttft"
-    mean, median = corpus[base], corpus[base + "-median"]
+    mean, median = (replace(corpus[i], fields={**corpus[i].fields, "lengths": "varying"}) for i in (base, base + "-median"))
     assert first_wave_share(mean) == pytest.approx(0.2) and first_wave_share(median) == 0.0
     steady = predict_serving(median, engine).value
     waved = predict_serving(mean, engine)
@@ -373,3 +376,94 @@ def test_a_burst_throughput_includes_its_ramp_and_drain(corpus):
     assert replayed.value < steady
     assert 0.5 < replayed.value / row.measured < 2.0 < steady / row.measured
     assert any(a.startswith(BURST) and "first arrival to the last completion" in a for a in replayed.assumed)
+
+
+def test_sglang_random_lengths_are_the_runs_draws():
+    """``sglang.bench_serving --dataset-name random`` draws its lengths from NumPy's legacy
+    generator seeded with ``--seed`` (default 1), prompts before outputs, uniform on
+    ``[max(int(L_in x ratio), 1), L_in]`` and ``[int(L_out x ratio), L_out]``. Drawn again, they
+    give the totals the SGLang Cookbook's runs print (``validation/serving_vllm.csv``, the
+    ``sgl-cookbook-7b5bd9c`` rows): 10 requests of 1000/1000 at range ratio 0, 6,101 prompt and
+    4,210 output tokens; 80 requests, 39,668 and 40,725 (means 495.85 / 509.06); 80 of 8000/1000,
+    means 3,750.25 / 519.86. Range ratio 1 gives every request the stated lengths."""
+    from capplan.sim.serving import sglang_random_lengths
+
+    p, o = sglang_random_lengths(10, 1000, 1000)
+    assert (p.sum(), o.sum()) == (6101, 4210)
+    p, o = sglang_random_lengths(80, 1000, 1000, 0.0, 1)
+    assert (p.sum(), o.sum()) == (39668, 40725) and p.min() >= 1 and o.max() <= 1000
+    p, o = sglang_random_lengths(80, 8000, 1000)
+    assert (p.mean(), o.mean()) == (3750.25, 519.8625)
+    p, o = sglang_random_lengths(5, 128, 4, 1.0, 7)
+    assert p.tolist() == [128] * 5 and o.tolist() == [4] * 5
+    assert sglang_random_lengths(10, 1000, 1000, 0.0, 2)[0].sum() != 6101
+
+
+def test_clients_send_each_request_when_one_in_flight_completes():
+    """Two clients, requests finishing at 5, 3, 4 and 10 s after the run's start: requests 0 and 1
+    start at 0; request 2 when the first of them completes (3 s); request 3 when the next one
+    does (request 2 at 4 s). One client sends each request when the one before it completes; as
+    many clients as requests send them all at once."""
+    import numpy as np
+
+    from capplan.sim.serving import client_arrivals
+
+    finish = np.array([5.0, 3.0, 4.0, 10.0])
+    assert client_arrivals(finish, 2).tolist() == [0.0, 0.0, 3.0, 4.0]
+    seq = np.array([2.0, 5.0, 9.0])
+    assert client_arrivals(seq, 1).tolist() == [0.0, 2.0, 5.0]
+    assert client_arrivals(finish, 4).tolist() == [0.0] * 4
+
+
+def test_a_closed_loop_replay_settles_on_its_own_completions():
+    """The replay of a closed-loop run (``replay_clients``) is a fixed point: every request is
+    sent when the clients' rule says, given the completions the simulator gives for those sends.
+    One client runs the requests one after another (each starts when the last ends, none
+    overlaps); as many clients as requests is a burst, the same as the simulator's run with every
+    arrival at 0."""
+    import numpy as np
+
+    from capplan.benchmark import server_for
+    from capplan.hardware import load_hardware
+    from capplan.modelspec import load_model_spec
+    from capplan.sim.serving import client_arrivals, replay_clients, serving_engine, simulate_replica, sglang_random_lengths
+
+    engine = serving_engine(server_for(load_model_spec("llama-3.1-8b"), load_hardware("h100-sxm")))
+    prompt, output = sglang_random_lengths(24, 2000, 300)
+    output = np.maximum(output, 1)
+    cached = np.zeros_like(prompt)
+    arrivals, run = replay_clients(engine, 4, prompt, output, cached)
+    assert np.allclose(client_arrivals(run.finish_s, 4), arrivals, atol=1e-9)
+    assert arrivals[:4].tolist() == [0.0] * 4 and (arrivals[4:] > 0).all()
+    one, solo = replay_clients(engine, 1, prompt, output, cached)
+    assert np.allclose(one[1:], solo.finish_s[:-1], atol=1e-9)
+    _, burst = replay_clients(engine, 24, prompt, output, cached)
+    assert np.allclose(burst.finish_s, simulate_replica(engine, np.zeros(24), prompt, output, cached).finish_s)
+
+
+def test_a_closed_loop_run_of_drawn_lengths_is_replayed_request_by_request(corpus):
+    """The SGLang Cookbook's Qwen3-235B-A22B run on 8 x B200 at 16 clients: 80 requests of
+    1000/1000 drawn lengths (means 495.85 / 509.06), 832.04 output tokens/s measured. The
+    steady-state closed form at the mean lengths has ~1,011 tokens/s (+21%): it leaves out the
+    run's first wave and its drain, the last requests running with fewer than 16 clients busy
+    (outputs are uniform on 0-1,000 tokens). Replayed request by request with the drawn lengths,
+    the run's 40,725 tokens over its span come out within 10% of the measurement, below the
+    closed form. A row whose arguments do not give its mean lengths (seed 2) is refused, and so is
+    one of another scenario (the draws are replayed only at clients)."""
+    from dataclasses import replace
+
+    from capplan.accuracy.predict import Unsupported, predict_serving, prepare_serving
+    from capplan.accuracy.report import default_engines
+
+    engine = default_engines()["sglang"]
+    row = corpus["sglang056-cookbook-b200x8-qwen3-235b-bf16-tp8-1000-1000-c16-out-tput"]
+    assert row.get("lengths") == "sglang-random"
+    replayed = predict_serving(row, engine)
+    steady = prepare_serving(replace(row, fields={**row.fields, "lengths": "varying"}), engine).evaluate()
+    assert replayed.value < steady and abs(replayed.value / row.measured - 1.0) < 0.10 < steady / row.measured - 1.0
+    assert any("drawn as sglang.bench_serving draws them" in a and "means 495.85/509.06" in a for a in replayed.assumed)
+    assert any("80 requests at 16 clients replayed request by request" in a for a in replayed.assumed)
+    with pytest.raises(Unsupported, match="the draws' means"):
+        prepare_serving(replace(row, fields={**row.fields, "seed": "2"}), engine)
+    rate = predict_serving(replace(row, fields={**row.fields, "scenario": "request_rate", "request_rate": "2"}), engine)
+    assert rate.value is None and "replayed for a closed-loop run (scenario concurrency), not request_rate" in rate.reason

@@ -129,7 +129,11 @@ SETTING_COLUMNS: dict[str, str] = {
     "sampler": "pytorch or flashinfer",
     "num_prompts": "a whole number >= 1",
     "statistic": "mean or median",
-    "lengths": "fixed or varying",
+    "lengths": "fixed, varying or sglang-random",
+    "random_input_len": "a whole number >= 1",
+    "random_output_len": "a whole number >= 1",
+    "random_range_ratio": "a number from 0 to 1",
+    "seed": "a whole number >= 0",
 }
 """Optional setting columns and what each allows (:func:`_check_settings`): a value outside it
 would otherwise be read as not stated."""
@@ -146,14 +150,18 @@ def _check_settings(path: Path, line: int, fields: dict[str, Any]) -> None:
         elif col == "statistic":
             ok = raw in ("mean", "median")
         elif col == "lengths":
-            ok = raw in ("fixed", "varying")
+            ok = raw in ("fixed", "varying", "sglang-random")
         else:
             try:
                 x = float(raw)
             except ValueError:
                 x = math.nan
-            if col in ("max_num_seqs", "max_num_batched_tokens", "num_prompts"):
+            if col in ("max_num_seqs", "max_num_batched_tokens", "num_prompts", "random_input_len", "random_output_len"):
                 ok = math.isfinite(x) and x >= 1 and x == int(x)
+            elif col == "seed":
+                ok = math.isfinite(x) and x >= 0 and x == int(x)
+            elif col == "random_range_ratio":
+                ok = 0 <= x <= 1
             elif col == "burstiness":
                 ok = x > 0
             else:

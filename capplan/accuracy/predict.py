@@ -286,9 +286,10 @@ class PreparedServing:
 
     @property
     def replayed(self) -> bool:
-        """A burst (:data:`BURST`): always replayed by :func:`finite_run`, never priced by the
-        closed form; the corpus fits leave it out (:attr:`replay`)."""
-        return self.scenario == "burst"
+        """A burst (:data:`BURST`, replayed by :func:`finite_run`) or a closed-loop run of drawn
+        lengths (:data:`DRAWN_LENGTHS`, replayed by :func:`clients_run`): never priced by the
+        closed form; the corpus fits leave them out (:attr:`replay`)."""
+        return self.scenario in ("burst", "clients")
 
     def evaluate(self, engine: "EngineProfile | None" = None) -> float:
         """The predicted value, with ``engine``'s time terms if given (memory as prepared; the
@@ -306,6 +307,8 @@ class PreparedServing:
         try:
             return self._closed_form(server), None
         except NeedsReplay as exc:
+            if self.scenario == "clients":
+                return clients_run(self.row, server, *self.args, divisor=self.divisor)
             rate, P, O = self.args
             return finite_run(self.row, server, rate, self.instances, P, O, self.cached_tokens, self.burstiness,
                               row_statistic(self.row), why=exc.why, divisor=self.divisor)
@@ -385,6 +388,77 @@ def replay_fixed(server: Any, arrivals: Any, prompt: float, output: float, cache
     return simulate_replica(serving_engine(server), arrivals, np.full(n, P), np.full(n, O), np.full(n, C))
 
 
+DRAWN_LENGTHS = "sglang-random"
+"""``lengths`` of a closed-loop run whose every request's lengths can be drawn again: the random
+dataset of ``sglang.bench_serving``, from the row's ``num_prompts``, ``random_input_len``,
+``random_output_len``, ``random_range_ratio`` (default 0) and ``seed`` (default 1)
+(:func:`capplan.sim.serving.sglang_random_lengths`). Such a run is replayed request by request
+(:func:`clients_run`): its first wave, its drain and the spread of its lengths, which the
+steady-state closed form at the mean lengths leaves out."""
+
+
+def drawn_lengths(row: "CorpusRow", cached: float, assumed: list[str]) -> tuple[Any, Any, Any]:
+    """The prompt, output and cached positions of each request of a :data:`DRAWN_LENGTHS` row,
+    in the order the client sends them; the draw is noted in ``assumed``.
+
+    The draws must give the row's mean lengths (within one token a request), so a row whose
+    arguments were copied wrong is refused rather than priced at other lengths. The client sends
+    its first request once before the run as a warm-up, and the engine's prefix cache keeps it:
+    that request's prompt is a cache hit but for its last position. ``cached`` positions of
+    every prompt are a hit besides (:func:`cached_prefix`)."""
+    import numpy as np
+
+    from capplan.sim.serving import sglang_random_lengths
+
+    n, lin, lout = (row.number(k) for k in ("num_prompts", "random_input_len", "random_output_len"))
+    if n is None or lin is None or lout is None:
+        raise Unsupported(f"lengths {DRAWN_LENGTHS}: num_prompts, random_input_len and random_output_len are needed to draw them")
+    ratio, seed = row.number("random_range_ratio", 0.0) or 0.0, int(row.number("seed", 1.0) or 0)
+    prompt, output = sglang_random_lengths(int(n), int(lin), int(lout), ratio, seed)
+    P, O = row.number("input_tokens"), row.number("output_tokens")
+    if P is None or O is None or abs(prompt.mean() - P) > 1.0 or abs(output.mean() - O) > 1.0:
+        raise Unsupported(f"lengths {DRAWN_LENGTHS}: the draws' means, {prompt.mean():.2f}/{output.mean():.2f} tokens, "
+                          f"are not the row's {P}/{O}")
+    if output.min() < 1:
+        raise Unsupported(f"lengths {DRAWN_LENGTHS}: a request drawn with no output token")
+    hit = np.minimum(np.full(prompt.shape, cached), prompt - 1)
+    hit[0] = prompt[0] - 1
+    assumed.append(f"each request's lengths drawn as sglang.bench_serving draws them (random {lin:,.0f}/{lout:,.0f} tokens, "
+                   f"range ratio {ratio:g}, seed {seed}; means {prompt.mean():,.2f}/{output.mean():,.2f}), the first "
+                   "request's prompt a prefix-cache hit (the client's warm-up request sent it)")
+    return prompt, output, hit
+
+
+def clients_run(row: "CorpusRow", server: Any, clients: int, prompt: Any, output: Any, cached: Any,
+                divisor: float = 1.0) -> tuple[float, str]:
+    """A :data:`DRAWN_LENGTHS` row's value from its run replayed request by request
+    (:func:`capplan.sim.serving.replay_clients`), read as the benchmark client reads it: a
+    throughput over the run's span (its start to the last completion), per ``divisor`` (GPUs for
+    a per-GPU figure); the mean or median over requests of TTFT, end-to-end latency or TPOT (of
+    the requests with two or more output tokens), or of the inter-token gaps (ITL)."""
+    import numpy as np
+
+    from capplan.sim.serving import replay_clients, serving_engine
+
+    arrivals, run = replay_clients(serving_engine(server), clients, prompt, output, cached)
+    e2e = run.finish_s - arrivals
+    work = {"output_tokens_per_s": output.sum(), "input_tokens_per_s": prompt.sum(),
+            "total_tokens_per_s": prompt.sum() + output.sum(), "requests_per_s": prompt.shape[0]}
+    note = (f"a closed-loop run of {prompt.shape[0]:,} requests at {clients:,} clients replayed request by request "
+            "through the serving simulator")
+    if row.metric in work:
+        return float(work[row.metric] / run.finish_s.max()) / divisor, note
+    if row.metric == "itl_ms":
+        return 1e3 * float(np.average(run.itl_s, weights=run.itl_weight)), note
+    long = output > 1
+    values, scale = {"ttft_ms": (run.ttft_s, 1e3), "e2e_latency_s": (e2e, 1.0),
+                     "tpot_ms": ((e2e - run.ttft_s)[long] / (output[long] - 1), 1e3)}[row.metric]
+    statistic = row_statistic(row)
+    if statistic == "p99":
+        raise Unsupported("a p99 latency of a closed-loop run is not predicted")
+    return scale * float(np.median(values) if statistic == "median" else np.mean(values)), note
+
+
 def cached_prefix(row: "CorpusRow", assumed: list[str]) -> float:
     """Prompt positions of a row's requests that are a prefix-cache hit (``cached_prefix_tokens``:
     a system prompt the requests share, in whole KV blocks), noted in ``assumed``; 0 if none."""
@@ -430,11 +504,18 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
     cached = cached_prefix(row, assumed)
     scenario = row.get("scenario")
     wave = 0.0  # a closed-loop run's first wave (first_wave_share)
+    if row.get("lengths") == DRAWN_LENGTHS and scenario != "concurrency":
+        raise Unsupported(f"lengths {DRAWN_LENGTHS}: replayed for a closed-loop run (scenario concurrency), not {scenario}")
     if scenario == "static_batch":
         b = row.number("batch")
         if b is None:
             raise Unsupported("batch not stated")
         call, args = "static_batch", (int(b), round(P), round(O))
+    elif scenario == "concurrency" and row.get("lengths") == DRAWN_LENGTHS:
+        c = row.number("concurrency")
+        if c is None:
+            raise Unsupported("concurrency not stated")
+        call, args = "clients", (int(c), *drawn_lengths(row, cached, assumed))
     elif scenario == "concurrency":
         c = row.number("concurrency")
         if c is None:
@@ -459,6 +540,8 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
         raise Unsupported(f"scenario {scenario} is not modelled")
     _metric(row.metric, None, 1.0, 1.0, check_only=True)
     instances, divisor = _instances(row, settings["tp"], hw)
+    if call == "clients" and instances != 1:
+        raise Unsupported(f"a closed-loop run over {instances:g} engine instances: the replay of its clients covers one")
     pinned = {t: getattr(engine.time, t) for t in PINNED_TIME_TERMS} if engine is not None else {}
     return PreparedServing(row, server, call, args, instances, divisor, assumed, cached,
                            burstiness if call == "open_loop" else 1.0, pinned, wave)

@@ -329,7 +329,21 @@ rows beyond 2x 36 -> 33 (another `--terms trtllm:` refit moved nothing). Then, i
   (`accuracy.predict.first_wave_share`). Medians and percentiles keep the steady state. Only the
   InferenceX and SGLang Cookbook rows state N (N = 5-10 C): InferenceX TTFT +178..+244% ->
   +110..+158%, the Cookbook's means at 16 clients on B200 +110..+272% -> +64..+148% (two of them
-  inside 2x); the rest of their start-of-run tail is not priced (below). InferenceX's servers run
+  inside 2x); the rest of their start-of-run tail is not priced (below).
+- **A closed-loop run replayed request by request.** Where every request's lengths are known, the
+  whole run is replayed instead: the Cookbook's random runs (`lengths` `sglang-random`) carry
+  `sglang.bench_serving`'s arguments, from which `capplan.sim.serving.sglang_random_lengths` draws
+  each request's lengths again (the draws give the printed totals exactly: 6,101 prompt and 4,210
+  output tokens over the 10 requests of a 1000/1000 run), and `replay_clients` runs them through
+  the serving simulator at C clients, each request sent when one in flight completes (replayed
+  until the sends agree with the completions they give). The run's first wave, its drain (the last
+  requests with fewer than C clients busy) and the spread of the lengths are in it, and each
+  metric is read as the client reads it (a median over the requests, TPOT over those with two or
+  more output tokens, throughput over the run's span). Output tokens/s at 16 clients on B200,
+  where the steady state at the mean lengths leaves the drain out: Qwen3-235B-A22B +21% and +16%
+  -> +6% and +4%, DeepSeek-R1 +54% and +52% -> +37% and +37%; the Cookbook's 52 rows 51.5% ->
+  41.4% median absolute error. Its median TTFT at one client on MI300X moves past 2x (+81% ->
+  +108% at 8000/1000: the median of the ten drawn prompts, not the mean prompt). InferenceX's servers run
   `--stream-interval 10`, which does not hold the first token back: SGLang 0.5.7's scheduler
   streams a request at output lengths 1, 11, 21, ... (`scheduler_output_processor_mixin.py`).
 - **The trtllm family refitted without the bursts.** Those throughput rows had fitted the
@@ -520,8 +534,8 @@ Where the model is still wrong, and why:
 - **SGLang on B200 and MI300X (held out: the SGLang Cookbook and LMSYS's gpt-oss post).** The
   `sglang` profile's own terms were fitted on five H20 and H100 rows; these sources test them
   elsewhere (56 rows; `validation/sources/serving_vllm.md`):
-  - Qwen3-235B-A22B on 8 x B200 at one client: TTFT -3..+20% (means and medians at 1000 and 8000
-    input tokens), TPOT -3% and -1%.
+  - Qwen3-235B-A22B on 8 x B200 at one client: TTFT -4..+23% (means and medians at 1000 and 8000
+    input tokens), TPOT -2% and -1%; at 16 clients TPOT +7% and +3%, output tokens/s +6% and +4%.
   - The profile's request overhead, 74 ms, was fitted on those five rows, none of them a TTFT (it
     enters through their closed-loop throughput). The H100 runs' rate is below what their own
     TTFT and TPOT give four clients: 4 x 220.6 output tokens every 1.679 s, where TTFT + 219.6 x
@@ -535,10 +549,10 @@ Where the model is still wrong, and why:
     within 2x fall from 92.8% to 91.9% (held out: 90.8% to 88.4%). Their TTFT at one client has a
     large fixed part: on 8 x B200, a median of 92 ms at ~600-token and 115 ms at ~4,200-token
     prompts for Qwen3-235B-A22B, 141 ms and 155 ms for DeepSeek-R1; the 74 ms stands in for it.
-  - DeepSeek-R1 on 8 x B200: +15% (TPOT at one client) to +57% (TTFT); at 16 clients TPOT +35%
-    and output tokens/s +52..+54%.
-  - On B200 the mean TTFT at 16 clients is +64..+148% with the run's first wave priced (above),
-    while the median is -14..+45%: the mean is 1.7-2.6x the median there, a start-of-run tail (as
+  - DeepSeek-R1 on 8 x B200: +16% (TPOT at one client) to +59% (TTFT); at 16 clients TPOT +36..+40%
+    and output tokens/s +37%.
+  - On B200 the mean TTFT at 16 clients is +67..+142% with the run replayed (above), while the
+    median is -19..+36%: the mean is 1.7-2.6x the median there, a start-of-run tail (as
     InferenceX's) larger than the first wave's prefills.
   - gpt-oss-120b on B200 is pessimistic: a decode step of 2.31 ms at TP 8 (TPOT -59%) and 2.4 ms
     at TP 4 (batch-1 decode -47..-58%). The profile's 2.8 ms step overhead and the 36-layer model's
@@ -547,8 +561,8 @@ Where the model is still wrong, and why:
     work that scales with the model's layers. On 8 x H100, where SGLang takes vLLM's H100
     all-reduce latency (3.9 us), the same model's batch-1 decode is -8..-11% (it was -43..-47%
     with the family's 35.5 us).
-  - DeepSeek-V3.1 on 8 x MI300X under SGLang 0.5.7 (ROCm) is +51..+498%: TPOT 23.8 ms at one client
-    against 7.9 ms predicted, ~3x. SGLang takes vLLM's MI300X kernel and all-reduce overrides
+  - DeepSeek-V3.1 on 8 x MI300X under SGLang 0.5.7 (ROCm) is +49..+369%: TPOT 23.8 ms at one client
+    against 7.7 ms predicted, ~3x. SGLang takes vLLM's MI300X kernel and all-reduce overrides
     (RCCL link efficiency 0.21); its bandwidth efficiency (0.95, fitted on H20 and H100 rows) is
     its own, where vLLM's MI300X rows reach 0.66, and no SGLang row on that chip fits anything.
 - **Older engine versions.** TensorRT-LLM 0.5 and 0.6.1 decoded grouped-query attention without

@@ -143,6 +143,66 @@ def workload_traffic(workload: "Workload", n: int, seed: int | None = None, rate
     return Traffic(arrival, prompt.astype(np.int64), output.astype(np.int64), cached, f"{process} arrivals at {rate:g} req/s")
 
 
+def sglang_random_lengths(num_prompts: int, random_input_len: int, random_output_len: int,
+                          random_range_ratio: float = 0.0, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """The prompt and output lengths ``sglang.bench_serving --dataset-name random`` sends, in order.
+
+    ``sample_random_requests`` (``python/sglang/bench_serving.py``) draws ``num_prompts`` prompt
+    lengths uniform on ``[max(int(random_input_len x random_range_ratio), 1), random_input_len]``,
+    then as many output lengths on ``[int(random_output_len x random_range_ratio),
+    random_output_len]``, from NumPy's legacy generator, which the script seeds with ``--seed``
+    (default 1) before sampling. The same arguments give the same lengths: with the defaults,
+    10 requests of ``--random-input-len 1000 --random-output-len 1000`` hold 6,101 prompt and
+    4,210 output tokens, the totals the SGLang Cookbook's runs print.
+    """
+    rng = np.random.RandomState(seed)
+    prompt = rng.randint(max(int(random_input_len * random_range_ratio), 1), random_input_len + 1, size=num_prompts)
+    output = rng.randint(int(random_output_len * random_range_ratio), random_output_len + 1, size=num_prompts)
+    return prompt.astype(np.int64), output.astype(np.int64)
+
+
+def client_arrivals(finish_s: np.ndarray, clients: int) -> np.ndarray:
+    """When each request is sent by ``clients`` clients that send the requests in order, each the
+    next when its last one ends (``--max-concurrency``): the first ``clients`` at 0, every later
+    one when the earliest of the requests in flight completes (``finish_s``, one per request)."""
+    free = [0.0] * max(1, clients)
+    out = np.empty(finish_s.shape[0])
+    for k, f in enumerate(finish_s.tolist()):
+        out[k] = heappop(free)
+        heappush(free, max(f, out[k]))
+    return out
+
+
+CLIENT_ROUNDS = 200
+"""Most replays :func:`replay_clients` runs before it gives up on the arrivals settling."""
+
+
+def replay_clients(engine: ServingEngine, clients: int, prompt: np.ndarray, output: np.ndarray,
+                   cached: np.ndarray) -> tuple[np.ndarray, ReplicaRun]:
+    """A closed-loop run of the requests, ``clients`` at a time (:func:`client_arrivals`), through
+    :func:`simulate_replica`; returns the arrivals and the run.
+
+    When each request is sent depends on when earlier ones complete, which depends on the
+    arrivals: the run is replayed from every request at 0 with the arrivals its completions give,
+    until they stop moving (by less than a nanosecond); the SGLang Cookbook's runs (10 requests at
+    one client, 80 at 16) settle in 10-31 replays.
+
+    Raises
+    ------
+    InputError
+        The arrivals do not settle within :data:`CLIENT_ROUNDS` replays.
+    """
+    arrivals = np.zeros(prompt.shape[0])
+    for _ in range(CLIENT_ROUNDS):
+        run = simulate_replica(engine, arrivals, prompt, output, cached)
+        settled = client_arrivals(run.finish_s, clients)
+        if np.allclose(settled, arrivals, rtol=0.0, atol=1e-9):
+            return arrivals, run
+        arrivals = settled
+    raise InputError(f"a closed-loop run of {prompt.shape[0]:,} requests at {clients:,} clients: the arrivals did not settle "
+                     f"in {CLIENT_ROUNDS} replays")
+
+
 def context_limit(workload: "Workload", spec: "ModelSpec") -> tuple[int, str]:
     """The positions one request may span, and what sets it: the workload's
     ``conversation.max_context`` (capped by ``--max-model-len``) or the model's
