@@ -329,7 +329,8 @@ rows beyond 2x 36 -> 33 (another `--terms trtllm:` refit moved nothing). Then, i
   (`accuracy.predict.first_wave_share`). Medians and percentiles keep the steady state. Only the
   InferenceX and SGLang Cookbook rows state N (N = 5-10 C): InferenceX TTFT +178..+244% ->
   +110..+158%, the Cookbook's means at 16 clients on B200 +110..+272% -> +64..+148% (two of them
-  inside 2x); the rest of their start-of-run tail is not priced (below).
+  inside 2x); the rest of their start-of-run tail is not priced (below). The Cookbook's random
+  runs have since been replayed whole (next item); its ShareGPT run and InferenceX keep the wave.
 - **A closed-loop run replayed request by request.** Where every request's lengths are known, the
   whole run is replayed instead: the Cookbook's random runs (`lengths` `sglang-random`) carry
   `sglang.bench_serving`'s arguments, from which `capplan.sim.serving.sglang_random_lengths` draws
