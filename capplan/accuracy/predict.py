@@ -170,6 +170,10 @@ SHORT_RUN = "the run ends before its steady state"
 closed form: at the closed form's steady state more requests would be in the system (arrival
 rate x end-to-end latency, Little's law) than the run sends in all (``num_prompts``)."""
 
+KNOWN_LENGTHS = "every request's lengths known"
+"""Why a run whose rows give each request's lengths (:data:`DRAWN_LENGTHS`) is replayed request
+by request rather than priced by the closed form at the mean lengths."""
+
 FIRST_WAVE = "the run's first wave"
 """How the assumption of a closed-loop mean latency row that states its run length begins
 (:func:`first_wave_share`)."""
@@ -283,13 +287,21 @@ class PreparedServing:
     replay: bool = False
     """Whether :meth:`evaluate` replays a run the closed form cannot price (:meth:`priced`), as
     ``capplan calibrate`` has it; the corpus fits leave such runs out (``False``)."""
+    requests: tuple[Any, Any, Any] | None = None
+    """Each request's prompt, output and cached positions, in send order, where the row gives
+    them (:func:`drawn_lengths`)."""
 
     @property
     def replayed(self) -> bool:
-        """A burst (:data:`BURST`, replayed by :func:`finite_run`) or a closed-loop run of drawn
-        lengths (:data:`DRAWN_LENGTHS`, replayed by :func:`clients_run`): never priced by the
-        closed form; the corpus fits leave them out (:attr:`replay`)."""
-        return self.scenario in ("burst", "clients")
+        """A burst (:data:`BURST`) or a closed-loop run whose every request's lengths are known
+        (:attr:`requests`): always replayed (:func:`finite_run`, :func:`clients_run`), never
+        priced by the closed form; the corpus fits leave them out (:attr:`replay`). An open-loop
+        run of known lengths keeps the closed form at its mean lengths, as any open-loop run
+        (over thousands of requests the spread of the lengths moves the means little, and the
+        closed form takes the engine's upper balance where it has two, which the replay does
+        not: ``docs/accuracy.md``); it is replayed with its requests' lengths when the closed
+        form cannot price it (saturated, or a run shorter than the steady state)."""
+        return self.scenario == "burst" or (self.requests is not None and self.scenario != "open_loop")
 
     def evaluate(self, engine: "EngineProfile | None" = None) -> float:
         """The predicted value, with ``engine``'s time terms if given (memory as prepared; the
@@ -307,11 +319,11 @@ class PreparedServing:
         try:
             return self._closed_form(server), None
         except NeedsReplay as exc:
-            if self.scenario == "clients":
-                return clients_run(self.row, server, *self.args, divisor=self.divisor)
+            if self.scenario == "closed_loop" and self.requests is not None:
+                return clients_run(self.row, server, math.ceil(self.args[0]), self.requests, divisor=self.divisor)
             rate, P, O = self.args
             return finite_run(self.row, server, rate, self.instances, P, O, self.cached_tokens, self.burstiness,
-                              row_statistic(self.row), why=exc.why, divisor=self.divisor)
+                              row_statistic(self.row), why=exc.why, divisor=self.divisor, requests=self.requests)
 
     def _server_with(self, engine: "EngineProfile | None") -> Any:
         """The prepared server with ``engine``'s time terms (and the release's pinned ones)."""
@@ -328,7 +340,7 @@ class PreparedServing:
         from capplan import benchmark
 
         if self.replayed:
-            raise NeedsReplay(BURST, "the run is replayed (finite_run)")
+            raise NeedsReplay(KNOWN_LENGTHS if self.requests is not None else BURST, "the run is replayed")
         extra: dict[str, float] = {"cached_tokens": self.cached_tokens} if self.scenario != "static_batch" else {}
         args = self.args
         if self.scenario == "open_loop":
@@ -389,12 +401,13 @@ def replay_fixed(server: Any, arrivals: Any, prompt: float, output: float, cache
 
 
 DRAWN_LENGTHS = "sglang-random"
-"""``lengths`` of a closed-loop run whose every request's lengths can be drawn again: the random
-dataset of ``sglang.bench_serving``, from the row's ``num_prompts``, ``random_input_len``,
+"""``lengths`` of a run whose every request's lengths can be drawn again: the random dataset of
+``sglang.bench_serving``, from the row's ``num_prompts``, ``random_input_len``,
 ``random_output_len``, ``random_range_ratio`` (default 0) and ``seed`` (default 1)
 (:func:`capplan.sim.serving.sglang_random_lengths`). Such a run is replayed request by request
-(:func:`clients_run`): its first wave, its drain and the spread of its lengths, which the
-steady-state closed form at the mean lengths leaves out."""
+(:data:`KNOWN_LENGTHS`): at its clients (:func:`clients_run`), or at its request rate or all at
+once (:func:`finite_run`), with its first wave, its drain and the spread of its lengths, which the
+closed form at the mean lengths leaves out."""
 
 
 def drawn_lengths(row: "CorpusRow", cached: float, assumed: list[str]) -> tuple[Any, Any, Any]:
@@ -402,10 +415,11 @@ def drawn_lengths(row: "CorpusRow", cached: float, assumed: list[str]) -> tuple[
     in the order the client sends them; the draw is noted in ``assumed``.
 
     The draws must give the row's mean lengths (within one token a request), so a row whose
-    arguments were copied wrong is refused rather than priced at other lengths. The client sends
-    its first request once before the run as a warm-up, and the engine's prefix cache keeps it:
-    that request's prompt is a cache hit but for its last position. ``cached`` positions of
-    every prompt are a hit besides (:func:`cached_prefix`)."""
+    arguments were copied wrong is refused rather than priced at other lengths. A request drawn
+    with no output token is counted so (the client's totals count it) and prefilled like one with
+    a single token. The client sends its first request once before the run as a warm-up, and the
+    engine's prefix cache keeps it: that request's prompt is a cache hit but for its last
+    position. ``cached`` positions of every prompt are a hit besides (:func:`cached_prefix`)."""
     import numpy as np
 
     from capplan.sim.serving import sglang_random_lengths
@@ -419,44 +433,67 @@ def drawn_lengths(row: "CorpusRow", cached: float, assumed: list[str]) -> tuple[
     if P is None or O is None or abs(prompt.mean() - P) > 1.0 or abs(output.mean() - O) > 1.0:
         raise Unsupported(f"lengths {DRAWN_LENGTHS}: the draws' means, {prompt.mean():.2f}/{output.mean():.2f} tokens, "
                           f"are not the row's {P}/{O}")
-    if output.min() < 1:
-        raise Unsupported(f"lengths {DRAWN_LENGTHS}: a request drawn with no output token")
     hit = np.minimum(np.full(prompt.shape, cached), prompt - 1)
     hit[0] = prompt[0] - 1
+    none = int((output == 0).sum())
     assumed.append(f"each request's lengths drawn as sglang.bench_serving draws them (random {lin:,.0f}/{lout:,.0f} tokens, "
-                   f"range ratio {ratio:g}, seed {seed}; means {prompt.mean():,.2f}/{output.mean():,.2f}), the first "
-                   "request's prompt a prefix-cache hit (the client's warm-up request sent it)")
+                   f"range ratio {ratio:g}, seed {seed}; means {prompt.mean():,.2f}/{output.mean():,.2f}"
+                   + (f"; {none:,} drawn with no output token, prefilled as with one" if none else "")
+                   + "), the first request's prompt a prefix-cache hit (the client's warm-up request sent it)")
     return prompt, output, hit
 
 
-def clients_run(row: "CorpusRow", server: Any, clients: int, prompt: Any, output: Any, cached: Any,
+def read_replay(row: "CorpusRow", statistic: str, run: Any, arrivals: Any, prompt: Any, output: Any,
+                instances: float = 1.0, divisor: float = 1.0) -> float:
+    """A row's value from a replayed run (:func:`capplan.sim.serving.simulate_replica`), read as
+    the benchmark client reads it: a throughput as the run's tokens or requests over its span
+    (first arrival to last completion), summed over ``instances`` and per ``divisor`` (GPUs for
+    a per-GPU figure); a latency as the ``mean``, ``median`` or ``p99`` over the requests
+    (``np.percentile``, as ``vllm bench serve`` and ``sglang.bench_serving`` take them) of TTFT,
+    end-to-end latency or TPOT (the requests with two or more output tokens), or over the
+    inter-token gaps for ITL (every token weighted once). ``output`` counts what the client
+    counts."""
+    import numpy as np
+
+    work = {"output_tokens_per_s": output.sum(), "input_tokens_per_s": prompt.sum(),
+            "total_tokens_per_s": prompt.sum() + output.sum(), "requests_per_s": prompt.shape[0]}
+    if row.metric in work:
+        return float(work[row.metric] / (run.finish_s.max() - arrivals.min())) * instances / divisor
+    if row.metric == "itl_ms":
+        values, weights = np.asarray(run.itl_s), np.asarray(run.itl_weight)
+        if statistic == "mean":
+            return 1e3 * float(np.average(values, weights=weights))
+        order = np.argsort(values)
+        cum = np.cumsum(weights[order]) / weights.sum()
+        return 1e3 * float(values[order][min(int(np.searchsorted(cum, 0.5 if statistic == "median" else 0.99)), order.size - 1)])
+    e2e = run.finish_s - arrivals
+    long = output > 1
+    if row.metric == "tpot_ms" and not long.any():
+        raise Unsupported("no request with two or more output tokens: no TPOT")
+    values, scale = {"ttft_ms": (run.ttft_s, 1e3), "e2e_latency_s": (e2e, 1.0),
+                     "tpot_ms": ((e2e - run.ttft_s)[long] / (output[long] - 1), 1e3)}[row.metric]
+    if statistic == "mean":
+        return scale * float(np.mean(values))
+    return scale * float(np.percentile(values, 50.0 if statistic == "median" else 99.0))
+
+
+def clients_run(row: "CorpusRow", server: Any, clients: int, requests: tuple[Any, Any, Any],
                 divisor: float = 1.0) -> tuple[float, str]:
-    """A :data:`DRAWN_LENGTHS` row's value from its run replayed request by request
-    (:func:`capplan.sim.serving.replay_clients`), read as the benchmark client reads it: a
-    throughput over the run's span (its start to the last completion), per ``divisor`` (GPUs for
-    a per-GPU figure); the mean or median over requests of TTFT, end-to-end latency or TPOT (of
-    the requests with two or more output tokens), or of the inter-token gaps (ITL)."""
+    """A closed-loop row of known lengths (:data:`DRAWN_LENGTHS`) from its run replayed request by
+    request at its ``clients`` (:func:`capplan.sim.serving.replay_clients`), read by
+    :func:`read_replay`."""
     import numpy as np
 
     from capplan.sim.serving import replay_clients, serving_engine
 
-    arrivals, run = replay_clients(serving_engine(server), clients, prompt, output, cached)
-    e2e = run.finish_s - arrivals
-    work = {"output_tokens_per_s": output.sum(), "input_tokens_per_s": prompt.sum(),
-            "total_tokens_per_s": prompt.sum() + output.sum(), "requests_per_s": prompt.shape[0]}
-    note = (f"a closed-loop run of {prompt.shape[0]:,} requests at {clients:,} clients replayed request by request "
-            "through the serving simulator")
-    if row.metric in work:
-        return float(work[row.metric] / run.finish_s.max()) / divisor, note
-    if row.metric == "itl_ms":
-        return 1e3 * float(np.average(run.itl_s, weights=run.itl_weight)), note
-    long = output > 1
-    values, scale = {"ttft_ms": (run.ttft_s, 1e3), "e2e_latency_s": (e2e, 1.0),
-                     "tpot_ms": ((e2e - run.ttft_s)[long] / (output[long] - 1), 1e3)}[row.metric]
+    prompt, output, cached = requests
+    arrivals, run = replay_clients(serving_engine(server), clients, prompt, np.maximum(output, 1), cached)
     statistic = row_statistic(row)
     if statistic == "p99":
         raise Unsupported("a p99 latency of a closed-loop run is not predicted")
-    return scale * float(np.median(values) if statistic == "median" else np.mean(values)), note
+    value = read_replay(row, statistic, run, arrivals, prompt, output, divisor=divisor)
+    return value, (f"{KNOWN_LENGTHS}: a closed-loop run of {prompt.shape[0]:,} requests at {clients:,} clients replayed request "
+                   "by request through the serving simulator")
 
 
 def cached_prefix(row: "CorpusRow", assumed: list[str]) -> float:
@@ -504,24 +541,20 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
     cached = cached_prefix(row, assumed)
     scenario = row.get("scenario")
     wave = 0.0  # a closed-loop run's first wave (first_wave_share)
-    if row.get("lengths") == DRAWN_LENGTHS and scenario != "concurrency":
-        raise Unsupported(f"lengths {DRAWN_LENGTHS}: replayed for a closed-loop run (scenario concurrency), not {scenario}")
+    requests = drawn_lengths(row, cached, assumed) if row.get("lengths") == DRAWN_LENGTHS else None
     if scenario == "static_batch":
+        if requests is not None:
+            raise Unsupported(f"lengths {DRAWN_LENGTHS}: a static batch is priced at its stated lengths")
         b = row.number("batch")
         if b is None:
             raise Unsupported("batch not stated")
         call, args = "static_batch", (int(b), round(P), round(O))
-    elif scenario == "concurrency" and row.get("lengths") == DRAWN_LENGTHS:
-        c = row.number("concurrency")
-        if c is None:
-            raise Unsupported("concurrency not stated")
-        call, args = "clients", (int(c), *drawn_lengths(row, cached, assumed))
     elif scenario == "concurrency":
         c = row.number("concurrency")
         if c is None:
             raise Unsupported("concurrency not stated")
         call, args = "closed_loop", (c, round(P), round(O))
-        wave = first_wave_share(row)
+        wave = first_wave_share(row) if requests is None else 0.0
         if wave:
             assumed.append(f"{FIRST_WAVE}: the first {c:,.0f} of its {row.number('num_prompts'):,.0f} requests (num_prompts) sent "
                            f"at once, their mean from the serving simulator (at the row's lengths), weighted {wave:.0%}")
@@ -540,11 +573,11 @@ def prepare_serving(row: "CorpusRow", engine: "EngineProfile | None") -> Prepare
         raise Unsupported(f"scenario {scenario} is not modelled")
     _metric(row.metric, None, 1.0, 1.0, check_only=True)
     instances, divisor = _instances(row, settings["tp"], hw)
-    if call == "clients" and instances != 1:
-        raise Unsupported(f"a closed-loop run over {instances:g} engine instances: the replay of its clients covers one")
+    if requests is not None and instances != 1:
+        raise Unsupported(f"a run of known lengths over {instances:g} engine instances: its replay covers one")
     pinned = {t: getattr(engine.time, t) for t in PINNED_TIME_TERMS} if engine is not None else {}
     return PreparedServing(row, server, call, args, instances, divisor, assumed, cached,
-                           burstiness if call == "open_loop" else 1.0, pinned, wave)
+                           burstiness if call == "open_loop" else 1.0, pinned, wave, requests=requests)
 
 
 def ends_before_steady_state(row: "CorpusRow", in_system: float) -> bool:
@@ -559,7 +592,7 @@ def ends_before_steady_state(row: "CorpusRow", in_system: float) -> bool:
 def _all_at_once(row: "CorpusRow", P: float, O: float) -> tuple[str, tuple]:
     """The call for a run that queues every request at once: replayed (:data:`BURST`,
     :func:`finite_run`) when the row states how many (``num_prompts``) and their lengths are
-    fixed, latency and throughput alike (a finite burst's throughput includes its ramp and its
+    fixed or known (:data:`DRAWN_LENGTHS`), latency and throughput alike (a finite burst's throughput includes its ramp and its
     drain); else the steady-state offline closed form for a throughput row, and unsupported for a
     latency row (it depends on the request count and the engine's batch limit) or for the
     throughput of a burst of variable-length requests (``lengths`` ``varying``: the row's lengths
@@ -608,23 +641,24 @@ FINITE_RUN_SEED = 20240613
 
 def finite_run(row: "CorpusRow", server: Any, rate: float, instances: float, prompt: float, output: float,
                cached: float, burstiness: float, statistic: str, why: str = SATURATED,
-               divisor: float = 1.0) -> tuple[float, str]:
-    """The row's latency over a run of its ``num_prompts`` requests, simulated.
+               divisor: float = 1.0, requests: tuple[Any, Any, Any] | None = None) -> tuple[float, str]:
+    """The row's value over a run of its ``num_prompts`` requests, simulated.
 
     The requests arrive at ``rate`` (gamma gaps of shape ``burstiness``, ``inf`` a constant rate)
     and are dealt round robin to ``instances`` engines, so each sees ``num_prompts / instances``
     of them at ``rate / instances`` with gaps of shape ``burstiness x instances``; one engine is
-    replayed by :func:`capplan.sim.serving.simulate_replica` with the row's fixed lengths.
-    ``statistic`` is ``mean``, ``median`` or ``p99`` of the requests' TTFT, TPOT or end-to-end
-    latency, or of the inter-token gaps (ITL, every token weighted once). ``rate`` ``inf`` sends
-    every request at once. ``why`` says why the run is replayed, for the note: :data:`SATURATED`
-    (arrivals past the instance's capacity), :data:`SHORT_RUN` or :data:`BURST`. A throughput row reads the
-    run's requests or tokens over its span, the first arrival to the last completion, summed over
-    the instances and over ``divisor`` (GPUs for a per-GPU figure).
+    replayed by :func:`capplan.sim.serving.simulate_replica` with the row's fixed lengths, or
+    with each request's own (``requests``: prompt, output and cached positions, in send order,
+    :func:`drawn_lengths`; one instance). ``rate`` ``inf`` sends every request at once. The value
+    is read by :func:`read_replay` (``statistic`` ``mean``, ``median`` or ``p99``). ``why`` says
+    why the run is replayed, for the note: :data:`SATURATED` (arrivals past the instance's
+    capacity), :data:`SHORT_RUN`, :data:`BURST` or :data:`KNOWN_LENGTHS`.
 
     Returns the value in the row's unit and the assumption to report. Raises
     :class:`Unsupported` when the row states no run length."""
     import numpy as np
+
+    from capplan.sim.serving import serving_engine, simulate_replica
 
     n_all = row.number("num_prompts")
     if n_all is None:
@@ -637,41 +671,26 @@ def finite_run(row: "CorpusRow", server: Any, rate: float, instances: float, pro
     else:
         gaps = np.full(n, 1.0 / per_rate) if math.isinf(shape) else rng.gamma(shape, 1.0 / (per_rate * shape), n)
         arrivals = np.cumsum(gaps)
-    P, O = int(round(prompt)), int(round(output))
-    run = replay_fixed(server, arrivals, prompt, output, cached)
-    e2e = run.finish_s - arrivals
-    weights = None
-    work = {"output_tokens_per_s": n * O, "input_tokens_per_s": n * P, "total_tokens_per_s": n * (P + O), "requests_per_s": n}
-    if row.metric in work:
-        span = float(run.finish_s.max() - arrivals.min())
-        value = work[row.metric] / span * instances / divisor
-        return value, (f"{_REPLAY_REASON[why]}: the run's {int(n_all):,} requests (num_prompts) replayed through the serving "
-                       f"simulator, fixed {P:,}/{O:,}-token lengths, its throughput over the first arrival to the last completion")
-    if row.metric == "ttft_ms":
-        values, scale = run.ttft_s, 1e3
-    elif row.metric == "e2e_latency_s":
-        values, scale = e2e, 1.0
-    elif row.metric == "tpot_ms":
-        values, scale = (e2e - run.ttft_s) / max(O - 1, 1), 1e3
-    else:  # itl_ms: the step times tokens waited, each token once
-        values, weights, scale = np.asarray(run.itl_s), np.asarray(run.itl_weight), 1e3
-    if weights is None:
-        weights = np.ones_like(values)
-    if statistic == "mean":
-        value = float(np.average(values, weights=weights))
+    if requests is None:
+        P, O = int(round(prompt)), int(round(output))
+        p_arr, o_arr = np.full(n, P), np.full(n, O)
+        run = replay_fixed(server, arrivals, prompt, output, cached)
+        lengths = f"fixed {P:,}/{O:,}-token lengths"
     else:
-        q = 0.5 if statistic == "median" else 0.99
-        order = np.argsort(values)
-        cum = np.cumsum(weights[order]) / weights.sum()
-        value = float(values[order][min(int(np.searchsorted(cum, q)), order.size - 1)])
-    note = (f"{_REPLAY_REASON[why]}: the run's {int(n_all):,} requests (num_prompts) replayed through the "
-            f"serving simulator, fixed {P:,}/{O:,}-token lengths, {statistic} read from it")
-    return value * scale, note
+        p_arr, o_arr, c_arr = requests
+        run = simulate_replica(serving_engine(server), arrivals, p_arr, np.maximum(o_arr, 1), c_arr)
+        lengths = "each request's own lengths"
+    value = read_replay(row, statistic, run, arrivals, p_arr, o_arr, instances, divisor)
+    what = ("its throughput over the first arrival to the last completion" if row.metric not in LATENCY_METRICS
+            else f"{statistic} read from it")
+    return value, (f"{_REPLAY_REASON[why]}: the run's {int(n_all):,} requests (num_prompts) replayed through the serving "
+                   f"simulator, {lengths}, {what}")
 
 
 _REPLAY_REASON = {
     SHORT_RUN: f"{SHORT_RUN} (more requests in the system at the closed form's steady state than the run sends)",
     BURST: BURST,
+    KNOWN_LENGTHS: KNOWN_LENGTHS,
     SATURATED: "arrivals past the instance's capacity",
 }
 """The note that opens a replayed row's assumption, by why it was replayed (:func:`finite_run`)."""

@@ -329,9 +329,12 @@ rows beyond 2x 36 -> 33 (another `--terms trtllm:` refit moved nothing). Then, i
   (`accuracy.predict.first_wave_share`). Medians and percentiles keep the steady state. Only the
   InferenceX and SGLang Cookbook rows state N (N = 5-10 C): InferenceX TTFT +178..+244% ->
   +110..+158%, the Cookbook's means at 16 clients on B200 +110..+272% -> +64..+148% (two of them
-  inside 2x); the rest of their start-of-run tail is not priced (below). The Cookbook's random
-  runs have since been replayed whole (next item); its ShareGPT run and InferenceX keep the wave.
-- **A closed-loop run replayed request by request.** Where every request's lengths are known, the
+  inside 2x); the rest of their start-of-run tail is not priced (below). InferenceX's servers run
+  `--stream-interval 10`, which does not hold the first token back: SGLang 0.5.7's scheduler
+  streams a request at output lengths 1, 11, 21, ... (`scheduler_output_processor_mixin.py`).
+  The Cookbook's random runs have since been replayed whole (next item); its ShareGPT run and
+  InferenceX keep the wave.
+- **A run of known lengths replayed request by request.** Where every request's lengths are known, the
   whole run is replayed instead: the Cookbook's random runs (`lengths` `sglang-random`) carry
   `sglang.bench_serving`'s arguments, from which `capplan.sim.serving.sglang_random_lengths` draws
   each request's lengths again (the draws give the printed totals exactly: 6,101 prompt and 4,210
@@ -344,9 +347,15 @@ rows beyond 2x 36 -> 33 (another `--terms trtllm:` refit moved nothing). Then, i
   where the steady state at the mean lengths leaves the drain out: Qwen3-235B-A22B +21% and +16%
   -> +6% and +4%, DeepSeek-R1 +54% and +52% -> +37% and +37%; the Cookbook's 52 rows 51.5% ->
   41.4% median absolute error. Its median TTFT at one client on MI300X moves past 2x (+81% ->
-  +108% at 8000/1000: the median of the ten drawn prompts, not the mean prompt). InferenceX's servers run
-  `--stream-interval 10`, which does not hold the first token back: SGLang 0.5.7's scheduler
-  streams a request at output lengths 1, 11, 21, ... (`scheduler_output_processor_mixin.py`).
+  +108% at 8000/1000: the median of the ten drawn prompts, not the mean prompt). DataCrunch's
+  random runs are the same dataset (their draws give the printed totals too): its six offline
+  bursts of 800-6,000 requests, unpredicted while their lengths were only means, are replayed
+  with each request's lengths, +19..+63% (output tokens/s). Its open-loop runs keep the closed
+  form at the mean lengths: replayed, the 70B run at 8 requests/s and the 405B at 4 stay below
+  the CUDA-graph cliff (ITL 19 and 43 ms against 71 and 135 ms measured, five rows past 2x),
+  where the closed form takes the upper balance the runs show (`capplan.benchmark`, "A bistable
+  engine"); they are replayed with their lengths only where the closed form cannot price them
+  (the 70B at 16 requests/s and the 405B at 8, past the instance's capacity).
 - **The trtllm family refitted without the bursts.** Those throughput rows had fitted the
   `trtllm` family terms as steady-state runs; a replayed burst is left out of every fit, since no
   time term prices it in closed form. Refitted without them (`--terms trtllm:` of the ten family
