@@ -94,8 +94,9 @@ class Unsupported(Exception):
 
 
 class NeedsReplay(Unsupported):
-    """A run the closed form cannot price and :func:`finite_run` replays: ``why`` is
-    :data:`BURST`, :data:`SATURATED` or :data:`SHORT_RUN`, and the message starts with it."""
+    """A run the closed form cannot price, replayed instead (:func:`finite_run`,
+    :func:`clients_run`): ``why`` is :data:`BURST`, :data:`SATURATED`, :data:`SHORT_RUN` or
+    :data:`KNOWN_LENGTHS`, and the message starts with it."""
 
     def __init__(self, why: str, detail: str) -> None:
         super().__init__(f"{why}: {detail}")
@@ -312,9 +313,9 @@ class PreparedServing:
         return self._closed_form(self._server_with(engine))
 
     def priced(self, engine: "EngineProfile | None" = None) -> tuple[float, str | None]:
-        """The predicted value and, for a run replayed through the serving simulator
-        (:func:`finite_run`: a burst, arrivals past the capacity, a run shorter than the steady
-        state), the note that says so (else ``None``)."""
+        """The predicted value and, for a run replayed through the serving simulator (a burst,
+        arrivals past the capacity, a run shorter than the steady state, a run of known lengths:
+        :class:`NeedsReplay`), the note that says so (else ``None``)."""
         server = self._server_with(engine)
         try:
             return self._closed_form(server), None
@@ -486,11 +487,11 @@ def clients_run(row: "CorpusRow", server: Any, clients: int, requests: tuple[Any
 
     from capplan.sim.serving import replay_clients, serving_engine
 
-    prompt, output, cached = requests
-    arrivals, run = replay_clients(serving_engine(server), clients, prompt, np.maximum(output, 1), cached)
     statistic = row_statistic(row)
     if statistic == "p99":
         raise Unsupported("a p99 latency of a closed-loop run is not predicted")
+    prompt, output, cached = requests
+    arrivals, run = replay_clients(serving_engine(server), clients, prompt, np.maximum(output, 1), cached)
     value = read_replay(row, statistic, run, arrivals, prompt, output, divisor=divisor)
     return value, (f"{KNOWN_LENGTHS}: a closed-loop run of {prompt.shape[0]:,} requests at {clients:,} clients replayed request "
                    "by request through the serving simulator")
@@ -592,8 +593,8 @@ def ends_before_steady_state(row: "CorpusRow", in_system: float) -> bool:
 def _all_at_once(row: "CorpusRow", P: float, O: float) -> tuple[str, tuple]:
     """The call for a run that queues every request at once: replayed (:data:`BURST`,
     :func:`finite_run`) when the row states how many (``num_prompts``) and their lengths are
-    fixed or known (:data:`DRAWN_LENGTHS`), latency and throughput alike (a finite burst's throughput includes its ramp and its
-    drain); else the steady-state offline closed form for a throughput row, and unsupported for a
+    fixed or known (:data:`DRAWN_LENGTHS`), latency and throughput alike (a finite burst's
+    throughput includes its ramp and its drain); else the steady-state offline closed form for a throughput row, and unsupported for a
     latency row (it depends on the request count and the engine's batch limit) or for the
     throughput of a burst of variable-length requests (``lengths`` ``varying``: the row's lengths
     are means over requests of different lengths, as :mod:`capplan.calibrate`'s rows say too)."""
@@ -673,13 +674,13 @@ def finite_run(row: "CorpusRow", server: Any, rate: float, instances: float, pro
         arrivals = np.cumsum(gaps)
     if requests is None:
         P, O = int(round(prompt)), int(round(output))
-        p_arr, o_arr = np.full(n, P), np.full(n, O)
-        run = replay_fixed(server, arrivals, prompt, output, cached)
+        p_arr, o_arr, c_arr = np.full(n, P), np.full(n, O), np.full(n, int(round(cached)))
         lengths = f"fixed {P:,}/{O:,}-token lengths"
     else:
         p_arr, o_arr, c_arr = requests
-        run = simulate_replica(serving_engine(server), arrivals, p_arr, np.maximum(o_arr, 1), c_arr)
         lengths = "each request's own lengths"
+    # a request with no output token is prefilled like one with a single token (drawn_lengths)
+    run = simulate_replica(serving_engine(server), arrivals, p_arr, np.maximum(o_arr, 1), c_arr)
     value = read_replay(row, statistic, run, arrivals, p_arr, o_arr, instances, divisor)
     what = ("its throughput over the first arrival to the last completion" if row.metric not in LATENCY_METRICS
             else f"{statistic} read from it")
